@@ -1,0 +1,35 @@
+"""Filter: passes each record that satisfies a predicate (§IV-D).
+
+Stateless and deterministic, so replica-consistent whatever the input order.  A record whose
+predicate raises (say ``x / y`` with ``y == 0``) is dropped and counted — every replica drops the
+same one, so consistency holds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from operators.base import Operator
+from operators.record import Record
+
+
+class Filter(Operator):
+    kind = "filter"
+
+    def __init__(self, predicate: Callable[[Record], object]):
+        super().__init__(1)
+        self.predicate = predicate
+
+    def on_batch(self, port: int, records: list[Record]) -> list[Record]:
+        predicate = self.predicate
+        try:
+            return [r for r in records if predicate(r)]
+        except Exception:  # fall back to one record at a time to count the bad ones
+            return [r for r in records if self._safe(r)]
+
+    def _safe(self, record: Record) -> bool:
+        try:
+            return bool(self.predicate(record))
+        except Exception as error:
+            self.count_error(record, error)
+            return False

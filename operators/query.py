@@ -1,0 +1,179 @@
+"""The logical query: a DAG of source streams, operators and applications.
+
+Built either with :class:`QueryBuilder` in Python or from a TOML file
+(:mod:`operators.query_file`); both produce the same :class:`Query`.  Building checks names,
+wiring and every operator's parameters against its inputs' schemas, and infers every output
+schema, so a query that builds will run.
+
+>>> q = QueryBuilder()
+>>> q.stream("cpu", {"server": "str", "load": "float"})
+>>> q.filter("busy", "cpu", where="load > 0.8")
+>>> q.application("alerts", "busy", ordered=True)
+>>> query = q.build()
+>>> query.schemas["busy"].names
+('server', 'load')
+"""
+
+from __future__ import annotations
+
+import graphlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from operators.base import Operator
+from operators.compile import KINDS, Compiled, compile_join
+from operators.errors import QueryError
+from operators.record import FIELD_TYPES, Schema
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A source stream entering through entry points."""
+
+    name: str
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
+
+
+@dataclass(frozen=True)
+class ApplicationSpec:
+    """An application: a sink fed by every replica of its input (§II-B)."""
+
+    name: str
+    input: str
+    ordered: bool = False
+
+
+@dataclass
+class Query:
+    """A checked logical query.  ``operators`` is in topological order."""
+
+    streams: dict[str, StreamSpec]
+    operators: dict[str, OperatorSpec]
+    applications: dict[str, ApplicationSpec]
+    schemas: dict[str, Schema]
+    compiled: dict[str, Compiled] = field(repr=False, compare=False)
+    source: str = "<query>"
+
+    def new_operator(self, name: str) -> Operator:
+        """A fresh instance of operator ``name`` (one per replica)."""
+        return self.compiled[name].factory()
+
+    def order_sensitive(self, name: str) -> bool:
+        return self.compiled[name].order_sensitive
+
+    def consumers(self, name: str) -> list[tuple[str, int]]:
+        """Operators reading ``name``, with the input port they read it on."""
+        return [(op.name, port) for op in self.operators.values() for port, i in enumerate(op.inputs) if i == name]
+
+    def inputs_of(self, name: str) -> tuple[str, ...]:
+        if name in self.operators:
+            return self.operators[name].inputs
+        if name in self.applications:
+            return (self.applications[name].input,)
+        return ()
+
+
+class QueryBuilder:
+    """Builds a :class:`Query` step by step; :meth:`build` checks and compiles it."""
+
+    def __init__(self, source: str = "<query>"):
+        self.source = source
+        self._streams: list[StreamSpec] = []
+        self._operators: list[OperatorSpec] = []
+        self._applications: list[ApplicationSpec] = []
+        self._names: set[str] = set()
+
+    def _claim(self, name: Any, what: str) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise QueryError(f"{self.source}: {what} name must be an identifier (letters, digits, _), got {name!r}")
+        if name in self._names:
+            raise QueryError(f"{self.source}: {what} name {name!r} is already used")
+        self._names.add(name)
+
+    def stream(self, name: str, fields: Mapping[str, str]) -> None:
+        self._claim(name, "stream")
+        if not isinstance(fields, Mapping):
+            raise QueryError(f"{self.source}: stream '{name}' (fields): expected a table of name = type, got {fields!r}")
+        for fname, ftype in fields.items():
+            if ftype not in FIELD_TYPES:
+                raise QueryError(f"{self.source}: stream '{name}' field {fname!r}: unknown type {ftype!r} "
+                                 f"(expected one of {', '.join(FIELD_TYPES)})")
+            if fname == "ts" or "." in fname or not fname.isidentifier():
+                raise QueryError(f"{self.source}: stream '{name}': invalid field name {fname!r}")
+        self._streams.append(StreamSpec(name, Schema.of(dict(fields))))
+
+    def operator(self, name: str, kind: str, inputs: list[str] | str, **params: Any) -> None:
+        self._claim(name, "operator")
+        if kind not in KINDS:
+            raise QueryError(f"{self.source}: operator '{name}': unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+        inputs = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(inputs, (list, tuple)) or not inputs or not all(isinstance(i, str) for i in inputs):
+            raise QueryError(f"{self.source}: operator '{name}' (input): expected a stream or operator name, got {inputs!r}")
+        self._operators.append(OperatorSpec(name, kind, tuple(inputs), params))
+
+    def filter(self, name: str, input: str, *, where: str) -> None:
+        self.operator(name, "filter", input, where=where)
+
+    def map(self, name: str, input: str, *, set: Mapping[str, str]) -> None:
+        self.operator(name, "map", input, set=dict(set))
+
+    def union(self, name: str, inputs: list[str]) -> None:
+        self.operator(name, "union", inputs)
+
+    def join(self, name: str, inputs: list[str], *, window_ms: float, on: str | None = None) -> None:
+        self.operator(name, "join", inputs, window_ms=window_ms, on=on)
+
+    def aggregate(self, name: str, input: str, *, window: Mapping[str, Any], compute: Mapping[str, str],
+                  group_by: list[str] = ()) -> None:
+        self.operator(name, "aggregate", input, window=dict(window), compute=dict(compute), group_by=list(group_by))
+
+    def application(self, name: str, input: str, *, ordered: bool = False) -> None:
+        self._claim(name, "application")
+        if not isinstance(ordered, bool):
+            raise QueryError(f"{self.source}: application '{name}' (ordered): expected true or false, got {ordered!r}")
+        self._applications.append(ApplicationSpec(name, input, ordered))
+
+    # -- checking -------------------------------------------------------------------------------
+    def build(self) -> Query:
+        if not self._streams:
+            raise QueryError(f"{self.source}: a query needs at least one [[streams]] entry")
+        if not self._applications:
+            raise QueryError(f"{self.source}: a query needs at least one [[applications]] entry")
+        producers = {s.name for s in self._streams} | {o.name for o in self._operators}
+        for op in self._operators:
+            for i in op.inputs:
+                if i not in producers:
+                    raise QueryError(f"{self.source}: operator '{op.name}' (input): unknown stream or operator {i!r}")
+        for app in self._applications:
+            if app.input not in producers:
+                raise QueryError(f"{self.source}: application '{app.name}' (input): unknown stream or operator {app.input!r}")
+        order = self._topological_order()
+        schemas = {s.name: s.schema for s in self._streams}
+        compiled: dict[str, Compiled] = {}
+        for op in order:
+            where = f"{self.source}: operator '{op.name}'"
+            inputs = [schemas[i] for i in op.inputs]
+            if op.kind == "join":
+                compiled[op.name] = compile_join(op.name, op.params, inputs, where, list(op.inputs))
+            else:
+                compiled[op.name] = KINDS[op.kind](op.name, op.params, inputs, where)
+            schemas[op.name] = compiled[op.name].schema
+        return Query({s.name: s for s in self._streams}, {o.name: o for o in order},
+                     {a.name: a for a in self._applications}, schemas, compiled, self.source)
+
+    def _topological_order(self) -> list[OperatorSpec]:
+        by_name = {o.name: o for o in self._operators}
+        sorter = graphlib.TopologicalSorter({o.name: [i for i in o.inputs if i in by_name] for o in self._operators})
+        try:
+            return [by_name[name] for name in sorter.static_order()]
+        except graphlib.CycleError as error:
+            cycle = " -> ".join(error.args[1])
+            raise QueryError(f"{self.source}: operators form a cycle: {cycle}") from None

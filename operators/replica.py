@@ -1,0 +1,78 @@
+"""One replica with its input machinery: what a node hosts for each operator replica (§III).
+
+For every input port a :class:`~operators.dedup.DuplicateFilter` merges the port's stream
+replicas; if the operator is order-sensitive a :class:`~operators.sorter.Sorter` follows it; then
+the operator.  An application sink is the same machinery in front of a pass-through operator.
+A driver feeds batches from stream replicas and routes the returned output to every downstream
+replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.base import Operator
+from operators.dedup import DuplicateFilter
+from operators.record import Record
+from operators.sorter import Sorter
+from operators.union import Union
+
+
+class OperatorReplica:
+    """Duplicate filters (+ sorters) in front of one operator instance."""
+
+    def __init__(self, operator: Operator, upstreams_per_port: list[int], sort_inputs: bool = False):
+        if len(upstreams_per_port) != operator.n_inputs:
+            raise ValueError(f"{operator.kind} has {operator.n_inputs} inputs, got {len(upstreams_per_port)} ports")
+        self.operator = operator
+        self.filters = [DuplicateFilter(k) for k in upstreams_per_port]
+        self.sorters = [Sorter() for _ in upstreams_per_port] if sort_inputs else None
+
+    def on_batch(self, port: int, upstream: int, records: list[Record],
+                 punctuation: int | None = None) -> tuple[list[Record], int | None]:
+        """A batch from stream replica ``upstream`` of ``port``: records, then maybe a punctuation.
+
+        Returns the records the replica emits and the punctuation to forward after them (or None).
+        After calling this, send both to every downstream replica.
+        """
+        dedup = self.filters[port]
+        fresh = dedup.on_batch(upstream, records) if records else records
+        if self.sorters is not None:
+            self.sorters[port].add(fresh)
+            out: list[Record] = []
+        else:
+            out = self.operator.on_batch(port, fresh) if fresh else []
+        if punctuation is None:
+            return out, None
+        p = dedup.on_punctuation(upstream, punctuation)
+        if p is None:
+            return out, None
+        if self.sorters is not None:
+            released = self.sorters[port].release(p)
+            if released:
+                out = out + self.operator.on_batch(port, released)
+        emitted, forwarded = self.operator.on_punctuation(port, p)
+        return (out + emitted if emitted else out), forwarded
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"operator": self.operator.snapshot(),
+                "filters": [f.snapshot() for f in self.filters],
+                "sorters": None if self.sorters is None else [s.snapshot() for s in self.sorters]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.operator.restore(state["operator"])
+        for f, s in zip(self.filters, state["filters"]):
+            f.restore(s)
+        if self.sorters is not None:
+            for sorter, s in zip(self.sorters, state["sorters"]):
+                sorter.restore(s)
+
+
+def application_sink(upstreams: int, ordered: bool) -> OperatorReplica:
+    """An application's input: a duplicate filter over ``upstreams`` stream replicas, sorted if ``ordered``."""
+    return OperatorReplica(Union(1), [upstreams], sort_inputs=ordered)
+
+
+def entry_point(upstreams: int = 1) -> OperatorReplica:
+    """The stream-processing side of an entry point: forwards the source's records and punctuations."""
+    return OperatorReplica(Union(1), [upstreams])
