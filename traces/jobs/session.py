@@ -1,0 +1,36 @@
+"""The one place a SparkSession is built for the trace jobs."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+DEFAULT_MASTER = "local[2]"
+
+
+def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-traces",
+                  shuffle_partitions: int | None = None, driver_memory: str = "4g"):
+    """A SparkSession for ``master`` (``local[N]`` or a cluster URL), quiet and without the UI.
+
+    Shuffle partitions default to 2 x the local cores: Spark's 200 is far too many for one machine,
+    and a cluster user can pass their own.
+    """
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    from pyspark.sql import SparkSession
+
+    if shuffle_partitions is None:
+        shuffle_partitions = 2 * (os.cpu_count() or 2) if master.startswith("local") else 200
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", driver_memory)
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return spark
