@@ -1,0 +1,118 @@
+"""Tools for testing operators, including users' own (DESIGN.md §5: "the library checks replica
+consistency of any operator with a property test").
+
+:func:`disorder` turns an ordered input into one of the arrival orders a replica may see
+(records shuffled, each punctuation still after every record it covers); :func:`run_operator`
+drives an operator through such an arrival sequence; :func:`check_replica_consistency` runs an
+operator on many arrival orders and reports any two that emit different output multisets.
+
+Randomness comes from a ``random.Random`` the caller passes in, so this module stays pure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+from operators.base import Operator
+from operators.record import CLOSED, Punctuation, Record
+
+Item = Record | Punctuation
+
+
+def punctuate(records: Sequence[Record], every_us: int) -> list[Item]:
+    """The ordered stream ``records`` with a punctuation before each ``every_us`` boundary and at the end."""
+    items: list[Item] = []
+    last = None
+    for record in sorted(records, key=lambda r: r[0]):
+        boundary = (record[0] // every_us) * every_us - 1
+        if last is None or boundary > last:
+            items.append(Punctuation(boundary))
+            last = boundary
+        items.append(record)
+    items.append(Punctuation(CLOSED))
+    return items
+
+
+def disorder(items: Sequence[Item], rng: Any) -> list[Item]:
+    """A random arrival order of ``items`` that keeps every punctuation's promise (§IV-A).
+
+    Records are shuffled freely; each punctuation ``p`` is placed right after the last record with
+    ``ts ≤ p`` (or where it was, if later), so records after it all have ``ts > p``.
+    """
+    records = [item for item in items if type(item) is not Punctuation]
+    punctuations = [item.ts for item in items if type(item) is Punctuation]
+    rng.shuffle(records)
+    out: list[Item] = []
+    position = 0
+    for p in sorted(punctuations):
+        while position < len(records) and any(r[0] <= p for r in records[position:]):
+            out.append(records[position])
+            position += 1
+        out.append(Punctuation(p))
+    out.extend(records[position:])
+    return out
+
+
+def interleave(per_port: Sequence[Sequence[Item]], rng: Any) -> list[tuple[int, Item]]:
+    """Merge per-port arrival sequences into one ``(port, item)`` sequence, keeping each port's order."""
+    cursors = [0] * len(per_port)
+    merged = []
+    while True:
+        open_ports = [p for p, seq in enumerate(per_port) if cursors[p] < len(seq)]
+        if not open_ports:
+            return merged
+        port = rng.choice(open_ports)
+        merged.append((port, per_port[port][cursors[port]]))
+        cursors[port] += 1
+
+
+def run_operator(operator: Operator, arrivals: Sequence[tuple[int, Item]]) -> list[Item]:
+    """Feed ``arrivals`` to ``operator`` one at a time; returns everything it emitted, in order."""
+    out: list[Item] = []
+    for port, item in arrivals:
+        if type(item) is Punctuation:
+            records, forwarded = operator.on_punctuation(port, item.ts)
+            out.extend(records)
+            if forwarded is not None:
+                out.append(Punctuation(forwarded))
+        else:
+            out.extend(operator.on_record(port, item))
+    return out
+
+
+def check_replica_consistency(factory: Callable[[], Operator], inputs: Sequence[Sequence[Record]], rng: Any, *,
+                              trials: int = 20, punctuation_us: int = 1_000_000) -> list[str]:
+    """Run a fresh operator from ``factory`` on ``trials`` arrival orders of ``inputs`` (one list per port).
+
+    Returns a list of problems (empty if the operator was replica-consistent on every trial):
+    outputs whose multisets differ, or punctuations forwarded before records they cover.
+    Order-sensitive operators are fed sorted input, as the planner would arrange.
+    """
+    ordered = [punctuate(records, punctuation_us) for records in inputs]
+    reference: Counter | None = None
+    problems = []
+    for trial in range(trials):
+        operator = factory()
+        per_port = ordered if (operator.order_sensitive or trial == 0) else [disorder(s, rng) for s in ordered]
+        output = run_operator(operator, interleave(per_port, rng))
+        problems.extend(f"trial {trial}: {p}" for p in punctuation_violations(output))
+        multiset = Counter(item for item in output if type(item) is not Punctuation)
+        if reference is None:
+            reference = multiset
+        elif multiset != reference:
+            missing, extra = reference - multiset, multiset - reference
+            problems.append(f"trial {trial}: output differs from trial 0: missing {list(missing)[:3]}, extra {list(extra)[:3]}")
+    return problems
+
+
+def punctuation_violations(output: Sequence[Item]) -> list[str]:
+    """Records emitted after a punctuation that promised a later timestamp."""
+    promised = None
+    problems = []
+    for item in output:
+        if type(item) is Punctuation:
+            promised = item.ts
+        elif promised is not None and item[0] <= promised:
+            problems.append(f"record {item!r} emitted after punctuation {promised}")
+    return problems

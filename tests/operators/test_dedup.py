@@ -1,0 +1,103 @@
+"""DuplicateFilter — Algorithm 1 (§IV-B) and Theorem 1."""
+
+import random
+from collections import Counter
+
+from hypothesis import given, strategies as st
+
+from operators.dedup import DuplicateFilter
+from operators.testing import disorder, punctuate
+from operators.record import Punctuation
+from tests.operators.strategies import keyed_records
+
+
+def test_first_copy_passes_later_copies_are_dropped():
+    f = DuplicateFilter(2)
+    assert f.on_batch(0, [(1, "a")]) == [(1, "a")]
+    assert f.on_batch(1, [(1, "a")]) == []
+    assert (f.passed, f.duplicates) == (1, 1)
+
+
+def test_multiplicity_is_kept_per_replica():
+    # Replica 0 sends the same record twice (two distinct events with equal values): both pass once.
+    f = DuplicateFilter(2)
+    assert f.on_batch(0, [(1, "a"), (1, "a")]) == [(1, "a"), (1, "a")]
+    assert f.on_batch(1, [(1, "a")]) == []
+    assert f.on_batch(1, [(1, "a")]) == []
+    assert f.on_batch(1, [(1, "a")]) == [(1, "a")]   # a third occurrence only replica 1 has seen so far
+
+
+def test_records_at_or_below_max_punctuation_are_duplicates():
+    f = DuplicateFilter(2)
+    assert f.on_punctuation(0, 10) == 10
+    assert f.on_batch(1, [(10, "x"), (11, "y")]) == [(11, "y")]
+    assert f.below_punctuation == 1
+
+
+def test_only_increasing_punctuations_are_forwarded_and_prune_memory():
+    f = DuplicateFilter(3)
+    f.on_batch(0, [(5, "a"), (15, "b")])
+    assert f.pending() == 2
+    assert f.on_punctuation(1, 10) == 10
+    assert f.pending() == 1                 # (5, "a") can never pass again: forgotten
+    assert f.on_punctuation(0, 10) is None
+    assert f.on_punctuation(2, 8) is None
+    assert f.on_punctuation(2, 20) == 20
+    assert f.pending() == 0
+
+
+def test_weights_rank_replicas_by_arrival():
+    f = DuplicateFilter(3)
+    for record in [(1, "a"), (2, "b")]:
+        f.on_batch(2, [record])
+        f.on_batch(0, [record])
+        f.on_batch(1, [record])
+    assert f.weights() == [2 * 1 / 2, 2 * 1 / 3, 2 * 1.0]
+
+
+def test_add_replica_accepts_a_new_stream_replica():
+    f = DuplicateFilter(1)
+    assert f.on_batch(0, [(1, "a")]) == [(1, "a")]
+    new = f.add_replica()
+    assert f.on_batch(new, [(1, "a"), (2, "b")]) == [(2, "b")]
+
+
+def test_snapshot_restore_continues_identically():
+    f = DuplicateFilter(2)
+    f.on_batch(0, [(1, "a"), (3, "c")])
+    g = DuplicateFilter(1)
+    g.restore(f.snapshot())
+    assert g.on_batch(1, [(1, "a"), (2, "b")]) == f.on_batch(1, [(1, "a"), (2, "b")]) == [(2, "b")]
+
+
+@given(keyed_records(), st.integers(1, 4), st.randoms(use_true_random=False))
+def test_theorem_1_each_record_passes_exactly_its_multiplicity(records, k, rng):
+    """Consistent stream replicas in any interleaving → the output multiset equals one replica's."""
+    ordered = punctuate(records, 1_000_000)
+    replicas = [disorder(ordered, rng) for _ in range(k)]
+    crashed_after = [len(r) if i == 0 else rng.randint(0, len(r)) for i, r in enumerate(replicas)]
+    f = DuplicateFilter(k)
+    out = []
+    cursors = [0] * k
+    while any(cursors[i] < crashed_after[i] for i in range(k)):
+        i = rng.choice([i for i in range(k) if cursors[i] < crashed_after[i]])
+        item = replicas[i][cursors[i]]
+        cursors[i] += 1
+        if type(item) is Punctuation:
+            f.on_punctuation(i, item.ts)
+        else:
+            out.extend(f.on_batch(i, [item]))
+    assert Counter(out) == Counter(records)
+    assert f.pending() == 0   # closed by the final punctuation: nothing left in memory
+
+
+def test_memory_is_bounded_by_the_punctuation_interval():
+    f = DuplicateFilter(2)
+    peak = 0
+    for second in range(100):
+        batch = [(second * 1000 + i, i) for i in range(50)]
+        f.on_batch(0, batch)
+        f.on_batch(1, batch)
+        peak = max(peak, f.pending())
+        f.on_punctuation(0, second * 1000 + 999)
+    assert peak == 50    # one interval's distinct records, not 100 intervals' worth

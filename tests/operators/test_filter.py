@@ -1,0 +1,29 @@
+"""Filter (§IV-D)."""
+
+from operators.compile import scope_of
+from operators.expressions import compile_expression
+from operators.filter import Filter
+from operators.record import Schema
+
+SCHEMA = Schema.of({"x": "int", "y": "int"})
+
+
+def make(where):
+    return Filter(compile_expression(where, scope_of(SCHEMA), where="test").function)
+
+
+def test_passes_matching_records_only():
+    f = make("x > 1 and y != 0")
+    assert f.on_batch(0, [(1, 2, 1), (2, 1, 0), (3, 0, 5)]) == [(1, 2, 1)]
+
+
+def test_evaluation_errors_drop_and_count_the_record():
+    f = make("x / y > 1")
+    assert f.on_batch(0, [(1, 4, 2), (2, 4, 0), (3, 9, 3)]) == [(1, 4, 2), (3, 9, 3)]
+    assert f.errors == 1 and "ZeroDivisionError" in f.last_error
+
+
+def test_forwards_punctuation_immediately():
+    f = make("x > 0")
+    assert f.on_punctuation(0, 7) == ([], 7)
+    assert f.on_punctuation(0, 5) == ([], None)     # not an advance

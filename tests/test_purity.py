@@ -1,0 +1,39 @@
+"""DESIGN.md §3: the cores never import clocks, sockets, event loops or randomness."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = {"asyncio", "simpy", "time", "random", "socket", "threading", "datetime", "selectors", "subprocess"}
+CORE_FILES = sorted(
+    [*ROOT.glob("operators/**/*.py"), *ROOT.glob("placement/**/*.py"), *ROOT.glob("engine/node*.py"),
+     *ROOT.glob("engine/core/**/*.py")]
+)
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_core_files_exist():
+    assert any(p.name == "dedup.py" for p in CORE_FILES)
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_core_module_is_pure(path):
+    assert not imported_modules(path) & FORBIDDEN, f"{path} imports {imported_modules(path) & FORBIDDEN}"
+
+
+def test_the_scan_catches_a_forbidden_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import time as clock\nfrom random import random\n")
+    assert imported_modules(bad) & FORBIDDEN == {"time", "random"}
