@@ -78,14 +78,14 @@ def build_named(spark, name: str, netlatency_root: Path, *, interval_us: int = 1
 def ingest_csv(spark, path: Path, out_dir: Path, *, name: str, interval_us: int, time_unit_us: int,
                nodes_csv: Path | None = None, overwrite: bool = False) -> fmt.TraceMeta:
     """CSV ``src,dst,rtt_ms[,t]`` (+ optional nodes CSV with name[,lat,lon]) -> canonical trace."""
-    from traces.jobs.ingest import csv_measurements, read_node_names, write_canonical
+    from traces.jobs.ingest import csv_measurements, read_header, read_node_names, write_canonical
 
     if not Path(path).is_file():
         raise TraceError(f"{path}: no such file")
     names, lat, lon = read_node_names(nodes_csv) if nodes_csv else (None, None, None)
     rows, names = csv_measurements(spark, Path(path), interval_us=interval_us, time_unit_us=time_unit_us,
                                    node_names=names)
-    has_t = "t" in __import__("traces.jobs.ingest", fromlist=["read_header"]).read_header(Path(path))
+    has_t = "t" in read_header(Path(path))
     prepare_out(out_dir, overwrite)
     meta = fmt.TraceMeta(
         name=name, n_nodes=len(names), n_frames=1, interval_us=interval_us, interval_measured=has_t,

@@ -9,13 +9,19 @@ DEFAULT_MASTER = "local[2]"
 
 
 def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-traces",
-                  shuffle_partitions: int | None = None, driver_memory: str = "4g"):
+                  shuffle_partitions: int | None = None, driver_memory: str = "4g", progress: bool = False):
     """A SparkSession for ``master`` (``local[N]`` or a cluster URL), quiet and without the UI.
 
+    ``progress`` turns on Spark's console progress bar (the commands' progress display).
     Shuffle partitions default to 2 x the local cores: Spark's 200 is far too many for one machine,
     and a cluster user can pass their own.
     """
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    import warnings
+
+    # PySpark 4.x warns on every pandas conversion that pandas 3 is "not fully supported"; the jobs
+    # only move plain numeric columns through Arrow, which works, so keep the commands' output clean.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 
     if shuffle_partitions is None:
@@ -24,7 +30,7 @@ def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-tr
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.showConsoleProgress", "true" if progress else "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
