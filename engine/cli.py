@@ -18,6 +18,7 @@ from operators.errors import ReplicastError
 #: Modules that define subcommands, in the order they appear in ``replicast --help``.
 COMMAND_MODULES = (
     "engine.replay_cli",
+    "traces.cli",
 )
 
 
