@@ -34,6 +34,14 @@ def test_other_inputs_punctuation_prunes_the_buffer():
     assert len(j.buffers[1]) == 0
 
 
+def test_pruning_keeps_exactly_the_records_a_future_record_can_still_match():
+    j = Join(10)
+    j.on_batch(1, [(102, "edge"), (101, "gone")])
+    j.on_punctuation(0, 110)              # the next left record can have ts 111: 111 - 102 = 9 < 10, 111 - 101 = w
+    assert list(j.buffers[1]) == [(102, "edge")]
+    assert j.on_record(0, (111, "l")) == [(111, "l", "edge")]
+
+
 def test_records_that_cannot_match_future_records_are_not_buffered():
     j = Join(10)
     j.on_punctuation(1, 200)
