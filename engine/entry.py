@@ -1,0 +1,149 @@
+"""Entry points (§II-B): where external records enter the replicated query.  Pure.
+
+An entry point validates what a source sends for one stream and turns it into a stream of records
+and punctuations.  Two modes, both giving every replica of the entry point the same stream:
+
+* ``source`` (source-stamped): the source puts ``ts`` (µs) on every record and sends punctuations
+  in-band (``{"punctuation": p}``) on the same topic, so every replica that subscribes sees the
+  same sequence and emits it unchanged.
+* ``entry`` (entry-stamped): one replica at a time, the *stamper* (the lowest-indexed live replica),
+  stamps records with its clock and punctuates every P ms; its output is also sent to the peer
+  replicas, which emit it as their own.  A peer remembers the raw records it received from the
+  source but has not yet seen stamped (``pending``); when it becomes the stamper it stamps those
+  with ``ts > `` every punctuation already emitted, so the punctuation promise holds across a
+  take-over and no record accepted by a live replica is lost.
+
+Payloads (MQTT message bodies, TCP source lines) are JSON or msgpack: one item or a list of items;
+an item is a record ``{"ts": µs, field: value, …}`` (no ``ts`` in entry-stamped mode) or a
+punctuation ``{"punctuation": p}``.  Anything else is rejected with a reason (dead letters).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import msgpack
+
+from operators.base import NO_PUNCTUATION
+from operators.errors import InputError
+from operators.query import StreamSpec
+from operators.record import CLOSED, Record, make_record
+
+MODES = ("source", "entry")
+#: A segment of an entry point's output: records, then maybe a punctuation (one Batch).
+Segment = tuple[list[Record], int | None]
+#: A rejected item: (reason, item).
+Reject = tuple[str, Any]
+
+
+def decode_payload(payload: bytes) -> list[Any]:
+    """The items of one message: JSON if it starts with ``{`` or ``[``, else msgpack."""
+    head = payload.lstrip()[:1]
+    try:
+        value = json.loads(payload) if head in (b"{", b"[") else msgpack.unpackb(payload, raw=False)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InputError(f"payload is neither JSON nor msgpack: {error}") from None
+    except Exception as error:  # msgpack raises ExtraData, FormatError, StackError … for garbage
+        raise InputError(f"payload is neither JSON nor msgpack: {type(error).__name__}") from None
+    return value if isinstance(value, list) else [value]
+
+
+class EntryPoint:
+    """One replica of a stream's entry point; see the module docstring."""
+
+    def __init__(self, stream: StreamSpec, mode: str = "source"):
+        if mode not in MODES:
+            raise InputError(f"stream {stream.name!r}: entry mode must be one of {MODES}, got {mode!r}")
+        self.stream = stream
+        self.mode = mode
+        self.punctuation = NO_PUNCTUATION       # the largest punctuation emitted
+        self.pending: Counter = Counter()       # entry mode, not stamping: raw records not yet seen stamped
+        self.accepted = 0
+        self.late = 0
+        self.malformed = 0
+
+    # -- from the source ------------------------------------------------------------------------
+    def on_items(self, items: list[Any], *, now: int, stamping: bool) -> tuple[list[Segment], list[Reject]]:
+        """Items from the source.  Returns the segments to emit and the rejected items."""
+        segments: list[Segment] = []
+        rejects: list[Reject] = []
+        records: list[Record] = []
+        where = f"stream {self.stream.name!r}"
+        for item in items:
+            if isinstance(item, dict) and set(item) == {"punctuation"}:
+                p = item["punctuation"]
+                if self.mode != "source" or isinstance(p, bool) or not isinstance(p, int) or not NO_PUNCTUATION < p <= CLOSED:
+                    self.malformed += 1
+                    rejects.append(("malformed: punctuations come from the entry point in entry-stamped mode"
+                                    if self.mode != "source" else f"malformed: bad punctuation {p!r}", item))
+                elif p > self.punctuation:
+                    segments.append((records, p))
+                    records = []
+                    self.punctuation = p
+                continue
+            try:
+                record = self._record(item, where, now, stamping)
+            except InputError as error:
+                self.malformed += 1
+                rejects.append((f"malformed: {error}", item))
+                continue
+            if record is None:
+                continue
+            if record[0] <= self.punctuation:   # §IV-A: behind a promise already made downstream
+                self.late += 1
+                rejects.append((f"late: ts {record[0]} is not after punctuation {self.punctuation}", item))
+                continue
+            self.accepted += 1
+            records.append(record)
+        if records:
+            segments.append((records, None))
+        return segments, rejects
+
+    def _record(self, item: Any, where: str, now: int, stamping: bool) -> Record | None:
+        if not isinstance(item, dict):
+            raise InputError(f"{where}: an item must be an object, got {type(item).__name__}")
+        if self.mode == "source":
+            if "ts" not in item:
+                raise InputError(f"{where}: missing 'ts' (the stream is source-stamped)")
+            values = dict(item)
+            return make_record(self.stream.schema, values.pop("ts"), values, where)
+        if "ts" in item:
+            raise InputError(f"{where}: 'ts' given but the stream is entry-stamped")
+        record = make_record(self.stream.schema, self.stamp(now), item, where)
+        if stamping:
+            return record
+        self.pending[record[1:]] += 1
+        return None
+
+    def stamp(self, now: int) -> int:
+        """A timestamp for a record arriving at ``now``: never behind an emitted punctuation."""
+        return max(now, self.punctuation + 1)
+
+    # -- entry-stamped mode ---------------------------------------------------------------------
+    def punctuate(self, now: int) -> list[Segment]:
+        """The stamper's periodic punctuation: every later stamp is ``≥ now > now − 1``."""
+        if now - 1 <= self.punctuation:
+            return []
+        self.punctuation = now - 1
+        return [([], self.punctuation)]
+
+    def on_stamped(self, records: list[Record], punctuation: int | None) -> list[Segment]:
+        """A batch stamped by the stamper: emit it as ours and stop remembering its raw records."""
+        pending = self.pending
+        for record in records:
+            pending[record[1:]] -= 1     # may go negative: the stamped copy overtook the source's
+        fresh = [r for r in records if r[0] > self.punctuation]
+        if punctuation is not None and punctuation > self.punctuation:
+            self.punctuation = punctuation
+        else:
+            punctuation = None
+        return [(fresh, punctuation)] if fresh or punctuation is not None else []
+
+    def take_over(self, now: int) -> list[Segment]:
+        """Become the stamper: stamp every raw record no stamped copy has covered (§II-B)."""
+        ts = self.stamp(now)
+        records = [(ts, *fields) for fields, n in sorted(self.pending.items()) if n > 0 for _ in range(n)]
+        self.pending.clear()
+        return [(records, None)] if records else []

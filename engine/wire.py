@@ -1,0 +1,176 @@
+"""The wire format: length-prefixed msgpack frames, one message per frame (DESIGN.md §4).
+
+Rules of this module:
+
+1. Pure: bytes in, messages out, no sockets.  :class:`FrameDecoder` is fed whatever the transport
+   read and returns whole frames, like h11's ``receive_data()`` / ``next_event()``.
+2. A frame is a 4-byte big-endian length followed by a msgpack array ``[code, fields…]``.  The
+   table :data:`_CODECS` maps each message class to its code and field (de)serialisers; a new
+   message is one row.
+3. Anything malformed — a short or oversized frame, bad msgpack, an unknown code, a field of the
+   wrong type — raises :class:`WireError`; nothing else escapes :func:`decode`.  The driver closes
+   the connection on a WireError; a peer can never crash a node with bytes.
+4. Records travel as msgpack arrays and come back as tuples (``use_list=False``), so they are
+   hashable and equal to the sender's records (msgpack keeps int/float/str/bool exactly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from typing import Any, Callable
+
+import msgpack
+
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello,
+                             Message, Proof, RemoveReplica, Statistics, StatisticsRequest)
+from operators.errors import ReplicastError
+from operators.plan import ReplicaId, StreamReplica
+
+#: Largest frame a node accepts (a batch is normally far smaller).
+MAX_FRAME = 64 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+#: Domain separation for the handshake MAC, so the secret is never used for anything else.
+_HANDSHAKE_LABEL = b"replicast-handshake-v1\0"
+
+
+class WireError(ReplicastError):
+    """Bytes that are not a valid frame or message."""
+
+
+# -- fields ---------------------------------------------------------------------------------------
+def _replica(name: Any, index: Any) -> ReplicaId:
+    if type(name) is not str or type(index) is not int:
+        raise WireError(f"bad replica id {name!r}#{index!r}")
+    return ReplicaId(name, index)
+
+
+def _stream_fields(s: StreamReplica) -> list:
+    return [s.source.name, s.source.index, s.target.name, s.target.index, s.port]
+
+
+def _stream(f: tuple) -> StreamReplica:
+    if type(f[4]) is not int:
+        raise WireError(f"bad port {f[4]!r}")
+    return StreamReplica(_replica(f[0], f[1]), _replica(f[2], f[3]), f[4])
+
+
+def _int(value: Any, what: str, optional: bool = False) -> Any:
+    if (value is None and optional) or type(value) is int:
+        return value
+    raise WireError(f"{what} must be an integer, got {value!r}")
+
+
+def _batch(f: tuple) -> Batch:
+    records = f[6]
+    if type(records) is not tuple or not all(type(r) is tuple and r and type(r[0]) is int for r in records):
+        raise WireError("batch records must be arrays starting with an integer timestamp")
+    return Batch(_stream(f), _int(f[5], "offset"), records, _int(f[7], "punctuation", optional=True))
+
+
+def _bytes(value: Any, what: str) -> bytes:
+    if type(value) is not bytes:
+        raise WireError(f"{what} must be bytes, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if type(value) is not str:
+        raise WireError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+def _dict(value: Any) -> dict:
+    if type(value) is not dict:
+        raise WireError(f"statistics must be a map, got {type(value).__name__}")
+    return value
+
+
+# code, class, fields of a message, message from fields (after the code)
+_CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message], int]] = [
+    (1, Batch, lambda m: [*_stream_fields(m.stream), m.offset, m.records, m.punctuation], _batch, 8),
+    (2, Ack, lambda m: [*_stream_fields(m.stream), m.offset], lambda f: Ack(_stream(f), _int(f[5], "offset")), 6),
+    (3, Heartbeat, lambda m: [m.sent_us, m.echo_us],
+     lambda f: Heartbeat(_int(f[0], "sent_us"), _int(f[1], "echo_us", True)), 2),
+    (4, DeployReplica, lambda m: [m.replica.name, m.replica.index, list(m.peers)],
+     lambda f: DeployReplica(_replica(f[0], f[1]), tuple(_str(p, "peer") for p in f[2])), 3),
+    (5, RemoveReplica, lambda m: [m.replica.name, m.replica.index], lambda f: RemoveReplica(_replica(f[0], f[1])), 2),
+    (6, ConnectStream, lambda m: [*_stream_fields(m.stream), m.source_node, m.target_node],
+     lambda f: ConnectStream(_stream(f), _str(f[5], "source node"), _str(f[6], "target node")), 7),
+    (7, DisconnectStream, lambda m: _stream_fields(m.stream), lambda f: DisconnectStream(_stream(f)), 5),
+    (8, StatisticsRequest, lambda m: [], lambda f: StatisticsRequest(), 0),
+    (9, Statistics, lambda m: [m.node, m.data], lambda f: Statistics(_str(f[0], "node"), _dict(f[1])), 2),
+    (10, Hello, lambda m: [m.node, m.nonce], lambda f: Hello(_str(f[0], "node"), _bytes(f[1], "nonce")), 2),
+    (11, Proof, lambda m: [m.mac], lambda f: Proof(_bytes(f[0], "mac")), 1),
+]
+_ENCODERS = {cls: (code, fields) for code, cls, fields, _, _ in _CODECS}
+_DECODERS = {code: (build, n) for code, _, _, build, n in _CODECS}
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+# -- messages <-> frames --------------------------------------------------------------------------
+def encode(message: Message) -> bytes:
+    """One frame (length prefix included) carrying ``message``."""
+    code, fields = _ENCODERS[type(message)]
+    body = _packb([code, *fields(message)])
+    return _HEADER.pack(len(body)) + body
+
+
+def decode(body: bytes) -> Message:
+    """The message in one frame body (without its length prefix); raises :class:`WireError`."""
+    try:
+        value = msgpack.unpackb(body, use_list=False, raw=False, strict_map_key=False)
+    except Exception as error:  # msgpack raises several unrelated types for garbage
+        raise WireError(f"not msgpack: {type(error).__name__}") from None
+    if type(value) is not tuple or not value or type(value[0]) is not int:
+        raise WireError("a frame must hold an array [code, fields…]")
+    decoder = _DECODERS.get(value[0])
+    if decoder is None:
+        raise WireError(f"unknown message code {value[0]}")
+    build, n = decoder
+    if len(value) != n + 1:
+        raise WireError(f"message code {value[0]} needs {n} fields, got {len(value) - 1}")
+    try:
+        return build(value[1:])
+    except WireError:
+        raise
+    except (TypeError, ValueError, IndexError) as error:
+        raise WireError(f"bad fields for message code {value[0]}: {error}") from None
+
+
+class FrameDecoder:
+    """Splits a byte stream into frame bodies.  Feed it bytes; it returns complete bodies."""
+
+    def __init__(self, max_frame: int = MAX_FRAME):
+        self._buffer = bytearray()
+        self._max = max_frame
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buffer = self._buffer
+        buffer += data
+        bodies, start = [], 0
+        while len(buffer) - start >= 4:
+            (size,) = _HEADER.unpack_from(buffer, start)
+            if size > self._max:
+                raise WireError(f"frame of {size} bytes exceeds the {self._max}-byte limit")
+            if len(buffer) - start - 4 < size:
+                break
+            bodies.append(bytes(buffer[start + 4:start + 4 + size]))
+            start += 4 + size
+        del buffer[:start]
+        return bodies
+
+
+# -- handshake ------------------------------------------------------------------------------------
+def proof(secret: bytes, nonce: bytes, prover: str) -> Proof:
+    """The answer of node ``prover`` to challenge ``nonce``: HMAC-SHA256 keyed by the shared secret.
+
+    Binding the prover's name stops a peer from replaying another node's proof under its own name.
+    """
+    return Proof(hmac.new(secret, _HANDSHAKE_LABEL + nonce + prover.encode(), hashlib.sha256).digest())
+
+
+def verify(secret: bytes, nonce: bytes, prover: str, answer: Proof) -> bool:
+    """Whether ``answer`` proves that ``prover`` knows the secret (constant-time compare)."""
+    return hmac.compare_digest(proof(secret, nonce, prover).mac, answer.mac)

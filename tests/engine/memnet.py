@@ -1,0 +1,100 @@
+"""An in-memory network of NodeCores (h11's ConnectionPair, for n nodes): FIFO links, a hand clock.
+
+Each ``step`` delivers one message chosen by a seeded RNG among the heads of all non-empty links,
+so interleavings differ across links while every link stays FIFO (TCP).  Links can be cut
+(in-flight messages are lost, both ends are told ``on_peer_down``) and restored (``on_peer_up``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict, deque
+
+from engine.node import Delivered, NodeCore, NodeOptions, configure
+from operators.query import Query
+
+
+class MemoryNetwork:
+    def __init__(self, query: Query, placement: dict[str, list[str]], *, seed: int = 0,
+                 options: NodeOptions = NodeOptions(), now: int = 0):
+        self.now = now
+        self.rng = random.Random(seed)
+        self.names = sorted({n for nodes in placement.values() for n in nodes})
+        self.cores = {n: NodeCore(n, query, options, now=now) for n in self.names}
+        self.links: dict[tuple[str, str], deque] = defaultdict(deque)
+        self.dead: set[str] = set()
+        self.cut: set[frozenset] = set()
+        self.delivered: dict[str, list] = defaultdict(list)
+        self.events: list = []
+        for name, core in self.cores.items():
+            core.apply(configure(query, placement, name, options.entry_modes), now=now)
+        for a in self.names:
+            for b in self.names:
+                if a != b:
+                    self.cores[a].on_peer_up(b, now=now)
+        self.flush()
+
+    def flush(self) -> None:
+        for name, core in self.cores.items():
+            if name in self.dead:
+                core.messages_to_send(), core.events()
+                continue
+            for dst, message in core.messages_to_send():
+                if dst not in self.dead and frozenset((name, dst)) not in self.cut:
+                    self.links[(name, dst)].append(message)
+            for event in core.events():
+                self.events.append((name, event))
+                if isinstance(event, Delivered):
+                    self.delivered[event.app].extend(event.records)
+
+    def publish(self, node: str, stream: str, items: list) -> None:
+        self.cores[node].on_source(stream, json.dumps(items).encode(), now=self.now)
+        self.flush()
+
+    def step(self) -> bool:
+        busy = [link for link, queue in self.links.items() if queue]
+        if not busy:
+            return False
+        src, dst = self.rng.choice(busy)
+        message = self.links[(src, dst)].popleft()
+        self.cores[dst].receive(src, message, now=self.now)
+        self.flush()
+        return True
+
+    def run(self, max_steps: int | None = None) -> int:
+        steps = 0
+        while (max_steps is None or steps < max_steps) and self.step():
+            steps += 1
+        return steps
+
+    def tick(self, us: int) -> None:
+        self.now += us
+        for name, core in self.cores.items():
+            if name not in self.dead and core.next_timer() <= self.now:
+                core.handle_timer(now=self.now)
+        self.flush()
+
+    def kill(self, node: str) -> None:
+        self.dead.add(node)
+        for (src, dst), queue in self.links.items():
+            if node in (src, dst):
+                queue.clear()
+        for name, core in self.cores.items():
+            if name not in self.dead:
+                core.on_peer_down(node, now=self.now)
+        self.flush()
+
+    def cut_link(self, a: str, b: str) -> None:
+        self.cut.add(frozenset((a, b)))
+        self.links[(a, b)].clear()
+        self.links[(b, a)].clear()
+        self.cores[a].on_peer_down(b, now=self.now)
+        self.cores[b].on_peer_down(a, now=self.now)
+        self.flush()
+
+    def restore_link(self, a: str, b: str) -> None:
+        self.cut.discard(frozenset((a, b)))
+        self.cores[a].on_peer_up(b, now=self.now)
+        self.cores[b].on_peer_up(a, now=self.now)
+        self.flush()
