@@ -70,8 +70,8 @@ def csv_row_problem(row: dict[str, str]) -> str | None:
     for column in ("src", "dst"):
         if not row[column].strip():
             return f"{column} is empty"
-    for column in ("rtt_ms", "t"):
-        value = row.get(column, "").strip()
+    for column in ("rtt_ms", "t") if "t" in row else ("rtt_ms",):
+        value = (row.get(column) or "").strip()
         if column == "t" and not value:
             return "t is empty"
         if value and value.lower() not in ("nan", "null"):

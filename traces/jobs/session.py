@@ -22,6 +22,7 @@ def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-tr
     # PySpark 4.x warns on every pandas conversion that pandas 3 is "not fully supported"; the jobs
     # only move plain numeric columns through Arrow, which works, so keep the commands' output clean.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    warnings.filterwarnings("ignore", message="The copy keyword is deprecated")
     from pyspark.sql import SparkSession
 
     if shuffle_partitions is None:
