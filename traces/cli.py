@@ -1,4 +1,4 @@
-"""``replicast trace ...``: list, build, ingest, summary, synth, resample, geo, plot.
+"""``replicast trace ...``: list, build, ingest, summary, synth, compare, resample, geo, plot.
 
 Every command that takes a trace accepts a name (``seattle``, ``planetlab490``) or a directory.
 PySpark, SciPy and matplotlib are imported inside the commands so ``replicast --help`` stays instant.
@@ -196,6 +196,24 @@ def cmd_resample(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from traces import calibrate
+    from traces.plot import sampled_frames
+    from traces.store import TraceStore
+
+    stats = [calibrate.measure(sampled_frames(TraceStore.open(t), args.max_frames)) for t in (args.trace, args.other)]
+    _print_table([{"statistic": name, args.trace: _fmt(stats[0][name]), args.other: _fmt(stats[1][name]),
+                   "difference": _relative(stats[0][name], stats[1][name])}
+                  for name in calibrate.STAT_NAMES])
+    return 0
+
+
+def _relative(reference: float, other: float) -> str:
+    if reference == 0:
+        return "+0.0%" if other == 0 else "n/a"
+    return f"{100 * (other / reference - 1):+.1f}%"
+
+
 def cmd_plot(args) -> int:
     from traces.plot import plot_trace
     from traces.store import TraceStore
@@ -281,6 +299,14 @@ def register(subparsers) -> None:
     p.add_argument("geo", help="CSV with columns name,lat,lon")
     _add_master(p)
     p.set_defaults(run=cmd_geo)
+
+    p = commands.add_parser("compare", help="calibration statistics of two traces side by side",
+                            description="median, p90, p99, outage rate and frame-to-frame correlation of log RTT "
+                                        "(traces.calibrate.measure) for two traces, e.g. a synthetic one and its model.")
+    p.add_argument("trace", help="reference trace name or directory")
+    p.add_argument("other", help="trace to compare with it")
+    p.add_argument("--max-frames", type=int, default=2000, help="evenly spaced frames to read (default 2000)")
+    p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("plot", help="PNG: per-pair median heatmap + RTT distribution",
                             description="Draw the per-pair median RTT heatmap and the RTT CCDF into one PNG.")

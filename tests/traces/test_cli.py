@@ -11,7 +11,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("command", ["list", "build", "ingest", "summary", "synth", "resample", "geo", "plot"])
+@pytest.mark.parametrize("command", ["list", "build", "ingest", "summary", "synth", "compare", "resample", "geo", "plot"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["trace", command, "--help"])
@@ -31,6 +31,9 @@ def test_synth_writes_a_replayable_trace_and_plot_draws_it(tmp_path, capsys):
     store = TraceStore.open(out)
     assert (store.n_nodes, store.n_frames) == (6, 12) and store.meta.source.endswith("--seed 3")
     assert store.latency_ms(0, 1, 0) is None or store.latency_ms(0, 1, 0) > 0
+    capsys.readouterr()
+    assert main(["-q", "trace", "compare", str(out), str(out)]) == 0
+    assert capsys.readouterr().out.count("+0.0%") == 5  # a trace against itself
     png = tmp_path / "p.png"
     assert main(["-q", "trace", "plot", str(out), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

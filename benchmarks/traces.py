@@ -1,0 +1,132 @@
+"""Benchmark the trace pipeline: PySpark ingest and summary, and the same summary in DuckDB and pandas.
+
+    python3 benchmarks/traces.py                 # 50 M rows (a few minutes)
+    python3 benchmarks/traces.py --rows 2000000  # quick check
+
+Steps, all on one synthetic trace (``replicast trace synth`` calibrated on seattle, 100 nodes):
+1. ingest: PySpark local[2] reads a CSV ``src,dst,rtt_ms,t`` of every row and writes canonical Parquet;
+2. summary: the per-pair summary (count, valid, outage rate, min, median, p90, p99, max, drift)
+   from the same Parquet with PySpark local[2] (``traces.jobs.summary.pair_summary``), DuckDB
+   (2 threads, ``quantile_disc`` + ``lag``) and pandas (``groupby``); each result is checked
+   against DuckDB's exact medians, and the ratios are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Run as a script, this file's directory comes first on sys.path and its name would shadow the
+# ``traces`` package; drop that entry.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import numpy as np  # noqa: E402
+
+from traces import calibrate, synth  # noqa: E402
+from traces import format as fmt  # noqa: E402
+from traces.store import TraceStore  # noqa: E402
+
+NODES = 100
+
+
+def timed(label: str, rows: int, action):
+    start = time.perf_counter()
+    result = action()
+    seconds = time.perf_counter() - start
+    print(f"{label:<28} {seconds:8.1f} s  {rows / seconds / 1e6:8.2f} M rows/s", flush=True)
+    return result, seconds
+
+
+def duckdb_summary(glob: str, interval_us: int, n_frames: int):
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    return con.execute(f"""
+        WITH p AS (
+          SELECT src, dst, t, rtt_ms,
+                 CASE WHEN lag(t) OVER w = t - {interval_us} THEN lag(rtt_ms) OVER w END AS prev_ms
+          FROM read_parquet('{glob}', hive_partitioning = true)
+          WINDOW w AS (PARTITION BY src, dst ORDER BY t))
+        SELECT src, dst, count(*) AS samples, count(rtt_ms) AS valid, 1 - count(rtt_ms) / {n_frames} AS outage_rate,
+               min(rtt_ms) AS min, quantile_disc(rtt_ms, 0.5) AS median, quantile_disc(rtt_ms, 0.9) AS p90,
+               quantile_disc(rtt_ms, 0.99) AS p99, max(rtt_ms) AS max, avg(abs(rtt_ms - prev_ms)) AS drift_ms
+        FROM p GROUP BY src, dst ORDER BY src, dst""").df()
+
+
+def pandas_summary(root: Path, interval_us: int, n_frames: int):
+    import pandas as pd
+
+    df = pd.read_parquet(root, columns=["t", "src", "dst", "rtt_ms"]).sort_values(["src", "dst", "t"], kind="stable")
+    same_pair = (df["src"].diff() == 0) & (df["dst"].diff() == 0) & (df["t"].diff() == interval_us)
+    df["step"] = df["rtt_ms"].diff().abs().where(same_pair)
+    groups = df.groupby(["src", "dst"], sort=True)
+    out = groups.agg(samples=("t", "size"), valid=("rtt_ms", "count"), min=("rtt_ms", "min"),
+                     max=("rtt_ms", "max"), drift_ms=("step", "mean"))
+    out["outage_rate"] = 1 - out["valid"] / n_frames
+    quantiles = groups["rtt_ms"].quantile([0.5, 0.9, 0.99], interpolation="lower").unstack()
+    out[["median", "p90", "p99"]] = quantiles.to_numpy()
+    return out.reset_index()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=50_000_000, help="trace rows (default 50 M)")
+    parser.add_argument("--workdir", help="scratch directory (default: a temporary one, removed afterwards)")
+    args = parser.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="replicast-bench-"))
+    pairs = NODES * (NODES - 1)
+    n_frames = max(2, args.rows // pairs)
+    rows = n_frames * pairs
+    interval_us = 10_000_000
+    print(f"trace: {NODES} nodes x {n_frames} frames = {rows:,} rows in {work}")
+    try:
+        params = calibrate.fit_store(TraceStore.open("seattle"))
+        trace = work / "synthetic"
+        shutil.rmtree(trace, ignore_errors=True)
+        timed("synth (numpy, 1 core)", rows, lambda: synth.generate(
+            params, trace, n_nodes=NODES, n_frames=n_frames, interval_us=interval_us, seed=1))
+        glob = str(fmt.rtt_dir(trace) / "*" / "*.parquet")
+
+        import duckdb
+
+        csv = work / "rows.csv"
+        duckdb.sql(f"COPY (SELECT src, dst, rtt_ms, t / 1e6 AS t FROM read_parquet('{glob}')) "
+                   f"TO '{csv}' (HEADER, DELIMITER ',')")
+        print(f"CSV for ingest: {csv.stat().st_size / 1e9:.2f} GB")
+
+        from traces import build
+        from traces.jobs import summary
+        from traces.jobs.session import spark_session
+
+        spark = spark_session("local[2]")
+        ingested = work / "ingested"
+        _, ingest_s = timed("ingest CSV (PySpark local[2])", rows, lambda: build.ingest_csv(
+            spark, csv, ingested, name="ingested", interval_us=interval_us, time_unit_us=1_000_000, overwrite=True))
+
+        df = spark.read.parquet(str(fmt.rtt_dir(trace))).select(*fmt.SCHEMA.names)
+        spark_result, spark_s = timed("summary PySpark local[2]", rows, lambda: summary.pair_summary(
+            df, n_frames=n_frames, interval_us=interval_us).toPandas())
+        duck_result, duck_s = timed("summary DuckDB (2 threads)", rows, lambda: duckdb_summary(glob, interval_us, n_frames))
+        pandas_result, pandas_s = timed("summary pandas", rows, lambda: pandas_summary(fmt.rtt_dir(trace), interval_us, n_frames))
+
+        exact = duck_result.set_index(["src", "dst"]).sort_index()
+        for label, result in (("PySpark", spark_result), ("pandas", pandas_result)):
+            got = result.set_index(["src", "dst"]).sort_index()
+            error = np.nanmax(np.abs(got["median"].to_numpy() / exact["median"].to_numpy() - 1))
+            print(f"check {label}: {len(got)} pairs, max relative median error vs DuckDB {error:.4f}")
+        print(f"\nratios: PySpark/DuckDB summary time = {spark_s / duck_s:.2f}x (target <= 3x); "
+              f"pandas/DuckDB = {pandas_s / duck_s:.2f}x; PySpark ingest {rows / ingest_s / 1e6:.2f} M rows/s")
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
