@@ -19,6 +19,8 @@ from operators.errors import ReplicastError
 COMMAND_MODULES = (
     "engine.replay_cli",
     "traces.cli",
+    "engine.node_cli",
+    "engine.cluster_cli",
 )
 
 

@@ -163,14 +163,16 @@ class FrameDecoder:
 
 
 # -- handshake ------------------------------------------------------------------------------------
-def proof(secret: bytes, nonce: bytes, prover: str) -> Proof:
-    """The answer of node ``prover`` to challenge ``nonce``: HMAC-SHA256 keyed by the shared secret.
-
-    Binding the prover's name stops a peer from replaying another node's proof under its own name.
+def proof(secret: bytes, nonce: bytes, prover: str, verifier: str) -> Proof:
+    """The answer of node ``prover`` to ``verifier``'s challenge ``nonce``: HMAC-SHA256 keyed by the
+    shared secret.  Binding both names stops a proof from being reflected or reused under another
+    name.  (Against an active man in the middle, use TLS as well: the MAC authenticates the peer at
+    connection time, it does not protect the frames that follow.)
     """
-    return Proof(hmac.new(secret, _HANDSHAKE_LABEL + nonce + prover.encode(), hashlib.sha256).digest())
+    message = _HANDSHAKE_LABEL + nonce + prover.encode() + b"\0" + verifier.encode()
+    return Proof(hmac.new(secret, message, hashlib.sha256).digest())
 
 
-def verify(secret: bytes, nonce: bytes, prover: str, answer: Proof) -> bool:
+def verify(secret: bytes, nonce: bytes, prover: str, verifier: str, answer: Proof) -> bool:
     """Whether ``answer`` proves that ``prover`` knows the secret (constant-time compare)."""
-    return hmac.compare_digest(proof(secret, nonce, prover).mac, answer.mac)
+    return hmac.compare_digest(proof(secret, nonce, prover, verifier).mac, answer.mac)

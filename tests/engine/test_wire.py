@@ -63,8 +63,9 @@ def test_oversized_frame_is_refused():
 
 
 def test_handshake_proof_binds_secret_nonce_and_name():
-    good = proof(b"secret", b"nonce", "n1")
-    assert verify(b"secret", b"nonce", "n1", good)
-    assert not verify(b"other", b"nonce", "n1", good)
-    assert not verify(b"secret", b"nonce2", "n1", good)
-    assert not verify(b"secret", b"nonce", "n2", good)
+    good = proof(b"secret", b"nonce", "n1", "n2")
+    assert verify(b"secret", b"nonce", "n1", "n2", good)
+    assert not verify(b"other", b"nonce", "n1", "n2", good)
+    assert not verify(b"secret", b"nonce2", "n1", "n2", good)
+    assert not verify(b"secret", b"nonce", "n2", "n1", good)   # reflected back to its prover
+    assert not verify(b"secret", b"nonce", "n1", "n3", good)

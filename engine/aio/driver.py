@@ -1,0 +1,353 @@
+"""The asyncio driver: runs one :class:`~engine.node.NodeCore` on real sockets (DESIGN.md §3, §6).
+
+Duties, in the order a message flows:
+
+* **Links.** One TCP connection per node pair: the node whose name sorts first dials, the other
+  accepts; the dialer retries with exponential back-off.  Both ends start with a shared-secret
+  handshake (:class:`~engine.messages.Hello` with a random challenge, answered by an HMAC
+  :class:`~engine.messages.Proof`); a peer that fails it is logged and disconnected before any
+  frame reaches the core.  Optional TLS wraps the same bytes.
+* **Frames.** Length-prefixed msgpack (:mod:`engine.wire`); a frame that does not decode closes
+  the link (the core replays from the last acknowledged offset when it comes back).
+* **Time.** ``now`` is the wall clock in µs (NTP-synchronised on real servers, §II-B); the single
+  timer is re-armed from ``next_timer()`` after every call into the core (aioquic's ``transmit``).
+* **MQTT.** Entry points read ``replicast/in/<stream>``; applications and dead letters are
+  published through aiomqtt, reconnecting with back-off.
+* **Shutdown.** SIGTERM/SIGINT stop the node: links and sinks are closed, files flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import ssl
+import time
+from collections import defaultdict, deque
+from typing import Callable
+
+import aiomqtt
+
+from engine.aio.metrics import NodeMetrics
+from engine.cluster_config import ClusterConfig
+from engine.messages import Hello, Proof
+from engine.node import DeadLetter, Delivered, NodeCore, PeerTimedOut, configure
+from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
+from operators.record import CLOSED
+from engine.wire import FrameDecoder, WireError, decode, encode, proof, verify
+
+log = logging.getLogger("replicast.node")
+
+HANDSHAKE_TIMEOUT = 5.0
+#: A peer whose unsent bytes exceed this is disconnected; it is replayed from its acks on return.
+MAX_WRITE_BUFFER = 64 * 1024 * 1024
+IN_TOPIC = "replicast/in/+"
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Backoff:
+    """Exponential back-off delays: 0.05 s doubling up to ``cap`` seconds."""
+
+    def __init__(self, first: float = 0.05, cap: float = 2.0):
+        self.first, self.cap, self.delay = first, cap, first
+
+    def next(self) -> float:
+        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+
+class NodeDriver:
+    """Runs node ``name`` of ``config`` until :meth:`stop` (or SIGTERM)."""
+
+    def __init__(self, config: ClusterConfig, name: str, *,
+                 callbacks: dict[str, Callable[[Delivered], None]] | None = None):
+        self.config, self.name = config, name
+        self.spec = config.nodes[name]
+        self.core = NodeCore(name, config.query, config.options(), now=now_us())
+        self.core.apply(configure(config.query, config.placement, name, config.entry_modes), now=now_us())
+        self.links: dict[str, asyncio.StreamWriter] = {}
+        self.metrics = NodeMetrics(name)
+        self.sinks: dict[str, list] = defaultdict(list)
+        self._mqtt_apps: set[str] = set()
+        self._names = {app: config.query.schemas[spec.input].names for app, spec in config.query.applications.items()}
+        hosted_apps = [r.name for r in self.core.hosted if r.name in config.query.applications]
+        for app in hosted_apps:
+            output = config.outputs.get(app)
+            if output is None or output.mqtt:
+                self._mqtt_apps.add(app)
+            if output is not None and output.file is not None:
+                self.sinks[app].append(FileSink(output.file, app, self._names[app]))
+        for app, function in (callbacks or {}).items():
+            self.sinks[app].append(CallbackSink(function))
+        self._has_entries = any(r.name in config.query.streams for r in self.core.hosted)
+        self._mqtt_out: deque[tuple[str, bytes]] = deque()
+        self._mqtt_wakeup = asyncio.Event()
+        self.mqtt_connected = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when: int | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self.refused = 0
+        self._ready_logged = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def run(self, *, install_signals: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        server = await asyncio.start_server(self._accept, self.spec.host, self.spec.port,
+                                            ssl=self._ssl_context(server=True), reuse_address=True)
+        metrics_server = None
+        if self.spec.metrics_port is not None:
+            metrics_server = self.metrics.serve(self.spec.host, self.spec.metrics_port)
+        log.info("node %s listening on %s:%d", self.name, self.spec.host, self.spec.port,
+                 extra={"event": "listening", "replicas": [str(r) for r in self.core.hosted]})
+        for peer in sorted(self.config.nodes):
+            if peer > self.name:
+                self._tasks.append(asyncio.create_task(self._dial(peer)))
+        if self._has_entries or self._mqtt_apps:
+            self._tasks.append(asyncio.create_task(self._mqtt()))
+        self._tasks.append(asyncio.create_task(self._refresh_metrics()))
+        self._transmit()
+        try:
+            await self._stop.wait()
+        finally:
+            log.info("node %s stopping", self.name, extra={"event": "stopping"})
+            server.close()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            for writer in list(self.links.values()):
+                writer.close()
+            if self._timer:
+                self._timer.cancel()
+            for sinks in self.sinks.values():
+                for sink in sinks:
+                    sink.close()
+            if metrics_server is not None:
+                metrics_server[0].shutdown()
+            self.metrics.refresh(self.core.statistics())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _ssl_context(self, server: bool) -> ssl.SSLContext | None:
+        tls = self.config.tls
+        if not tls:
+            return None
+        purpose = ssl.Purpose.CLIENT_AUTH if server else ssl.Purpose.SERVER_AUTH
+        context = ssl.create_default_context(purpose, cafile=str(tls["ca"]))
+        context.load_cert_chain(str(tls["cert"]), str(tls["key"]))
+        context.check_hostname = False            # nodes are named by the cluster file, not DNS
+        context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    # -- links ----------------------------------------------------------------------------------
+    async def _dial(self, peer: str) -> None:
+        spec, backoff = self.config.nodes[peer], Backoff()
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(spec.host, spec.port, ssl=self._ssl_context(False))
+            except OSError:
+                await asyncio.sleep(backoff.next())
+                continue
+            backoff.reset()
+            await self._link(reader, writer, expected=peer)
+            await asyncio.sleep(backoff.next())
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._link(reader, writer, expected=None)
+
+    async def _handshake(self, reader, writer, expected: str | None) -> tuple[str, FrameDecoder, list] | None:
+        nonce = os.urandom(16)
+        writer.write(encode(Hello(self.name, nonce)))
+        decoder, messages = FrameDecoder(), []
+        peer = None
+        while len(messages) < 2:
+            data = await reader.read(65536)
+            if not data:
+                return None
+            messages += [decode(body) for body in decoder.feed(data)]
+            if peer is None and messages:
+                hello = messages[0]
+                if not isinstance(hello, Hello) or hello.node not in self.config.nodes or hello.node == self.name \
+                        or (expected is not None and hello.node != expected):
+                    raise WireError(f"bad hello {hello!r}")
+                peer = hello.node
+                writer.write(encode(proof(self.config.secret, hello.nonce, self.name, peer)))
+        answer = messages[1]
+        if not isinstance(answer, Proof) or not verify(self.config.secret, nonce, peer, self.name, answer):
+            raise WireError(f"peer claiming to be {peer!r} failed the shared-secret challenge")
+        return peer, decoder, messages[2:]
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, expected: str | None) -> None:
+        address = writer.get_extra_info("peername")
+        try:
+            result = await asyncio.wait_for(self._handshake(reader, writer, expected), HANDSHAKE_TIMEOUT)
+        except (WireError, asyncio.TimeoutError, OSError) as error:
+            self.refused += 1
+            self.metrics.refused.set(self.refused)
+            log.warning("refused connection from %s: %s", address, error,
+                        extra={"event": "refused", "address": str(address)})
+            writer.close()
+            return
+        if result is None:
+            writer.close()
+            return
+        peer, decoder, early = result
+        old = self.links.pop(peer, None)
+        if old is not None:
+            old.close()
+            self.core.on_peer_down(peer, now=now_us())
+        self.links[peer] = writer
+        self.metrics.peer_connected.labels(peer).set(1)
+        log.info("link to %s up", peer, extra={"event": "link_up", "peer": peer})
+        self.core.on_peer_up(peer, now=now_us())
+        try:
+            for message in early:
+                self._receive(peer, message)
+            self._transmit()
+            while data := await reader.read(262144):
+                for body in decoder.feed(data):
+                    self._receive(peer, decode(body))
+                self._transmit()
+        except WireError as error:
+            log.warning("closing link to %s: %s", peer, error, extra={"event": "bad_frame", "peer": peer})
+        except OSError:
+            pass
+        finally:
+            writer.close()
+            if self.links.get(peer) is writer:
+                del self.links[peer]
+                self.metrics.peer_connected.labels(peer).set(0)
+                log.info("link to %s down", peer, extra={"event": "link_down", "peer": peer})
+                self.core.on_peer_down(peer, now=now_us())
+                self._transmit()
+
+    def _receive(self, peer: str, message) -> None:
+        if isinstance(message, (Hello, Proof)):
+            raise WireError("handshake frame after the handshake")
+        self.core.receive(peer, message, now=now_us())
+
+    # -- the core's outputs ---------------------------------------------------------------------
+    def _transmit(self) -> None:
+        """Flush the core's outbox to the links, handle its events, re-arm the timer."""
+        frames: dict[str, list[bytes]] = defaultdict(list)
+        for node, message in self.core.messages_to_send():
+            frames[node].append(encode(message))
+        for node, chunks in frames.items():
+            writer = self.links.get(node)
+            if writer is None:
+                continue                      # replayed by on_peer_up when the link returns
+            if writer.transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
+                log.warning("peer %s is not reading; dropping the link", node, extra={"event": "slow_peer"})
+                writer.close()
+                continue
+            writer.write(b"".join(chunks))
+        for event in self.core.events():
+            self._on_event(event)
+        when = self.core.next_timer()
+        if when != self._timer_when:
+            if self._timer:
+                self._timer.cancel()
+            self._timer_when = when
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, (when - now_us()) / 1e6), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_when = None
+        self.core.handle_timer(now=now_us())
+        self._transmit()
+
+    def _on_event(self, event) -> None:
+        if isinstance(event, Delivered):
+            histogram = self.metrics.latency.labels(event.app)
+            for record in event.records:
+                histogram.observe((event.now - record[0]) / 1e6)
+            if event.punctuation is not None:
+                self.metrics.app_punctuation.labels(event.app).set(event.punctuation)
+            for sink in self.sinks.get(event.app, ()):
+                sink(event)
+            # Punctuations ride along with records; a bare one is published only when the stream
+            # closes, so subscribers are not flooded every punctuation interval.
+            if event.app in self._mqtt_apps and (event.records or event.punctuation == CLOSED):
+                self._publish(OUT_TOPIC.format(app=event.app), mqtt_items(self._names[event.app], event))
+        elif isinstance(event, DeadLetter):
+            log.info("dead letter on %s: %s", event.stream, event.reason,
+                     extra={"event": "dead_letter", "stream": event.stream})
+            self._publish(DEAD_LETTER_TOPIC, dead_letter_payload(self.name, event.stream, event.reason, event.item))
+        elif isinstance(event, PeerTimedOut):
+            writer = self.links.get(event.node)
+            log.warning("no heartbeat from %s; dropping the link", event.node, extra={"event": "peer_timeout"})
+            if writer is not None:
+                writer.close()
+
+    # -- MQTT -----------------------------------------------------------------------------------
+    def _publish(self, topic: str, payload: bytes) -> None:
+        self._mqtt_out.append((topic, payload))
+        self._mqtt_wakeup.set()
+
+    async def _mqtt(self) -> None:
+        host, port = self.config.mqtt_address()
+        backoff, first = Backoff(cap=5.0), True
+        while True:
+            try:
+                # A clean session the first time (no stale input from an earlier run), then resume
+                # it, so QoS 1 input published while we were reconnecting is still delivered.
+                async with aiomqtt.Client(host, port, identifier=f"replicast-{self.name}-{os.getpid()}",
+                                          clean_session=first, keepalive=10) as client:
+                    first = False
+                    if self._has_entries:
+                        await client.subscribe(IN_TOPIC, qos=1)
+                    self.mqtt_connected = True
+                    self.metrics.mqtt_connected.set(1)
+                    backoff.reset()
+                    log.info("connected to MQTT broker %s:%d", host, port, extra={"event": "mqtt_up"})
+                    publisher = asyncio.create_task(self._publisher(client))
+                    try:
+                        async for message in client.messages:
+                            stream = str(message.topic).rsplit("/", 1)[-1]
+                            payload = message.payload
+                            if not isinstance(payload, (bytes, bytearray)):
+                                payload = str(payload if payload is not None else "").encode()
+                            self.core.on_source(stream, bytes(payload), now=now_us())
+                            self._transmit()
+                    finally:
+                        publisher.cancel()
+            except aiomqtt.MqttError as error:
+                log.warning("MQTT broker %s:%d: %s", host, port, error, extra={"event": "mqtt_down"})
+            self.mqtt_connected = False
+            self.metrics.mqtt_connected.set(0)
+            await asyncio.sleep(backoff.next())
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        queue = self._mqtt_out
+        while True:
+            while queue:
+                topic, payload = queue[0]
+                await client.publish(topic, payload, qos=1)
+                queue.popleft()                  # only once the broker has it: never lost on reconnect
+            self._mqtt_wakeup.clear()
+            await self._mqtt_wakeup.wait()
+
+    # -- readiness and metrics ------------------------------------------------------------------
+    def is_ready(self) -> bool:
+        peers = set(self.config.nodes) - {self.name}
+        return peers <= set(self.links) and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps))
+
+    async def _refresh_metrics(self) -> None:
+        while True:
+            self.metrics.refresh(self.core.statistics())
+            ready = self.is_ready()
+            self.metrics.ready.set(1 if ready else 0)
+            if ready and not self._ready_logged:
+                self._ready_logged = True
+                log.info("node %s ready", self.name, extra={"event": "ready"})
+            await asyncio.sleep(0.2)

@@ -1,0 +1,190 @@
+"""``replicast cluster up|down``: a local cluster of node processes on loopback, for trying things out.
+
+``up`` starts the embedded amqtt broker (unless the cluster file names a broker URL), one
+``replicast node`` process per node, and the cluster file's ``[[sources]]``; it waits until every
+node reports ready on its metrics endpoint, records the processes in ``RUN_DIR/state.json`` and
+returns.  ``down`` stops exactly those processes (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from engine.cluster_config import ClusterConfig, load_cluster
+from operators.errors import ReplicastError
+
+DEFAULT_RUN_DIR = Path(".replicast/cluster")
+
+
+class ClusterError(ReplicastError):
+    """The local cluster cannot be started or stopped."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("cluster", help="start or stop a local cluster of nodes on loopback")
+    commands = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = commands.add_parser("up", help="start the broker, the nodes and the sources of a cluster file")
+    up.add_argument("cluster", type=Path, help="cluster file (TOML)")
+    up.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"logs and state (default {DEFAULT_RUN_DIR})")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes to be ready")
+    up.set_defaults(run=run_up)
+    down = commands.add_parser("down", help="stop the cluster started by 'cluster up'")
+    down.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
+    down.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    down.set_defaults(run=run_down)
+
+
+# -- up -------------------------------------------------------------------------------------------
+def run_up(args: argparse.Namespace) -> int:
+    config = load_cluster(args.cluster)
+    run_dir: Path = args.run_dir
+    state_file = run_dir / "state.json"
+    if state_file.exists() and any(_alive(p) for p in json.loads(state_file.read_text())["processes"]):
+        raise ClusterError(f"{run_dir}: a cluster is already running there; run 'replicast cluster down' first")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    processes: list[dict] = []
+    try:
+        if config.broker == "embedded":
+            host, port = config.mqtt_address()
+            processes.append(_spawn("broker", [sys.executable, "-m", "engine.aio.broker", "--host", host, "--port",
+                                               str(port)], run_dir))
+            _wait_port(host, port, args.timeout, "the embedded MQTT broker", processes[-1])
+        for name in config.nodes:
+            processes.append(_spawn(name, [sys.executable, "-m", "engine.cli", "node", "--config",
+                                           str(config.path.resolve()), "--name", name, "--log-json"], run_dir))
+        _write_state(state_file, processes)
+        deadline = time.monotonic() + args.timeout
+        for process, name in zip(processes[-len(config.nodes):], config.nodes):
+            _wait_ready(config, name, deadline, process)
+        for i, source in enumerate(config.sources):
+            command = [_expand(a, config, source.node) for a in source.command]
+            processes.append(_spawn(f"source-{source.node}-{i}", command, run_dir))
+        _write_state(state_file, processes)
+    except BaseException:
+        _stop(processes, grace=2.0)
+        state_file.unlink(missing_ok=True)
+        raise
+    host, port = config.mqtt_address()
+    print(f"cluster up: {len(config.nodes)} nodes, broker {host}:{port}, logs in {run_dir}/")
+    print(f"  watch:  mosquitto_sub -h {host} -p {port} -t 'replicast/out/#' -v")
+    print(f"  stop:   replicast cluster down --run-dir {run_dir}")
+    return 0
+
+
+def _expand(arg: str, config: ClusterConfig, node: str) -> str:
+    host, port = config.mqtt_address()
+    nodes = ",".join(f"{n.name}={n.host}:{n.port}" for n in config.nodes.values())
+    return arg.format(python=sys.executable, dir=config.path.parent.resolve(), broker_host=host, broker_port=port,
+                      node=node, nodes=nodes, punctuation_ms=config.punctuation_ms)
+
+
+def _spawn(name: str, command: list[str], run_dir: Path) -> dict:
+    log = (run_dir / f"{name}.log").open("ab")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                     os.environ.get("PYTHONPATH")])))
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True, env=env)
+    _POPEN[process.pid] = process
+    return {"name": name, "pid": process.pid, "command": command, "log": str(run_dir / f"{name}.log")}
+
+
+#: Processes started by this command, by pid: right after fork /proc still shows our own command line.
+_POPEN: dict[int, subprocess.Popen] = {}
+
+
+def _running(process: dict) -> bool:
+    popen = _POPEN.get(process["pid"])
+    return popen.poll() is None if popen is not None else _alive(process)
+
+
+def _wait_port(host: str, port: int, timeout: float, what: str, process: dict) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _running(process):
+            raise ClusterError(f"{what} exited at start; see {process['log']}")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise ClusterError(f"{what} did not listen on {host}:{port} within {timeout:.0f} s; see {process['log']}")
+
+
+def _wait_ready(config: ClusterConfig, name: str, deadline: float, process: dict) -> None:
+    spec = config.nodes[name]
+    while time.monotonic() < deadline:
+        if not _running(process):
+            raise ClusterError(f"node {name} exited at start; see {process['log']}")
+        if spec.metrics_port is None:
+            try:
+                socket.create_connection((spec.host, spec.port), timeout=0.5).close()
+                return
+            except OSError:
+                pass
+        else:
+            try:
+                with urllib.request.urlopen(f"http://{spec.host}:{spec.metrics_port}/metrics", timeout=1) as page:
+                    if b"\nreplicast_ready 1.0" in page.read():
+                        return
+            except OSError:
+                pass
+        time.sleep(0.1)
+    raise ClusterError(f"node {name} was not ready in time; see {process['log']}")
+
+
+def _write_state(path: Path, processes: list[dict]) -> None:
+    path.write_text(json.dumps({"processes": processes}, indent=1))
+
+
+# -- down -----------------------------------------------------------------------------------------
+def run_down(args: argparse.Namespace) -> int:
+    state_file = args.run_dir / "state.json"
+    if not state_file.exists():
+        raise ClusterError(f"{args.run_dir}: no cluster state here (was 'replicast cluster up' run with this --run-dir?)")
+    processes = json.loads(state_file.read_text())["processes"]
+    stopped = _stop(processes, args.grace)
+    state_file.unlink()
+    print(f"cluster down: stopped {stopped} process(es)")
+    return 0
+
+
+def _alive(process: dict) -> bool:
+    """Whether ``process`` still runs *and* is the process we started (pids are reused)."""
+    try:
+        cmdline = Path(f"/proc/{process['pid']}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{process['pid']}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and [c.decode() for c in cmdline if c] == process["command"]
+
+
+def _stop(processes: list[dict], grace: float) -> int:
+    live = [p for p in reversed(processes) if _running(p)]
+    for process in live:
+        os.kill(process["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(p) for p in live):
+        for p in live:
+            _reap(p)
+        time.sleep(0.05)
+    for process in live:
+        if _running(process):
+            os.kill(process["pid"], signal.SIGKILL)
+        _reap(process)
+    return len(live)
+
+
+def _reap(process: dict) -> None:
+    try:
+        os.waitpid(process["pid"], os.WNOHANG)
+    except ChildProcessError:
+        pass

@@ -1,0 +1,46 @@
+"""``replicast node``: run one node of a cluster file (on a VM, or under ``replicast cluster up``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from engine.cluster_config import ClusterConfigError, load_cluster
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "node", help="run one replicast node (one per server)",
+        description="Run the node NAME of the cluster file: its replicas, entry points and applications, "
+                    "its TCP links to the other nodes and its MQTT client. Stops on SIGTERM.")
+    parser.add_argument("--config", required=True, type=Path, help="cluster file (TOML), the same on every node")
+    parser.add_argument("--name", help="this node's name in the cluster file (default: the file's 'name' key)")
+    parser.add_argument("--log-json", action="store_true", help="structured logs: one JSON object per line")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_cluster(args.config)
+    name = args.name or _name_in_file(args.config)
+    if name not in config.nodes:
+        raise ClusterConfigError(f"{args.config}: no node named {name!r} (nodes: {', '.join(config.nodes)})")
+    if args.log_json:
+        from engine.aio.logs import use_json_logs
+        use_json_logs(name, logging.getLogger().level)
+    from engine.aio.driver import NodeDriver
+
+    async def main() -> None:
+        await NodeDriver(config, name).run()
+
+    asyncio.run(main())
+    return 0
+
+
+def _name_in_file(path: Path) -> str:
+    import tomllib
+    name = tomllib.loads(path.read_text(encoding="utf-8")).get("name")
+    if not isinstance(name, str):
+        raise ClusterConfigError(f"{path}: give --name or a top-level name = \"…\" for this node")
+    return name
