@@ -1,0 +1,97 @@
+"""Real processes for integration tests: free ports, a private mosquitto, clusters via the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+def wait_for(condition, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@contextmanager
+def mosquitto(tmp_path: Path):
+    """A private mosquitto broker on a free loopback port; yields the port."""
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    if not os.path.exists(binary):
+        pytest.skip("mosquitto is not installed (.ci/run installs it)")
+    port = free_ports(1)[0]
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+    process = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def replicast(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@contextmanager
+def cluster(cluster_file: Path, run_dir: Path):
+    """``replicast cluster up`` … ``down``, always down; yields the state (processes by name)."""
+    up = replicast("cluster", "up", str(cluster_file), "--run-dir", str(run_dir))
+    try:
+        assert up.returncode == 0, up.stderr + "".join(p.read_text()[-3000:] for p in run_dir.glob("*.log"))
+        state = json.loads((run_dir / "state.json").read_text())
+        yield {p["name"]: p for p in state["processes"]}
+    finally:
+        if (run_dir / "state.json").exists():
+            replicast("cluster", "down", "--run-dir", str(run_dir), "--grace", "5")
+
+
+def kill(process: dict) -> None:
+    os.kill(process["pid"], signal.SIGKILL)
+
+
+def make_cluster_module():
+    spec = importlib.util.spec_from_file_location("make_cluster_fig1", ROOT / "examples/make_cluster_fig1.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
