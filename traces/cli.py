@@ -67,10 +67,12 @@ def cmd_list(args) -> int:
 def cmd_build(args) -> int:
     from traces import build
 
-    meta = build.build_named(_spark(args), args.name, Path(args.source), interval_us=parse_duration_us(args.interval))
     from traces import catalog
 
-    print(f"built {args.name}: {meta.n_nodes} nodes x {meta.n_frames} frames -> {catalog.location(args.name)}")
+    out = Path(args.out) if args.out else catalog.location(args.name)
+    meta = build.build_named(_spark(args), args.name, Path(args.source), interval_us=parse_duration_us(args.interval),
+                             out_dir=out)
+    print(f"built {args.name}: {meta.n_nodes} nodes x {meta.n_frames} frames -> {out}")
     return 0
 
 
@@ -242,6 +244,7 @@ def register(subparsers) -> None:
     p.add_argument("--source", default="../shared/traces/netlatency",
                    help="directory holding Seattle/ and PlanetLab/ (default ../shared/traces/netlatency)")
     p.add_argument("--interval", default="10s", help="assumed frame interval (default 10s; the files carry none)")
+    p.add_argument("--out", help="output directory (default: where the name resolves; replaced if present)")
     _add_master(p)
     p.set_defaults(run=cmd_build)
 
