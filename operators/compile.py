@@ -71,7 +71,7 @@ def compile_map(name: str, params: Mapping, inputs: list[Schema], where: str) ->
     scope = scope_of(inputs[0])
     checked = [check_expression(_text(source, f"{where} (set.{field})"), scope, where=f"{where} (set.{field})")
                for field, source in fields.items()]
-    function = compile_tuple([tree for tree, _ in checked], ("_r0",))
+    function = compile_tuple(checked, ("_r0",))
     schema = Schema(tuple(fields), tuple(kind for _, kind in checked))
     return Compiled(partial(Map, function), schema, False)
 

@@ -22,6 +22,18 @@ from operators.errors import QueryError
 
 FUNCTIONS: dict[str, Callable] = {"abs": abs, "min": min, "max": max, "round": round}
 
+
+def finite_float(value: object) -> float:
+    """The value of a float-typed output field: a float, finite, and never ``-0.0``.
+
+    ``max(1, 0.5)`` is typed float but returns the int 1, so the value is converted; ``-0.0`` and
+    non-finite values would break bit-exact replica consistency (see :mod:`operators.record`).
+    """
+    result = float(value) + 0.0
+    if result - result == 0.0:          # false for inf and nan
+        return result
+    raise ArithmeticError(f"non-finite result {result}")
+
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 _COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 _NUMERIC = ("int", "float", "bool")
@@ -171,9 +183,14 @@ def compile_expression(source: str, scope: Scope, *, where: str, arity: int = 1)
     return Compiled(source, _to_function(body, arg_names), kind)
 
 
-def compile_tuple(parts: list[ast.AST], arg_names: tuple[str, ...]) -> Callable:
-    """A function building the tuple of ``parts`` (already-checked expression trees)."""
-    return _to_function(ast.Tuple(parts, ast.Load()), arg_names)
+def compile_tuple(parts: list[tuple[ast.AST, str]], arg_names: tuple[str, ...]) -> Callable:
+    """A function building the tuple of ``parts`` (checked trees with their types).
+
+    Float-typed parts go through :func:`finite_float`, so the tuple's floats are exact and finite.
+    """
+    wrapped = [ast.Call(ast.Name("_finite_float", ast.Load()), [tree], []) if kind == "float" else tree
+               for tree, kind in parts]
+    return _to_function(ast.Tuple(wrapped, ast.Load()), arg_names)
 
 
 def check_expression(source: str, scope: Scope, *, where: str, arity: int = 1) -> tuple[ast.AST, str]:
@@ -192,4 +209,5 @@ def _to_function(body: ast.AST, arg_names: tuple[str, ...]) -> Callable:
     module = ast.Expression(ast.Lambda(args, body))
     ast.fix_missing_locations(module)
     # Only the four whitelisted functions are reachable: builtins are removed.
-    return eval(compile(module, "<replicast expression>", "eval"), {"__builtins__": {}, **FUNCTIONS})
+    namespace = {"__builtins__": {}, "_finite_float": finite_float, **FUNCTIONS}
+    return eval(compile(module, "<replicast expression>", "eval"), namespace)

@@ -3,12 +3,12 @@
 The output keeps the input timestamp (a Map cannot move a record in time: that would break the
 punctuation promise of §IV-A) and computes the other fields.  Non-finite floats are evaluation
 errors and ``-0.0`` is normalised (see :mod:`operators.record`), so the result is bit-identical on
-every replica.
+every replica (the compiled function does this: float fields go through
+:func:`~operators.expressions.finite_float`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from operators.base import Operator
@@ -19,24 +19,21 @@ class Map(Operator):
     kind = "map"
 
     def __init__(self, function: Callable[[Record], tuple]):
-        """``function(record)`` returns the output fields after ``ts``, as a tuple."""
+        """``function(record)`` returns the output fields after ``ts`` as a tuple (see
+        :func:`operators.expressions.compile_tuple`, which makes float fields exact and finite)."""
         super().__init__(1)
         self.function = function
 
     def on_batch(self, port: int, records: list[Record]) -> list[Record]:
-        out = []
-        append = out.append
         function = self.function
-        for record in records:
-            try:
-                fields = function(record)
-            except Exception as error:
-                self.count_error(record, error)
-                continue
-            if any(type(v) is float for v in fields):
-                if not all(math.isfinite(v) for v in fields if type(v) is float):
-                    self.count_error(record, ArithmeticError(f"non-finite result {fields!r}"))
-                    continue
-                fields = tuple(v + 0.0 if type(v) is float else v for v in fields)
-            append((record[0], *fields))
-        return out
+        try:
+            return [(record[0], *function(record)) for record in records]
+        except Exception:  # fall back to one record at a time to count the bad ones
+            return [out for out in map(self._safe, records) if out is not None]
+
+    def _safe(self, record: Record) -> Record | None:
+        try:
+            return (record[0], *self.function(record))
+        except Exception as error:
+            self.count_error(record, error)
+            return None

@@ -62,6 +62,37 @@ def test_add_replica_accepts_a_new_stream_replica():
     assert f.on_batch(new, [(1, "a"), (2, "b")]) == [(2, "b")]
 
 
+def test_leaving_single_replica_mode_keeps_exact_multiplicities():
+    f = DuplicateFilter(1)
+    assert f.on_batch(0, [(1, "a"), (1, "a"), (2, "b")]) == [(1, "a"), (1, "a"), (2, "b")]
+    new = f.add_replica()
+    assert f.on_batch(new, [(1, "a"), (2, "b"), (1, "a")]) == []      # both occurrences already passed
+    assert f.on_batch(new, [(1, "a")]) == [(1, "a")]                 # a third occurrence is new
+    assert f.passed == 4 and f.duplicates == 3
+
+
+@given(keyed_records(), st.integers(0, 40), st.randoms(use_true_random=False))
+def test_a_replica_added_mid_stream_and_replaying_from_the_start_adds_nothing(records, join_at, rng):
+    ordered = punctuate(records, 1_000_000)
+    first, second = disorder(ordered, rng), disorder(ordered, rng)
+    f = DuplicateFilter(1)
+    out, new = [], None
+    for step, item in enumerate(first):
+        if step == join_at:
+            new = f.add_replica()
+        if type(item) is Punctuation:
+            f.on_punctuation(0, item.ts)
+        else:
+            out.extend(f.on_batch(0, [item]))
+        if new is not None and rng.random() < 0.5 and second:      # the newcomer catches up meanwhile
+            replayed = second.pop(0)
+            if type(replayed) is Punctuation:
+                f.on_punctuation(new, replayed.ts)
+            else:
+                out.extend(f.on_batch(new, [replayed]))
+    assert Counter(out) == Counter(records)
+
+
 def test_snapshot_restore_continues_identically():
     f = DuplicateFilter(2)
     f.on_batch(0, [(1, "a"), (3, "c")])
