@@ -7,10 +7,41 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {"asyncio", "simpy", "time", "random", "socket", "threading", "datetime", "selectors", "subprocess"}
-CORE_FILES = sorted(
-    [*ROOT.glob("operators/**/*.py"), *ROOT.glob("placement/**/*.py"), *ROOT.glob("engine/node*.py"),
-     *ROOT.glob("engine/core/**/*.py")]
-)
+PROJECT_PACKAGES = ("operators", "engine", "placement", "simulator", "traces")
+
+
+def module_path(name: str) -> Path | None:
+    parts = name.split(".")
+    for candidate in (ROOT.joinpath(*parts).with_suffix(".py"), ROOT.joinpath(*parts, "__init__.py")):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def project_imports(path: Path) -> set[Path]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return {p for n in names if n.split(".")[0] in PROJECT_PACKAGES and (p := module_path(n)) is not None}
+
+
+def core_files() -> list[Path]:
+    """The cores (operators/, placement/, engine/node.py) and every project module they import."""
+    todo = [*ROOT.glob("operators/**/*.py"), *ROOT.glob("placement/**/*.py"), *ROOT.glob("engine/node.py")]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo.extend(project_imports(path))
+    return sorted(seen)
+
+
+CORE_FILES = core_files()
 
 
 def imported_modules(path: Path) -> set[str]:
