@@ -164,7 +164,10 @@ class NodeDriver:
             await asyncio.sleep(backoff.next())
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._link(reader, writer, expected=None)
+        try:
+            await self._link(reader, writer, expected=None)
+        except asyncio.CancelledError:
+            pass          # shutdown: asyncio's server callback would log a cancelled handler as an error
 
     async def _handshake(self, reader, writer, expected: str | None) -> tuple[str, FrameDecoder, list] | None:
         nonce = os.urandom(16)
@@ -193,6 +196,8 @@ class NodeDriver:
         try:
             result = await asyncio.wait_for(self._handshake(reader, writer, expected), HANDSHAKE_TIMEOUT)
         except (WireError, asyncio.TimeoutError, OSError) as error:
+            if isinstance(error, asyncio.TimeoutError):
+                error = f"no handshake within {HANDSHAKE_TIMEOUT:.0f} s"
             self.refused += 1
             self.metrics.refused.set(self.refused)
             log.warning("refused connection from %s: %s", address, error,
