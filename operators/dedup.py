@@ -76,28 +76,30 @@ class DuplicateFilter:
         """Records from stream replica ``i``; returns those that pass, in arrival order."""
         if not records:
             return []
-        below = 0
-        if min(map(_ts, records)) <= self.max_punctuation:   # Alg. 1 line 2, for the whole batch in C
-            kept = [r for r in records if r[0] > self.max_punctuation]
-            below, records = len(records) - len(kept), kept
-            if not records:
-                self.below_punctuation += below
-                return []
+        max_punctuation = self.max_punctuation
         if self._recent is not None:                    # k = 1: every record is a new occurrence
-            self._recent += records
-            self._note(i, records, records, below)
-            return records
+            passed = records if min(map(_ts, records)) > max_punctuation else \
+                [r for r in records if r[0] > max_punctuation]
+            self._recent += passed
+            self._note(i, records, passed, len(records) - len(passed))
+            return passed
         out: list[Record] = []
         append = out.append
         counts = self._counts
         get = counts.get
         bit = 1 << i
+        below = 0
         masks: list[int] = []                           # masks after each copy of occurrence 1
         seen_by = masks.append
         for record in records:
             seen = get(record)
-            if seen is None:                            # first copy of occurrence 1 (lines 3-6)
-                counts[record] = bit
+            if seen is None:
+                # Alg. 1 line 2. Only needed on a miss: a punctuation p removes every entry with
+                # ts <= p (line 11), so a record still in the table is above max_punctuation.
+                if record[0] <= max_punctuation:
+                    below += 1
+                    continue
+                counts[record] = bit                    # first copy of occurrence 1 (lines 3-6)
                 append(record)
             elif not seen & bit:                        # a later copy of occurrence 1
                 seen |= bit
@@ -120,7 +122,7 @@ class DuplicateFilter:
                 self._newest = newest
         self.passed += len(out)
         self.below_punctuation += below
-        self.duplicates += len(records) - len(out)
+        self.duplicates += len(records) - len(out) - below
         self.rank_counts[i][0] += len(out)
 
     def _count_copy(self, i: int, record: Record) -> bool:

@@ -34,6 +34,16 @@ def test_records_at_or_below_max_punctuation_are_duplicates():
     assert f.below_punctuation == 1
 
 
+def test_single_replica_drops_late_records_and_keeps_no_stale_state():
+    f = DuplicateFilter(1)
+    f.on_batch(0, [(5, "a")])
+    f.on_punctuation(0, 10)
+    assert f.on_batch(0, [(3, "late"), (12, "b")]) == [(12, "b")]
+    f.on_punctuation(0, 20)
+    assert f.on_batch(0, [(12, "b"), (25, "c")]) == [(25, "c")]   # (12, b) is behind punctuation 20
+    assert (f.below_punctuation, f.duplicates, f.pending()) == (2, 0, 1)
+
+
 def test_only_increasing_punctuations_are_forwarded_and_prune_memory():
     f = DuplicateFilter(3)
     f.on_batch(0, [(5, "a"), (15, "b")])
