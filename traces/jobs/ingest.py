@@ -160,27 +160,27 @@ def csv_measurements(spark, path: Path, *, interval_us: int, time_unit_us: int, 
         *([F.expr("try_cast(trim(t) AS DOUBLE)").alias("t_raw")] if has_t else []),
     ).withColumn("rtt", F.when(F.isnan("rtt"), None).otherwise(F.col("rtt")))
 
-    names = node_names or _sorted_names(
-        [r[0] for r in rows.select("src_name").union(rows.select("dst_name")).distinct().collect()]
-    )
-    ids = spark.createDataFrame([(name, i) for i, name in enumerate(names)], "name string, id int")
-    known = set(names)
-    unknown = rows.select("src_name").union(rows.select("dst_name")).distinct()
-    stray = [r[0] for r in unknown.join(ids, unknown.src_name == ids.name, "left_anti").limit(3).collect()]
+    # One pass for the node names and the time origin (plain aggregates, no shuffle of rows).
+    seen = rows.agg(
+        F.array_union(F.collect_set("src_name"), F.collect_set("dst_name")).alias("names"),
+        *([F.min(_t_us(time_unit_us)).alias("t_min")] if has_t else []),
+    ).first()
+    names = node_names or _sorted_names(seen["names"])
+    stray = sorted(set(seen["names"]) - set(names))
     if stray:
-        raise TraceError(f"{path}: node(s) {stray} are not in the nodes list ({len(known)} names)")
+        raise TraceError(f"{path}: node(s) {stray[:3]} are not in the nodes list ({len(names)} names)")
+    ids = spark.createDataFrame([(name, i) for i, name in enumerate(names)], "name string, id int")
     rows = (
         rows.join(F.broadcast(ids.withColumnRenamed("id", "src")), rows.src_name == F.col("name")).drop("name")
         .join(F.broadcast(ids.withColumnRenamed("id", "dst")), F.col("dst_name") == F.col("name")).drop("name")
     )
     pair = Window.partitionBy("src", "dst")
     if has_t:
-        t_us = F.round(F.col("t_raw") * F.lit(time_unit_us)).cast("long")
-        t0 = rows.select(F.min(t_us)).first()[0] or 0
-        frame = F.floor((t_us - F.lit(t0)) / F.lit(interval_us)).cast("long")
-        rows = rows.withColumn("frame", frame).withColumn("t_us", t_us)
-        latest = Window.partitionBy("src", "dst", "frame").orderBy(F.col("t_us").desc())
-        rows = rows.withColumn("k", F.row_number().over(latest)).where("k = 1")
+        t_us = _t_us(time_unit_us)
+        frame = F.floor((t_us - F.lit(seen["t_min"])) / F.lit(interval_us)).cast("long")
+        # Several measurements in one frame: keep the latest; a hash aggregate, not a window sort.
+        rows = rows.withColumn("frame", frame).groupBy("src", "dst", "frame").agg(
+            F.max_by("rtt", t_us).alias("rtt"))
     else:
         order = pair.orderBy(F.monotonically_increasing_id())
         rows = rows.withColumn("frame", F.row_number().over(order) - 1)
@@ -189,6 +189,12 @@ def csv_measurements(spark, path: Path, *, interval_us: int, time_unit_us: int, 
         F.col("src").cast("int"), F.col("dst").cast("int"), F.col("rtt").cast("float").alias("rtt_ms"),
     ).where("src != dst")
     return canonical, names
+
+
+def _t_us(time_unit_us: int):
+    from pyspark.sql import functions as F
+
+    return F.round(F.col("t_raw") * F.lit(time_unit_us)).cast("long")
 
 
 def _sorted_names(names: list[str]) -> list[str]:
