@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.cluster_cli import node_ready  # noqa: E402
 from engine.messages import Ack, Batch, Hello  # noqa: E402
 from engine.wire import FrameDecoder, decode, encode, proof  # noqa: E402
 from operators.plan import ReplicaId, StreamReplica  # noqa: E402
@@ -176,13 +177,7 @@ def mqtt_run(records: int, batch: int) -> float:
         node = start_node(cluster, port)
         try:
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1) as page:
-                        if b"\nreplicast_ready 1.0" in page.read():
-                            break
-                except OSError:
-                    pass
+            while time.monotonic() < deadline and not node_ready("127.0.0.1", metrics_port):
                 time.sleep(0.1)
             payloads = [json.dumps([{"ts": 1_000_000 + i, "server": f"s{i % 50}", "load": (i % 100) / 100}
                                     for i in range(start, min(records, start + batch))]).encode()

@@ -130,15 +130,19 @@ def _wait_ready(config: ClusterConfig, name: str, deadline: float, process: dict
                 return
             except OSError:
                 pass
-        else:
-            try:
-                with urllib.request.urlopen(f"http://{spec.host}:{spec.metrics_port}/metrics", timeout=1) as page:
-                    if b"\nreplicast_ready 1.0" in page.read():
-                        return
-            except OSError:
-                pass
+        elif node_ready(spec.host, spec.metrics_port):
+            return
         time.sleep(0.1)
     raise ClusterError(f"node {name} was not ready in time; see {process['log']}")
+
+
+def node_ready(host: str, metrics_port: int) -> bool:
+    """Whether the node whose metrics are at ``host:metrics_port`` reports ``replicast_ready 1``."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{metrics_port}/metrics", timeout=1) as page:
+            return b"\nreplicast_ready 1.0" in page.read()
+    except OSError:
+        return False
 
 
 def _write_state(path: Path, processes: list[dict]) -> None:
