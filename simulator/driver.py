@@ -1,0 +1,271 @@
+"""The SimPy driver: runs :class:`~engine.node.NodeCore` s over the simulated network (DESIGN.md §3, §8).
+
+It mirrors :mod:`engine.aio.driver` duty for duty, with simulated time and links:
+
+* **Time.** ``now`` is ``env.now`` (µs).  One timer per node, re-armed from ``next_timer()`` after
+  every call into the core (aioquic's ``transmit``); SimPy cannot cancel an event, so a stale
+  timer firing is recognised by its time and ignored.
+* **Links.** One connection per node pair that shares a stream replica (the TCP driver dials every
+  node; connections that never carry data would only add heartbeats).  Up/down is told to the core
+  with ``on_peer_up`` / ``on_peer_down``; a dropped connection loses what is in flight and comes
+  back after one handshake RTT once the trace shows the pair again; the core then replays from its
+  acknowledged offsets.  ``PeerTimedOut`` drops the connection, as the TCP driver does.
+* **Frames.** Everything the core drains for one node in one call is one link item; Batch sizes are
+  the exact :func:`engine.wire.encode` lengths (bandwidth statistics and the optional link
+  bandwidth).  The driver never loops over records.
+* **Sources.** External sources reach entry points as payloads (the MQTT role), over the network
+  from the source's server; ``on_source`` is called on arrival.
+* **CPU.** With :class:`~simulator.network.Processing` costs, a batch reaches the core only when
+  the node has worked through it (records × cost of the target replica's kind).
+
+No operator, routing or placement logic lives here: the core does all of it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import simpy
+
+from engine.messages import Batch, ConnectStream
+from engine.node import DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, configure
+from engine.wire import encode
+from operators.query import Query
+from simulator.network import Network, Processing
+
+#: Retry period of a connection whose link is in an outage (the TCP driver's back-off cap).
+RECONNECT_US = 2_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePayload:
+    """A payload from an external source for ``stream`` (what MQTT carries in the TCP runtime)."""
+
+    stream: str
+    payload: bytes
+
+
+class Observer:
+    """What the simulation reports to (the recorder); the defaults ignore everything."""
+
+    def delivered(self, node: str, event: Delivered, via: Any) -> None: ...
+    def sent(self, src: str, dst: str, message: Any, size: int, now: int) -> None: ...
+    def dead_letter(self, node: str, event: DeadLetter) -> None: ...
+
+
+class SimNode:
+    """One server's node core, driven like :class:`engine.aio.driver.NodeDriver` drives it."""
+
+    def __init__(self, sim: "Simulation", name: str, *, now: int):
+        self.sim, self.name = sim, name
+        self.core = NodeCore(name, sim.query, sim.options, now=now)
+        self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes), now=now)
+        self.alive = True
+        self.hosts_apps = any(r.name in sim.query.applications for r in self.core.hosted)
+        self._timer_when: int | None = None
+        self._timer_generation = 0
+        self._transmit()
+
+    # -- inputs (the network calls these) --------------------------------------------------------
+    def deliver(self, src: str, items: list) -> None:
+        if not self.alive:
+            return
+        processing = self.sim.processing
+        if processing is not None:
+            work = 0.0
+            for item in items:
+                if type(item) is Batch:
+                    work += len(item.records) * self.sim.cost_of[item.stream.target.name]
+                elif type(item) is SourcePayload:
+                    work += self.sim.cost_of.get(item.stream, 0.0)
+            done = processing.finish(self.name, self.sim.env.now, work)
+            if done > self.sim.env.now:
+                self.sim.env.timeout(done - self.sim.env.now).callbacks.append(
+                    lambda event: self._receive(src, items) if self.alive else None)
+                return
+        self._receive(src, items)
+
+    def _receive(self, src: str, items: list) -> None:
+        now, core = self.sim.env.now, self.core
+        for item in items:
+            if type(item) is SourcePayload:
+                core.on_source(item.stream, item.payload, now=now)
+            else:
+                core.receive(src, item, now=now)
+                if self.hosts_apps:
+                    self._events(via=(src, item))
+        self._transmit()
+
+    def on_peer_up(self, peer: str) -> None:
+        self.core.on_peer_up(peer, now=self.sim.env.now)
+        self._transmit()
+
+    def on_peer_down(self, peer: str) -> None:
+        self.core.on_peer_down(peer, now=self.sim.env.now)
+        self._transmit()
+
+    def _on_timer(self, generation: int) -> None:
+        if not self.alive or generation != self._timer_generation:
+            return                                    # stale: the timer was re-armed since
+        self._timer_when = None
+        self.core.handle_timer(now=self.sim.env.now)
+        self._transmit()
+
+    # -- the core's outputs ---------------------------------------------------------------------
+    def _transmit(self) -> None:
+        """Send the core's outbox per destination, handle its events, re-arm the timer."""
+        sim, now = self.sim, self.sim.env.now
+        frames: dict[str, list] = defaultdict(list)
+        for node, message in self.core.messages_to_send():
+            frames[node].append(message)
+        for node, messages in frames.items():
+            if frozenset((self.name, node)) not in sim.connected:
+                continue                              # replayed by on_peer_up when the link returns
+            size = 0
+            for message in messages:
+                length = len(encode(message))
+                size += length
+                sim.observer.sent(self.name, node, message, length, now)
+            if not sim.network.send(self.name, node, messages, now, size):
+                sim.drop_connection(self.name, node)  # drop-mode outage: the connection breaks
+        self._events(via=None)
+        when = self.core.next_timer()
+        if when != self._timer_when:
+            self._timer_when = when
+            self._timer_generation += 1
+            generation = self._timer_generation
+            sim.env.timeout(max(0, when - now)).callbacks.append(lambda event: self._on_timer(generation))
+
+    def _events(self, via: Any) -> None:
+        for event in self.core.events():
+            if type(event) is Delivered:
+                self.sim.observer.delivered(self.name, event, via)
+            elif type(event) is DeadLetter:
+                self.sim.observer.dead_letter(self.name, event)
+            elif type(event) is PeerTimedOut:
+                self.sim.drop_connection(self.name, event.node)
+
+
+class Simulation:
+    """A SimPy environment, the network, and one :class:`SimNode` per server that hosts something.
+
+    ``placement`` is a manual placement as :func:`engine.node.configure` takes it (every stream,
+    operator and application → its servers by replica index).  Faults are methods: :meth:`crash`,
+    :meth:`restart`, :meth:`drop_connection`; link cuts and congestion are on :attr:`network`.
+    """
+
+    def __init__(self, query: Query, placement: dict[str, list[str]], trace: Any, servers: dict[str, int], *,
+                 options: NodeOptions = NodeOptions(), start_us: int = 0, outage: str = "hold",
+                 bandwidth_bps: float | None = None, processing: Processing | None = None,
+                 observer: Observer | None = None, origin_us: int | None = None):
+        self.query, self.placement, self.options = query, placement, options
+        self.env = simpy.Environment(initial_time=start_us)
+        self.network = Network(self.env, trace, servers, self._deliver, outage=outage, bandwidth_bps=bandwidth_bps,
+                               origin_us=start_us if origin_us is None else origin_us)
+        self.processing = processing if processing is not None and processing.enabled else None
+        self.cost_of = self._costs(processing)
+        self.observer = observer or Observer()
+        self.connected: set[frozenset] = set()
+        self.nodes: dict[str, SimNode] = {}
+        hosts = sorted({n for nodes in placement.values() for n in nodes})
+        for name in hosts:
+            self.nodes[name] = SimNode(self, name, now=start_us)
+        self.pairs = {frozenset((m.source_node, m.target_node)) for name in hosts
+                      for m in configure(query, placement, name, options.entry_modes)
+                      if isinstance(m, ConnectStream) and m.source_node != m.target_node}
+        for pair in sorted(self.pairs, key=sorted):
+            self._connect(*sorted(pair))
+
+    def _costs(self, processing: Processing | None) -> dict[str, float]:
+        table = processing.cost_us if processing is not None else {}
+        q = self.query
+        cost = {name: table.get("entry", 0.0) for name in q.streams}
+        cost.update({name: table.get(spec.kind, 0.0) for name, spec in q.operators.items()})
+        cost.update({name: table.get("application", 0.0) for name in q.applications})
+        return cost
+
+    # -- sources --------------------------------------------------------------------------------
+    def publish(self, server: str, stream: str, payload: bytes) -> None:
+        """A source on ``server`` publishes ``payload``: it travels to every entry replica of ``stream``."""
+        item = [SourcePayload(stream, payload)]
+        now = self.env.now
+        for node in self.placement[stream]:
+            if node == server:
+                self._deliver(node, server, item)
+            else:
+                self.network.send(server, node, item, now, len(payload))
+
+    def _deliver(self, dst: str, src: str, items: list) -> None:
+        node = self.nodes.get(dst)
+        if node is not None:
+            node.deliver(src, items)
+
+    # -- connections ----------------------------------------------------------------------------
+    def _connect(self, a: str, b: str) -> None:
+        pair = frozenset((a, b))
+        if pair in self.connected or not (self.nodes[a].alive and self.nodes[b].alive):
+            return
+        self.connected.add(pair)
+        self.nodes[a].on_peer_up(b)
+        self.nodes[b].on_peer_up(a)
+
+    def drop_connection(self, a: str, b: str) -> None:
+        """The connection between ``a`` and ``b`` breaks: in-flight messages are lost; redial later."""
+        pair = frozenset((a, b))
+        if pair not in self.connected:
+            return
+        self.connected.discard(pair)
+        self.network.drop(a, b)
+        self.network.drop(b, a)
+        for x, y in ((a, b), (b, a)):
+            if self.nodes[x].alive:
+                self.nodes[x].on_peer_down(y)
+        self._redial(a, b, self.env.now)
+
+    def _redial(self, a: str, b: str, at: int) -> None:
+        def attempt(event: simpy.Event) -> None:
+            if frozenset((a, b)) in self.connected:
+                return
+            if not (self.nodes[a].alive and self.nodes[b].alive):
+                return                                 # restart() redials
+            now = self.env.now
+            there, back = self.network.delay_us(a, b, now), self.network.delay_us(b, a, now)
+            if there is None or back is None:
+                self._redial(a, b, now + RECONNECT_US)
+                return
+            # The handshake takes one round trip (Hello + Proof each way, engine.aio.driver).
+            self.env.timeout(there + back).callbacks.append(lambda event: self._connect(a, b))
+        self.env.timeout(max(0, at - self.env.now)).callbacks.append(attempt)
+
+    # -- faults ---------------------------------------------------------------------------------
+    def crash(self, server: str) -> None:
+        """Fail-stop crash of the node process on ``server`` (§II-A): its state is lost."""
+        node = self.nodes.get(server)
+        if node is None or not node.alive:
+            return
+        node.alive = False
+        for pair in [p for p in self.connected if server in p]:
+            (peer,) = pair - {server}
+            self.drop_connection(server, peer)
+
+    def restart(self, server: str) -> None:
+        """Start a fresh node process on ``server`` with the same configuration; peers redial."""
+        old = self.nodes.get(server)
+        if old is None or old.alive:
+            return
+        self.nodes[server] = SimNode(self, server, now=self.env.now)
+        for pair in self.pairs:
+            if server in pair:
+                self._redial(*sorted(pair), self.env.now)
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self, until: int | simpy.Event, tick: Callable[[int], None] | None = None, step_us: int = 0) -> None:
+        """Run to ``until`` (µs or an event); with ``tick``, stop every ``step_us`` to report progress."""
+        if tick is None or not step_us or not isinstance(until, int):
+            self.env.run(until=until)
+            return
+        while self.env.now < until:
+            self.env.run(until=min(until, self.env.now + step_us))
+            tick(self.env.now)

@@ -1,0 +1,235 @@
+"""The simulated wide-area network: trace-driven one-way delays over FIFO links (DESIGN.md §8).
+
+Rules of this module:
+
+1. The one-way delay of a message is the trace's RTT/2 between the two servers at *send* time,
+   using the directed sample ``src -> dst`` (:meth:`traces.store.TraceStore.one_way_us`), plus any
+   scripted congestion.  A link caches the delay of the current trace frame, so a send costs a few
+   attribute reads, not a trace lookup.
+2. Links are directed node pairs and FIFO, as on TCP: a message never arrives before one sent
+   earlier on the same link (``arrival = max(send + delay, previous arrival)``).
+3. A missing sample (or a scripted cut) is an outage.  ``outage = "hold"``: the link keeps what is
+   sent and delivers it once the trace shows the pair again (TCP retransmission).  ``"drop"``:
+   :meth:`Network.send` refuses, and the driver drops the connection (in-flight messages are lost
+   with it; see :class:`~simulator.driver.Simulation`).
+4. Messages are moved in batches: everything one node sends to one node in one call is one link
+   item, delivered by one SimPy callback (no process and no Store per message).
+5. Optional bandwidth (bits/s per link) serialises items on the link: a long batch delays the
+   ones behind it.  Per-record processing cost (CPU) is :class:`Processing`, charged by the driver.
+
+Nothing here knows about operators, routing or placement: the network carries opaque items.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Iterable, Sequence
+
+import simpy
+
+#: Outage behaviours (rule 3).
+OUTAGE_MODES = ("hold", "drop")
+NEVER = 2**62
+
+
+class FixedDelays:
+    """A constant "trace": RTTs in ms between named nodes (for tests and hand-made networks).
+
+    ``rtt_ms[a][b]`` is the RTT from ``a`` to ``b``; a missing pair means the same as ``b -> a``.
+    """
+
+    interval_us = 3_600_000_000
+
+    def __init__(self, rtt_ms: dict[str, dict[str, float]], nodes: Sequence[str] | None = None):
+        self.nodes = list(nodes or sorted({*rtt_ms, *(b for row in rtt_ms.values() for b in row)}))
+        index = {name: i for i, name in enumerate(self.nodes)}
+        self.n_nodes = len(self.nodes)
+        self._one_way = [[0] * self.n_nodes for _ in self.nodes]
+        for a, row in rtt_ms.items():
+            for b, rtt in row.items():
+                self._one_way[index[a]][index[b]] = round(rtt * 500.0)
+                if b not in rtt_ms or a not in rtt_ms[b]:
+                    self._one_way[index[b]][index[a]] = round(rtt * 500.0)
+        self.n_frames = 1
+        self.duration_us = self.interval_us
+
+    def one_way_us(self, src: int, dst: int, t_us: int) -> int | None:
+        return self._one_way[src][dst]
+
+
+class Link:
+    """One directed node pair: FIFO queue of ``(arrival, epoch, items)`` and a delay cache."""
+
+    __slots__ = ("src", "dst", "a", "b", "last", "queue", "armed", "epoch", "frame_start", "frame_end",
+                 "delay", "busy", "fire")
+
+    def __init__(self, src: str, dst: str, a: int, b: int):
+        self.src, self.dst, self.a, self.b = src, dst, a, b
+        self.last = 0              # arrival time of the latest item (FIFO, rule 2)
+        self.queue: deque = deque()
+        self.armed = False
+        self.epoch = 0             # bumped when the connection drops: older items are lost
+        self.frame_start = self.frame_end = -1
+        self.delay: int | None = None
+        self.busy = 0              # bandwidth: when the link finishes transmitting
+
+
+class Network:
+    """FIFO links between servers; ``deliver(dst, src, items)`` is called at each arrival."""
+
+    def __init__(self, env: simpy.Environment, trace: Any, servers: dict[str, int],
+                 deliver: Callable[[str, str, list], None], *, outage: str = "hold",
+                 bandwidth_bps: float | None = None, origin_us: int = 0):
+        if outage not in OUTAGE_MODES:
+            raise ValueError(f"outage mode must be one of {OUTAGE_MODES}, got {outage!r}")
+        self.env, self.trace, self.servers, self.deliver = env, trace, servers, deliver
+        self.outage = outage
+        self.bandwidth_bps = bandwidth_bps
+        self.interval = trace.interval_us
+        self.origin = origin_us    # simulated time of the trace's t = 0
+        self.last_frame = trace.n_frames - 1
+        self.links: dict[tuple[str, str], Link] = {}
+        self._faults: dict[frozenset, list[tuple[int, int, int | None]]] = {}   # pair -> (t1, t2, extra or None=cut)
+        self.hops = 0              # link items delivered
+        self.messages = 0          # messages inside them
+
+    # -- scripted faults ------------------------------------------------------------------------
+    def cut(self, a: str, b: str, t1: int, t2: int) -> None:
+        """No connectivity between ``a`` and ``b`` in ``[t1, t2)``."""
+        self._faults.setdefault(frozenset((a, b)), []).append((t1, t2, None))
+        self._invalidate(a, b)
+
+    def congest(self, a: str, b: str, t1: int, t2: int, extra_us: int) -> None:
+        """``extra_us`` more one-way delay between ``a`` and ``b`` in ``[t1, t2)``."""
+        self._faults.setdefault(frozenset((a, b)), []).append((t1, t2, extra_us))
+        self._invalidate(a, b)
+
+    def _invalidate(self, a: str, b: str) -> None:
+        for key in ((a, b), (b, a)):
+            if key in self.links:
+                self.links[key].frame_end = -1
+
+    # -- delays ---------------------------------------------------------------------------------
+    def link(self, src: str, dst: str) -> Link:
+        link = self.links.get((src, dst))
+        if link is None:
+            link = self.links[(src, dst)] = Link(src, dst, self.servers[src], self.servers[dst])
+            link.fire = lambda event, link=link: self._fire(link)
+        return link
+
+    def delay_us(self, src: str, dst: str, now: int) -> int | None:
+        """One-way delay of a message sent at ``now`` (None = outage); see rule 1."""
+        return self._delay(self.link(src, dst), now)
+
+    def _delay(self, link: Link, now: int) -> int | None:
+        if link.frame_start <= now < link.frame_end:
+            return link.delay
+        t = max(0, now - self.origin)
+        frame = min(t // self.interval, self.last_frame)
+        start = frame * self.interval + self.origin
+        end = start + self.interval if frame < self.last_frame else NEVER
+        delay = self.trace.one_way_us(link.a, link.b, t) if link.a != link.b else 0
+        faults = self._faults.get(frozenset((link.src, link.dst)))
+        if faults:
+            for t1, t2, extra in faults:
+                if t1 <= now < t2:
+                    end = min(end, t2)
+                    delay = None if extra is None or delay is None else delay + extra
+                elif now < t1:
+                    end = min(end, t1)
+                else:
+                    start = max(start, t2)
+        link.frame_start, link.frame_end, link.delay = start, end, delay
+        return delay
+
+    def recovery_us(self, src: str, dst: str, now: int) -> int | None:
+        """The first time at or after ``now`` when ``src -> dst`` has a delay (None: never again)."""
+        link = self.link(src, dst)
+        t = now
+        while self._delay(link, t) is None:
+            if link.frame_end >= NEVER:
+                return None
+            t = link.frame_end
+        return t
+
+    # -- sending --------------------------------------------------------------------------------
+    def send(self, src: str, dst: str, items: list, now: int, size_bytes: int = 0) -> bool:
+        """Put ``items`` on the link ``src -> dst`` at ``now``; False if refused (drop-mode outage)."""
+        link = self.links.get((src, dst)) or self.link(src, dst)
+        delay = self._delay(link, now)
+        start = now
+        if delay is None:
+            if self.outage == "drop":
+                return False
+            start = self.recovery_us(src, dst, now)
+            if start is None:
+                return True             # never recovers: held forever (lost)
+            delay = self._delay(link, start)
+        if self.bandwidth_bps and size_bytes:
+            start = max(start, link.busy)
+            start = link.busy = start + round(size_bytes * 8e6 / self.bandwidth_bps)
+        arrival = start + delay
+        if arrival < link.last:
+            arrival = link.last
+        link.last = arrival
+        link.queue.append((arrival, link.epoch, items))
+        if not link.armed:
+            link.armed = True
+            self.env.timeout(arrival - now).callbacks.append(link.fire)
+        return True
+
+    def drop(self, src: str, dst: str) -> None:
+        """The connection ``src -> dst`` is gone: what is in flight is lost."""
+        link = self.link(src, dst)
+        link.epoch += 1
+        link.queue.clear()
+
+    def _fire(self, link: Link) -> None:
+        now = self.env.now
+        queue, deliver = link.queue, self.deliver
+        while queue and queue[0][0] <= now:
+            _, epoch, items = queue.popleft()
+            if epoch == link.epoch:
+                self.hops += 1
+                self.messages += len(items)
+                deliver(link.dst, link.src, items)
+        if queue:
+            self.env.timeout(queue[0][0] - now).callbacks.append(link.fire)
+        else:
+            link.armed = False
+
+
+class Processing:
+    """Per-record CPU cost by replica kind, with scripted load spikes (a single-server queue per node).
+
+    ``cost_us`` maps an operator kind (``union``, ``join`` …, ``entry``, ``application``) to µs
+    per record.  A node processes one batch at a time: a batch that arrives while the node is busy
+    waits, so load and load spikes show up as delay.
+    """
+
+    def __init__(self, cost_us: dict[str, float]):
+        self.cost_us = dict(cost_us)
+        self.busy: dict[str, int] = {}
+        self._spikes: dict[str, list[tuple[int, int, float]]] = {}
+
+    def spike(self, server: str, t1: int, t2: int, factor: float) -> None:
+        self._spikes.setdefault(server, []).append((t1, t2, factor))
+
+    def finish(self, server: str, now: int, work_us: float) -> int:
+        """When a batch of ``work_us`` µs of work arriving at ``now`` is done."""
+        for t1, t2, factor in self._spikes.get(server, ()):
+            if t1 <= now < t2:
+                work_us *= factor
+        start = max(now, self.busy.get(server, 0))
+        done = start + round(work_us)
+        self.busy[server] = done
+        return done
+
+    @property
+    def enabled(self) -> bool:
+        return any(self.cost_us.values()) or bool(self._spikes)
+
+
+def pairs(items: Iterable[tuple[str, str]]) -> set[frozenset]:
+    """Unordered node pairs of ``(a, b)`` items, without self pairs."""
+    return {frozenset(p) for p in items if p[0] != p[1]}

@@ -1,0 +1,114 @@
+"""What a simulation run records: deliveries, bandwidth and network cost (issue 5 §4, §V-A).
+
+* ``deliveries.parquet`` — one row per record delivered to an application: ``app, ts, arrival,
+  latency_us`` (§VI-B: arrival − ts) and ``via``: the stream replica whose batch delivered it
+  first, as ``upstream-replica@node`` (the last hop of the fastest path; the core does not carry
+  per-record path baggage).
+* ``bandwidth.parquet`` — per time bucket and stream replica: records, bytes, and the network cost
+  ``rate × latency`` (records/s × one-way ms, §V-A); control traffic (acks, heartbeats) is counted
+  per bucket under ``stream = "control"``.
+
+Columns are kept as Python lists and turned into Arrow tables once, at the end.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from engine.messages import Batch
+from engine.node import DeadLetter, Delivered
+from operators.record import CLOSED
+from simulator.driver import Observer
+
+
+class Recorder(Observer):
+    """Collects a run's outputs; ``done`` (a SimPy event) fires when every application is closed."""
+
+    def __init__(self, applications: list[str], network, bucket_us: int = 60_000_000, keep_records: bool = False,
+                 done=None):
+        self.apps = applications
+        self.network = network
+        self.bucket_us = bucket_us
+        self.keep_records = keep_records
+        self.outputs: dict[str, list] = {app: [] for app in applications}
+        self.app_col: list[str] = []
+        self.ts_col: list[int] = []
+        self.arrival_col: list[int] = []
+        self.via_col: list[str] = []
+        self.closed: set[str] = set()
+        self.done = done
+        self.dead_letters = 0
+        # (bucket, stream replica or "control") -> [records, bytes, record-weighted one-way ms]
+        self.traffic: dict[tuple[int, Any], list] = defaultdict(lambda: [0, 0, 0.0])
+
+    # -- Observer -------------------------------------------------------------------------------
+    def delivered(self, node: str, event: Delivered, via: Any) -> None:
+        n = len(event.records)
+        if n:
+            self.app_col.extend([event.app] * n)
+            self.ts_col.extend([r[0] for r in event.records])
+            self.arrival_col.extend([event.now] * n)
+            self.via_col.extend([_via(node, via)] * n)
+            if self.keep_records:
+                self.outputs[event.app].extend(event.records)
+        if event.punctuation == CLOSED and event.app not in self.closed:
+            self.closed.add(event.app)
+            if self.done is not None and len(self.closed) == len(self.apps) and not self.done.triggered:
+                self.done.succeed()
+
+    def sent(self, src: str, dst: str, message: Any, size: int, now: int) -> None:
+        if type(message) is Batch:
+            entry = self.traffic[(now // self.bucket_us, message.stream)]
+            n = len(message.records)
+            entry[0] += n
+            if n:
+                delay = self.network.delay_us(src, dst, now)
+                entry[2] += n * (delay if delay is not None else 0) / 1000.0
+        else:
+            entry = self.traffic[(now // self.bucket_us, "control")]
+        entry[1] += size
+
+    def dead_letter(self, node: str, event: DeadLetter) -> None:
+        self.dead_letters += 1
+
+    # -- tables ---------------------------------------------------------------------------------
+    def deliveries(self) -> pa.Table:
+        ts = pa.array(self.ts_col, pa.int64())
+        arrival = pa.array(self.arrival_col, pa.int64())
+        return pa.table({"app": pa.array(self.app_col, pa.string()).dictionary_encode(), "ts": ts,
+                         "arrival": arrival, "latency_us": pc.subtract(arrival, ts),
+                         "via": pa.array(self.via_col, pa.string()).dictionary_encode()})
+
+    def bandwidth(self) -> pa.Table:
+        keys = sorted(self.traffic, key=lambda k: (k[0], str(k[1])))
+        seconds = self.bucket_us / 1e6
+        return pa.table({
+            "t_us": pa.array([k[0] * self.bucket_us for k in keys], pa.int64()),
+            "stream": pa.array([_stream_name(k[1]) for k in keys], pa.string()).dictionary_encode(),
+            "records": pa.array([self.traffic[k][0] for k in keys], pa.int64()),
+            "bytes": pa.array([self.traffic[k][1] for k in keys], pa.int64()),
+            "cost": pa.array([self.traffic[k][2] / seconds for k in keys], pa.float64()),
+        })
+
+    def write(self, out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(self.deliveries(), out_dir / "deliveries.parquet")
+        pq.write_table(self.bandwidth(), out_dir / "bandwidth.parquet")
+
+
+def _via(node: str, via: Any) -> str:
+    if via is None:
+        return f"@{node}"
+    src, message = via
+    stream = getattr(message, "stream", None)
+    return f"{stream.source}@{src}" if stream is not None else f"{type(message).__name__}@{src}"
+
+
+def _stream_name(stream: Any) -> str:
+    return stream if isinstance(stream, str) else f"{stream.source}>{stream.target}"

@@ -1,0 +1,252 @@
+"""One simulation run: a scenario at one ``kmax``, from trace to recorded outputs.
+
+Assembly only: servers are chosen from the trace, the deployment from :mod:`simulator.deploy`,
+sources from :mod:`simulator.sources`, faults are scheduled on the :class:`~simulator.driver.Simulation`;
+the node cores do the stream processing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.events import read_events
+from engine.node import NodeOptions
+from operators.query import Query
+from operators.query_file import load_query
+from operators.record import Record
+from simulator.deploy import deploy
+from simulator.driver import Simulation
+from simulator.network import Processing
+from simulator.recorder import Recorder
+from simulator.scenario import Scenario, ScenarioError
+from simulator.sources import Source, messages, payload, reference_records
+from traces.store import TraceStore
+
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+
+
+@dataclass
+class RunResult:
+    kmax: int
+    placement: dict[str, list[str]]
+    recorder: Recorder
+    inputs: dict[str, list[Record]]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class Prepared:
+    """The parts of a scenario shared by its runs (trace, servers, query, sources)."""
+
+    def __init__(self, scenario: Scenario, trace: Any = None):
+        self.scenario = scenario
+        self.trace = trace if trace is not None else TraceStore.open(scenario.trace)
+        self.servers = choose_servers(self.trace, scenario)
+        self.query: Query = load_query(scenario.query_path)
+        self.sources = build_sources(scenario, self.query, self.servers)
+        events = [s for s in self.sources if s.kind == "events"]
+        first = min((s.records[0][0] for s in events if s.records), default=None)
+        self.start = round(scenario.start_s * 1e6) if first is None else first
+        self.origin = 0 if first is None else first - round(scenario.start_s * 1e6)
+        length = scenario.duration_s * 1e6 if scenario.duration_s else self.trace.duration_us - scenario.start_s * 1e6
+        if length <= 0:
+            raise ScenarioError(f"{scenario.path}: start_s {scenario.start_s} is past the trace's end "
+                                f"({self.trace.duration_us / 1e6:.0f} s)")
+        self.end = self.start + round(length)
+
+
+def choose_servers(trace: Any, scenario: Scenario) -> dict[str, int]:
+    """Server name → trace node index: the names given, or the ``n`` most reliable nodes (§VI-A)."""
+    index = {name: i for i, name in enumerate(trace.nodes)}
+    if isinstance(scenario.servers, tuple):
+        missing = [s for s in scenario.servers if s not in index]
+        if missing:
+            raise ScenarioError(f"{scenario.path}: servers {missing} are not nodes of trace {scenario.trace!r} "
+                                f"(e.g. {', '.join(trace.nodes[:3])})")
+        return {s: index[s] for s in scenario.servers}
+    if scenario.servers > trace.n_nodes:
+        raise ScenarioError(f"{scenario.path}: servers = {scenario.servers} but trace {scenario.trace!r} has "
+                            f"{trace.n_nodes} nodes")
+    # "30 distant servers that reliably communicate with others": fewest missing samples in the
+    # first frames (one chunk), ties by node order.
+    frames = np.stack([trace.frame(f) for f in range(min(trace.n_frames, 360))])
+    missing = np.isnan(frames).sum(axis=(0, 2)) + np.isnan(frames).sum(axis=(0, 1))
+    chosen = sorted(np.argsort(missing, kind="stable")[:scenario.servers].tolist())
+    return {trace.nodes[i]: i for i in chosen}
+
+
+def build_sources(scenario: Scenario, query: Query, servers: dict[str, int]) -> list[Source]:
+    names = list(servers)
+    sources: list[Source] = []
+    for spec in scenario.sources:
+        where = f"{scenario.path}: source {spec.stream!r}"
+        on = names if spec.servers == "all" else list(spec.servers)
+        for server in on:
+            if server not in servers:
+                raise ScenarioError(f"{where}: server {server!r} is not one of the scenario's servers")
+            stream = spec.stream.format(i=names.index(server), server=server)
+            if stream not in query.streams:
+                raise ScenarioError(f"{where}: stream {stream!r} is not in the query "
+                                    f"({', '.join(list(query.streams)[:6])}…)")
+            source = Source(stream, server, spec.kind, round(spec.period_ms * 1000), round(scenario.punctuation_ms * 1000),
+                            stamped=scenario.entry_mode == "source", peers=[s for s in names if s != server],
+                            seed=scenario.seed, names=query.streams[stream].schema.names)
+            if spec.kind == "events":
+                source.records = read_events(spec.events, query)[stream]
+            sources.append(source)
+    fed = Counter(s.stream for s in sources)
+    unfed = [s for s in query.streams if s not in fed]
+    if unfed:
+        raise ScenarioError(f"{scenario.path}: no source feeds stream(s) {', '.join(unfed)}")
+    twice = [s for s, n in fed.items() if n > 1 and scenario.entry_mode == "source"]
+    if twice:
+        raise ScenarioError(f"{scenario.path}: streams {twice} have several source-stamped sources; their "
+                            f"punctuations would contradict each other (give each server its own stream)")
+    return sources
+
+
+def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: bool = False,
+        desc: str = "") -> RunResult:
+    """Simulate ``prepared`` at degree ``kmax``; see the module docstring."""
+    scenario, query = prepared.scenario, prepared.query
+    placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax)
+    options = NodeOptions(punctuation_us=round(scenario.punctuation_ms * 1000),
+                          heartbeat_us=round(scenario.heartbeat_ms * 1000),
+                          peer_timeout_us=round(scenario.peer_timeout_ms * 1000),
+                          entry_modes={s: scenario.entry_mode for s in query.streams})
+    processing = Processing(scenario.processing_us)
+    sim = Simulation(query, placement, prepared.trace, prepared.servers, options=options, start_us=prepared.start,
+                     outage=scenario.outage, processing=processing, origin_us=prepared.origin,
+                     bandwidth_bps=scenario.bandwidth_mbps * 1e6 if scenario.bandwidth_mbps else None)
+    done = sim.env.event()
+    recorder = Recorder(list(query.applications), sim.network, round(scenario.bucket_s * 1e6), keep_records, done)
+    sim.observer = recorder
+    inputs: dict[str, list[Record]] = {s: [] for s in query.streams}
+    for source in prepared.sources:
+        _start_source(sim, prepared, source, inputs if keep_records else None)
+    _schedule_faults(sim, scenario, placement, processing, prepared.start)
+    limit = prepared.end + round(scenario.drain_s * 1e6)
+    wall = time.perf_counter()
+    _run(sim, done, limit, progress, desc or f"kmax={kmax}")
+    wall = time.perf_counter() - wall
+    result = RunResult(kmax, placement, recorder, inputs)
+    result.summary = summarise(result, sim, prepared, wall, completed=done.triggered)
+    return result
+
+
+def _run(sim: Simulation, done, limit: int, progress: bool, desc: str) -> None:
+    from tqdm import tqdm
+
+    env = sim.env
+    total = (limit - env.now) / 1e6
+    step = max(1, (limit - env.now) // 200)
+    with tqdm(total=round(total), desc=desc, unit="sim s", disable=not progress, leave=True) as bar:
+        shown = env.now
+        while not done.triggered and env.now < limit:
+            env.run(until=min(limit, env.now + step))
+            bar.update(round((env.now - shown) / 1e6))
+            shown = env.now - (env.now - shown) % 1_000_000
+
+
+def _start_source(sim: Simulation, prepared: Prepared, source: Source, inputs: dict | None) -> None:
+    trace, servers = prepared.trace, prepared.servers
+    origin = prepared.origin
+
+    def rtt(a: str, b: str, t: int) -> float | None:
+        return trace.latency_ms(servers[a], servers[b], max(0, t - origin))
+
+    items = messages(source, prepared.start, prepared.end, rtt)
+    schema = prepared.query.streams[source.stream].schema
+
+    def fire(event=None, message=None) -> None:
+        when, batch = message
+        if inputs is not None and source.stamped:
+            inputs[source.stream].extend(reference_records(schema, batch, when, f"source {source.stream}"))
+        sim.publish(source.server, source.stream, payload(batch))
+        following = next(items, None)
+        if following is not None:
+            sim.env.timeout(following[0] - sim.env.now).callbacks.append(lambda e: fire(e, following))
+
+    first = next(items, None)
+    if first is not None:
+        sim.env.timeout(max(0, first[0] - sim.env.now)).callbacks.append(lambda e: fire(e, first))
+
+
+def replica_server(placement: dict[str, list[str]], target: str, where: str) -> str:
+    """A fault target: a server name, or ``name#index`` for the server hosting that replica."""
+    if "#" not in target:
+        return target
+    name, _, index = target.partition("#")
+    servers = placement.get(name)
+    if servers is None or not index.isdigit() or int(index) >= len(servers):
+        raise ScenarioError(f"{where}: {target!r} is not a deployed replica (deployed: "
+                            f"{', '.join(f'{n}#0..{len(s) - 1}' for n, s in list(placement.items())[:4])}…)")
+    return servers[int(index)]
+
+
+def _schedule_faults(sim: Simulation, scenario: Scenario, placement, processing: Processing, start: int) -> None:
+    env = sim.env
+
+    def at(t: int, action) -> None:
+        env.timeout(max(0, start + t - env.now)).callbacks.append(lambda event: action())
+
+    for i, fault in enumerate(scenario.faults, start=1):
+        where = f"{scenario.path}: [[faults]] #{i}"
+        targets = [replica_server(placement, t, where) for t in fault.target]
+        unknown = [t for t in targets if t not in sim.network.servers]
+        if unknown:
+            raise ScenarioError(f"{where}: {unknown[0]!r} is not a server of this scenario")
+        t1, t2 = start + fault.from_us, start + (fault.to_us or 0)
+        if fault.kind == "crash":
+            at(fault.from_us, lambda s=targets[0]: sim.crash(s))
+        elif fault.kind == "restart":
+            at(fault.from_us, lambda s=targets[0]: sim.restart(s))
+        elif fault.kind == "cut":
+            sim.network.cut(targets[0], targets[1], t1, t2)
+            if scenario.outage == "drop" and frozenset(targets) in sim.pairs:
+                at(fault.from_us, lambda a=targets[0], b=targets[1]: sim.drop_connection(a, b))
+        elif fault.kind == "congest":
+            sim.network.congest(targets[0], targets[1], t1, t2, round(fault.value * 1000))
+        else:
+            processing.spike(targets[0], t1, t2, fault.value)
+            sim.processing = processing
+
+
+def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: float, completed: bool) -> dict[str, Any]:
+    table = result.recorder.deliveries()
+    latency = table.column("latency_us").to_numpy()
+    apps = table.column("app").to_pylist() if table.num_rows else []
+    bandwidth = result.recorder.bandwidth().to_pandas()
+    data = bandwidth[bandwidth["stream"].astype(str) != "control"]
+    seconds = (prepared.end - prepared.start) / 1e6
+    return {
+        "kmax": result.kmax,
+        "completed": completed,
+        "simulated_s": (sim.env.now - prepared.start) / 1e6,
+        "wall_s": round(wall, 3),
+        "hops": sim.network.hops,
+        "messages": sim.network.messages,
+        "hops_per_s": round(sim.network.hops / wall) if wall else None,
+        "delivered": int(len(latency)),
+        "per_app": dict(sorted(Counter(apps).items())),
+        "latency_ms": _quantiles(latency),
+        "records_sent": int(data["records"].sum()),
+        "bytes_sent": int(bandwidth["bytes"].sum()),
+        "data_bytes_sent": int(data["bytes"].sum()),
+        "network_cost": round(float(data["cost"].sum()) * prepared.scenario.bucket_s / seconds, 3),
+        "dead_letters": result.recorder.dead_letters,
+        "placement": result.placement,
+    }
+
+
+def _quantiles(latency: np.ndarray) -> dict[str, float | None]:
+    if not len(latency):
+        return {"mean": None, **{f"p{q * 100:g}": None for q in QUANTILES}, "max": None}
+    values = np.quantile(latency, QUANTILES) / 1000.0
+    return {"mean": round(float(latency.mean()) / 1000.0, 3),
+            **{f"p{q * 100:g}": round(float(v), 3) for q, v in zip(QUANTILES, values)},
+            "max": round(float(latency.max()) / 1000.0, 3)}
