@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "traces.cli",
     "engine.node_cli",
     "engine.cluster_cli",
+    "simulator.cli",
 )
 
 

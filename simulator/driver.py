@@ -23,7 +23,6 @@ No operator, routing or placement logic lives here: the core does all of it.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -117,19 +116,26 @@ class SimNode:
     def _transmit(self) -> None:
         """Send the core's outbox per destination, handle its events, re-arm the timer."""
         sim, now = self.sim, self.sim.env.now
-        frames: dict[str, list] = defaultdict(list)
-        for node, message in self.core.messages_to_send():
-            frames[node].append(message)
-        for node, messages in frames.items():
-            if frozenset((self.name, node)) not in sim.connected:
-                continue                              # replayed by on_peer_up when the link returns
-            size = 0
-            for message in messages:
-                length = len(encode(message))
-                size += length
-                sim.observer.sent(self.name, node, message, length, now)
-            if not sim.network.send(self.name, node, messages, now, size):
-                sim.drop_connection(self.name, node)  # drop-mode outage: the connection breaks
+        outbox = self.core.messages_to_send()
+        if outbox:
+            frames: dict[str, list] = {}
+            for node, message in outbox:
+                frame = frames.get(node)
+                if frame is None:
+                    frames[node] = [message]
+                else:
+                    frame.append(message)
+            sent, name = sim.observer.sent, self.name
+            for node, messages in frames.items():
+                if frozenset((name, node)) not in sim.connected:
+                    continue                          # replayed by on_peer_up when the link returns
+                size = 0
+                for message in messages:
+                    length = len(encode(message))
+                    size += length
+                    sent(name, node, message, length, now)
+                if not sim.network.send(name, node, messages, now, size):
+                    sim.drop_connection(name, node)   # drop-mode outage: the connection breaks
         self._events(via=None)
         when = self.core.next_timer()
         if when != self._timer_when:

@@ -46,6 +46,7 @@ class Recorder(Observer):
         self.dead_letters = 0
         # (bucket, stream replica or "control") -> [records, bytes, record-weighted one-way ms]
         self.traffic: dict[tuple[int, Any], list] = defaultdict(lambda: [0, 0, 0.0])
+        self._streams: dict[int, Any] = {}
 
     # -- Observer -------------------------------------------------------------------------------
     def delivered(self, node: str, event: Delivered, via: Any) -> None:
@@ -64,7 +65,11 @@ class Recorder(Observer):
 
     def sent(self, src: str, dst: str, message: Any, size: int, now: int) -> None:
         if type(message) is Batch:
-            entry = self.traffic[(now // self.bucket_us, message.stream)]
+            # Keyed by identity: the core reuses one StreamReplica object per route, and hashing
+            # the dataclass is the costliest step here.
+            stream = message.stream
+            entry = self.traffic[(now // self.bucket_us, id(stream))]
+            self._streams[id(stream)] = stream
             n = len(message.records)
             entry[0] += n
             if n:
@@ -86,11 +91,13 @@ class Recorder(Observer):
                          "via": pa.array(self.via_col, pa.string()).dictionary_encode()})
 
     def bandwidth(self) -> pa.Table:
-        keys = sorted(self.traffic, key=lambda k: (k[0], str(k[1])))
+        name = {key: _stream_name(stream) for key, stream in self._streams.items()}
+        name["control"] = "control"
+        keys = sorted(self.traffic, key=lambda k: (k[0], name[k[1]]))
         seconds = self.bucket_us / 1e6
         return pa.table({
             "t_us": pa.array([k[0] * self.bucket_us for k in keys], pa.int64()),
-            "stream": pa.array([_stream_name(k[1]) for k in keys], pa.string()).dictionary_encode(),
+            "stream": pa.array([name[k[1]] for k in keys], pa.string()).dictionary_encode(),
             "records": pa.array([self.traffic[k][0] for k in keys], pa.int64()),
             "bytes": pa.array([self.traffic[k][1] for k in keys], pa.int64()),
             "cost": pa.array([self.traffic[k][2] / seconds for k in keys], pa.float64()),

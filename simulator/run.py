@@ -150,6 +150,8 @@ def _run(sim: Simulation, done, limit: int, progress: bool, desc: str) -> None:
             env.run(until=min(limit, env.now + step))
             bar.update(round((env.now - shown) / 1e6))
             shown = env.now - (env.now - shown) % 1_000_000
+        if done.triggered:
+            bar.update(bar.total - bar.n)          # the drain allowance was not needed
 
 
 def _start_source(sim: Simulation, prepared: Prepared, source: Source, inputs: dict | None) -> None:
