@@ -1,0 +1,100 @@
+"""Scenario runs on the shipped Seattle trace: replication transparency under every fault kind, the
+per-record lower bound, and the network's FIFO / outage rules."""
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simpy
+
+from engine.replay import replay
+from simulator.bound import lower_bounds
+from simulator.network import FixedDelays, Network
+from simulator.run import Prepared, run
+from simulator.scenario import ScenarioError, load_scenario
+
+DATA = Path(__file__).parent / "data"
+
+
+def reference_equal(prepared, result) -> dict[str, bool]:
+    reference = replay(prepared.query, result.inputs, replicas=1,
+                       punctuation_us=round(prepared.scenario.punctuation_ms * 1000))
+    return {app: Counter(records) == Counter(result.recorder.outputs[app]) for app, records in reference.outputs.items()}
+
+
+@pytest.mark.parametrize("outage", ["hold", "drop"])
+def test_faults_change_no_application_output(outage):
+    scenario = load_scenario(DATA / "fig1-faults.toml")
+    scenario.outage = outage
+    prepared = Prepared(scenario)
+    result = run(prepared, 3, keep_records=True)
+    assert result.summary["completed"]
+    assert all(reference_equal(prepared, result).values())
+    assert result.summary["delivered"] == 675
+    # The faults did bite: the CPU spike and the 2 s congestion delayed some records by seconds.
+    assert result.summary["latency_ms"]["max"] > 5000
+
+
+def test_without_replicas_a_crash_loses_output():
+    """The same script at kmax = 1 crashes the only Join replica: the check must notice."""
+    prepared = Prepared(load_scenario(DATA / "fig1-faults.toml"))
+    result = run(prepared, 1, keep_records=True)
+    equal = reference_equal(prepared, result)
+    assert not equal["alerts"]
+
+
+def test_lower_bound_never_beaten_and_met_within_processing_cost():
+    scenario = load_scenario(DATA / "chain.toml")
+    path_cost = sum(scenario.processing_us[k] for k in ("entry", "union", "filter", "application"))
+    prepared = Prepared(scenario)
+    for costs in (scenario.processing_us, {}):
+        scenario.processing_us = dict(costs)
+        result = run(prepared, 3, keep_records=True)
+        homes = {s.stream: s.server for s in prepared.sources}
+        bounds = lower_bounds(prepared.query, result.placement, prepared.servers, prepared.trace, result.inputs, homes,
+                              prepared.origin)
+        arrival = np.array(result.recorder.arrival_col)
+        bound = np.array([bounds[r] for r in result.recorder.outputs["watch"]])
+        excess = arrival - bound
+        assert len(excess) > 1000 and excess.min() >= 0
+        if costs:
+            assert np.mean(excess <= path_cost) >= 0.9
+        else:
+            assert np.mean(excess == 0) >= 0.99      # only FIFO (a later frame's shorter delay) delays
+
+
+def test_more_replicas_lower_latency():
+    prepared = Prepared(load_scenario(DATA / "chain.toml"))
+    p99 = [run(prepared, k).summary["latency_ms"]["p99"] for k in (1, 3)]
+    assert p99[1] < p99[0]
+
+
+def network(delays, outage="hold"):
+    env = simpy.Environment()
+    got = []
+    net = Network(env, FixedDelays(delays), {"a": 0, "b": 1}, lambda dst, src, items: got.append((env.now, items)),
+                  outage=outage)
+    return env, net, got
+
+
+def test_links_are_fifo_and_outages_hold_or_refuse():
+    env, net, got = network({"a": {"b": 20.0}})
+    net.send("a", "b", ["first"], 0)
+    net.congest("a", "b", 0, 5_000, -9_000)          # a later message would overtake without FIFO
+    net.send("a", "b", ["second"], 1_000)
+    net.cut("a", "b", 20_000, 50_000)
+    net.send("a", "b", ["held"], 30_000)
+    env.run()
+    assert got == [(10_000, ["first"]), (10_000, ["second"]), (60_000, ["held"])]
+    env, net, got = network({"a": {"b": 20.0}}, outage="drop")
+    net.cut("a", "b", 0, 50_000)
+    assert not net.send("a", "b", ["lost"], 0)
+
+
+def test_scenario_errors_name_file_and_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('trace = "seattle"\nquery = "q.toml"\nservers = 3\nkmax = 0\n[[sources]]\nkind="cpu"\n'
+                   'stream="x"\nservers="all"\n')
+    with pytest.raises(ScenarioError, match=r"bad.toml: 'kmax' must be a positive integer"):
+        load_scenario(bad)
