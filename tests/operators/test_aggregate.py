@@ -35,6 +35,13 @@ def test_windows_close_at_the_punctuation_with_the_window_end_as_timestamp():
     assert agg.on_punctuation(0, 100) == ([(20, "a", 1)], 100)   # empty windows emit nothing
 
 
+def test_windows_around_the_epoch_have_negative_indices_and_close_once():
+    agg = make(1_634_977, 233_568, (Summary("count", None, None),))
+    agg.on_batch(0, [(17_666, "a", 1.0)])
+    out, _ = agg.on_punctuation(0, 2**63 - 1)
+    assert [r[0] for r in out] == list(agg.window_ends(17_666))    # the 7 windows containing it, once each
+
+
 def test_float_sums_are_exact_so_every_order_gives_the_same_bits():
     agg = make(10, 10, (Summary("sum", 2, "float"),))
     agg.on_batch(0, [(1, "a", 1e16), (2, "a", 1.0), (3, "a", -1e16), (4, "a", 1.0)])
