@@ -15,31 +15,55 @@ expresses deployments where some operators have fewer live replicas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from operators.errors import QueryError
 from operators.query import Query
 
 
-@dataclass(frozen=True, order=True)
+# Replica and stream-replica ids key every dict on the data path (routes, inbound state, acks), so
+# they are slotted and carry their hash, computed once: a frozen dataclass would rehash its fields
+# on every lookup.  Equality, ordering, frozenness and pickling (by value) are those of the plain
+# frozen dataclasses.
+@dataclass(frozen=True, order=True, slots=True)
 class ReplicaId:
     """Replica ``index`` of the logical node ``name`` (a stream's entry point, an operator or an app)."""
 
     name: str
     index: int
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.index)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return ReplicaId, (self.name, self.index)       # str hashes differ between processes
 
     def __str__(self) -> str:
         return f"{self.name}#{self.index}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StreamReplica:
     """The copy of ``source``'s output stream that feeds input ``port`` of ``target``."""
 
     source: ReplicaId
     target: ReplicaId
     port: int
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.source, self.target, self.port)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return StreamReplica, (self.source, self.target, self.port)
 
 
 @dataclass
