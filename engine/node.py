@@ -85,6 +85,11 @@ class _Hosted:
         self.log = OutputLog()
         self.routes: dict[StreamReplica, str] = {}     # downstream stream replica -> node
         self.acked: dict[StreamReplica, int] = {}      # remote downstream -> acknowledged offset
+        # The log is trimmed to the lowest remote ack (the floor).  ``lagging`` counts the remote
+        # routes still at the floor, so an ack rescans the routes only when the floor can rise
+        # (amortised O(1) per ack); None = routes changed, rescan on the next ack.
+        self.floor: int | None = None
+        self.lagging = 0
         self.records_in = 0
         self.records_out = 0
         self.stamping = False                          # entry-stamped mode: this replica stamps
@@ -310,10 +315,17 @@ class NodeCore:
         hosted = self.hosted.get(ack.stream.source)
         if hosted is None or ack.stream not in hosted.routes:
             return
-        if ack.offset > hosted.acked.get(ack.stream, 0):
+        previous = hosted.acked.get(ack.stream, 0)
+        if ack.offset > previous:
             hosted.acked[ack.stream] = ack.offset
-        remote = [s for s, node in hosted.routes.items() if node != self.name]
-        hosted.log.trim(min(hosted.acked.get(s, 0) for s in remote))
+            if previous == hosted.floor:
+                hosted.lagging -= 1
+        if hosted.floor is None or hosted.lagging <= 0:
+            acked, name = hosted.acked, self.name
+            offsets = [acked.get(s, 0) for s, node in hosted.routes.items() if node != name]
+            hosted.floor = floor = min(offsets)
+            hosted.lagging = offsets.count(floor)
+            hosted.log.trim(floor)
 
     def _dead_letter(self, stream: str, reason: str, item: Any) -> None:
         self.counters["dead_letters"] += 1
@@ -377,6 +389,7 @@ class NodeCore:
             self._inbound[stream] = _Inbound(message.source_node, index)
         if source is not None and stream not in source.routes:
             source.routes[stream] = message.target_node
+            source.floor = None
             if message.target_node == self.name:
                 for start, records, punctuation in source.log.since(0):
                     self._local.append((stream, start, records, punctuation))
@@ -389,6 +402,7 @@ class NodeCore:
         if source is not None:
             source.routes.pop(message.stream, None)
             source.acked.pop(message.stream, None)
+            source.floor = None
 
     # -- statistics -----------------------------------------------------------------------------
     def _on_heartbeat(self, src: str, message: Heartbeat, now: int) -> None:
