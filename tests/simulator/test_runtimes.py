@@ -1,0 +1,195 @@
+"""One small scenario on both runtimes (issue 5): the asyncio/TCP driver on loopback with fixed link
+delays, and the simulator with the same delays, give every application the same output — and the
+same as the one-process replay reference.
+
+The TCP side is the real thing: a private mosquitto carries the source payloads, one
+:class:`engine.aio.driver.NodeDriver` per node runs in this process's event loop, and every node
+pair's connection goes through a delay proxy (each chunk is forwarded ``one-way delay`` after it was
+read, FIFO per direction).  The proxy sits in the dialer's configuration only: each driver gets a
+copy of the cluster configuration in which the peers it dials listen on their proxy's port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import aiomqtt
+
+from engine.aio.driver import NodeDriver
+from engine.cluster_config import ClusterConfig, NodeSpec
+from engine.events import read_events
+from engine.node import NodeOptions
+from engine.replay import replay
+from operators.query_file import load_query
+from operators.record import CLOSED
+from simulator.driver import Observer, Simulation
+from simulator.network import FixedDelays
+from simulator.sources import Source, messages, payload
+from tests.integration.helpers import free_ports, mosquitto
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NODES = ["n0", "n1", "n2"]
+RTT_MS = {"n0": {"n1": 40.0, "n2": 80.0}, "n1": {"n2": 60.0}}
+PUNCTUATION_US = 1_000_000
+# Every stream and operator twice (kmax = 2), spread so each node pair carries stream replicas.
+PLACEMENT = {
+    "cpu_a": ["n0", "n1"], "cpu_b": ["n1", "n2"], "cpu_c": ["n2", "n0"],
+    "ping_a": ["n0", "n2"], "ping_b": ["n1", "n0"], "ping_c": ["n2", "n1"],
+    "load": ["n0", "n1"], "ping": ["n1", "n2"], "correlate": ["n2", "n0"], "hot": ["n0", "n2"],
+    "rtt_by_dst": ["n1", "n0"], "load_trend": ["n2", "n1"],
+    "alerts": ["n1"], "rtt_stats": ["n2"], "load_trends": ["n0"],
+}
+HOME = {"cpu_a": "n0", "cpu_b": "n1", "cpu_c": "n2", "ping_a": "n0", "ping_b": "n1", "ping_c": "n2"}
+
+
+def scenario():
+    """The Fig. 1 query, the first 20 s of its events file (some 360 records), and the payloads
+    each source publishes: ``(when, stream, payload)`` in send order, shared by both runtimes."""
+    query = load_query(EXAMPLES / "fig1.toml")
+    inputs = read_events(EXAMPLES / "fig1-events.jsonl", query)
+    first = min(records[0][0] for records in inputs.values())
+    inputs = {s: [r for r in records if r[0] < first + 20_000_000] for s, records in inputs.items()}
+    publications = []
+    for stream, records in inputs.items():
+        source = Source(stream, HOME[stream], "events", punctuation_us=PUNCTUATION_US, records=records,
+                        names=query.schemas[stream].names)
+        for when, items in messages(source, first, first + 10**12, None):
+            publications.append((when, stream, payload(items)))
+    publications.sort(key=lambda p: p[0])          # stable: per stream, send order is kept
+    return query, inputs, publications
+
+
+# -- the simulator -----------------------------------------------------------------------------------
+class Collect(Observer):
+    def __init__(self):
+        self.outputs, self.closed = defaultdict(list), set()
+
+    def delivered(self, node, event, via):
+        self.outputs[event.app].extend(event.records)
+        if event.punctuation == CLOSED:
+            self.closed.add(event.app)
+
+
+def run_simulator(query, publications):
+    observer = Collect()
+    sim = Simulation(query, PLACEMENT, FixedDelays(RTT_MS), {n: i for i, n in enumerate(NODES)},
+                     options=NodeOptions(heartbeat_us=500_000, peer_timeout_us=3_000_000),
+                     start_us=publications[0][0], observer=observer)
+    for when, stream, body in publications:
+        sim.env.timeout(when - sim.env.now).callbacks.append(
+            lambda event, stream=stream, body=body: sim.publish(HOME[stream], stream, body))
+    sim.run(publications[-1][0] + 60_000_000)
+    assert observer.closed == set(query.applications)
+    return observer.outputs
+
+
+# -- the asyncio driver on loopback TCP ----------------------------------------------------------------
+async def delay_proxy(listen_port: int, target_port: int, one_way_s: float, carried: Counter):
+    """Forward connections on ``listen_port`` to ``target_port``, each chunk ``one_way_s`` late;
+    counts connections and bytes in ``carried``."""
+    loop = asyncio.get_running_loop()
+
+    async def pump(reader, writer):
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def send():
+            while True:
+                due, data = await queue.get()
+                if data is None:
+                    writer.close()
+                    return
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                writer.write(data)
+                await writer.drain()
+        sender = asyncio.create_task(send())
+        try:
+            while data := await reader.read(65536):
+                queue.put_nowait((loop.time() + one_way_s, data))
+                carried["bytes"] += len(data)
+        except OSError:
+            pass
+        queue.put_nowait((0.0, None))
+        await asyncio.gather(sender, return_exceptions=True)
+
+    async def accept(client_reader, client_writer):
+        try:
+            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
+        except OSError:
+            client_writer.close()
+            return
+        carried["connections"] += 1
+        try:
+            await asyncio.gather(pump(client_reader, server_writer), pump(server_reader, client_writer))
+        except (asyncio.CancelledError, OSError):
+            pass            # shutdown: the event loop cancels open connections
+
+    return await asyncio.start_server(accept, "127.0.0.1", listen_port, reuse_address=True)
+
+
+async def run_tcp(query, publications, broker_port: int):
+    ports = dict(zip(NODES, free_ports(len(NODES))))
+    pairs = [(a, b) for a in NODES for b in NODES if a < b]          # the first name dials
+    proxy_ports = dict(zip(pairs, free_ports(len(pairs))))
+    delays = FixedDelays(RTT_MS)
+    carried = {pair: Counter() for pair in pairs}
+    proxies = [await delay_proxy(proxy_ports[(a, b)], ports[b], delays.one_way_us(NODES.index(a), NODES.index(b), 0) / 1e6,
+                                 carried[(a, b)]) for a, b in pairs]
+    base = ClusterConfig(path=Path("runtimes.toml"), query_path=EXAMPLES / "fig1.toml", nodes={}, placement=PLACEMENT,
+                         secret=secrets.token_bytes(32), broker_port=broker_port, _query=query)
+    outputs, closed = defaultdict(list), set()
+
+    def collect(event):
+        outputs[event.app].extend(event.records)
+        if event.punctuation == CLOSED:
+            closed.add(event.app)
+
+    drivers = []
+    for name in NODES:
+        nodes = {n: NodeSpec(n, "127.0.0.1", ports[n] if n <= name else proxy_ports[(name, n)], None) for n in NODES}
+        config = dataclasses.replace(base, nodes=nodes)
+        apps = [app for app in query.applications if PLACEMENT[app] == [name]]
+        drivers.append(NodeDriver(config, name, callbacks={app: collect for app in apps}))
+    tasks = [asyncio.create_task(d.run(install_signals=False)) for d in drivers]
+    try:
+        await wait(lambda: all(d.is_ready() for d in drivers), 30, "the nodes to connect")
+        async with aiomqtt.Client("127.0.0.1", broker_port) as client:
+            for _, stream, body in publications:         # QoS 1, one at a time: per-topic order kept
+                await client.publish(f"replicast/in/{stream}", body, qos=1)
+        await wait(lambda: closed == set(query.applications), 60, "every application to close")
+        assert all(d.refused == 0 for d in drivers)
+        # Every node pair's single connection went through its delay proxy (and carried data).
+        assert all(c["connections"] == 1 and c["bytes"] > 10_000 for c in carried.values()), carried
+    finally:
+        for d in drivers:
+            d.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for proxy in proxies:
+            proxy.close()
+    return outputs
+
+
+async def wait(condition, timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_tcp_and_simulator_give_equal_application_output(tmp_path):
+    query, inputs, publications = scenario()
+    reference = replay(query, inputs, replicas=1, punctuation_us=PUNCTUATION_US).outputs
+    assert all(reference[app] for app in query.applications)      # every application has output to compare
+    simulated = run_simulator(query, publications)
+    with mosquitto(tmp_path) as broker_port:
+        tcp = asyncio.run(run_tcp(query, publications, broker_port))
+    for app, spec in query.applications.items():
+        if spec.ordered:                                           # the sorter fixes the order
+            assert simulated[app] == reference[app] == tcp[app], app
+        else:
+            assert Counter(simulated[app]) == Counter(reference[app]) == Counter(tcp[app]), app
