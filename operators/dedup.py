@@ -45,7 +45,11 @@ _MULTIPLE = -1
 
 
 class DuplicateFilter:
-    """Algorithm 1 for one input port fed by ``k`` stream replicas numbered ``0 … k-1``."""
+    """Algorithm 1 for one input port fed by ``k`` stream replicas numbered ``0 … k-1``.
+
+    ``k`` may start at 0 and grow with :meth:`add_replica` as stream replicas connect; a filter
+    created with ``k = 1`` takes the single-replica fast path until a second replica is added.
+    """
 
     def __init__(self, k: int):
         self.k = k

@@ -103,6 +103,16 @@ def test_a_replica_added_mid_stream_and_replaying_from_the_start_adds_nothing(re
     assert Counter(out) == Counter(records)
 
 
+def test_a_filter_may_start_with_no_replicas_and_grow():
+    """The node creates input ports before their stream replicas connect (engine/node.py)."""
+    f = DuplicateFilter(0)
+    first, second = f.add_replica(), f.add_replica()
+    assert (first, second) == (0, 1)
+    assert f.on_batch(second, [(1, "a"), (2, "b")]) == [(1, "a"), (2, "b")]
+    assert f.on_batch(first, [(2, "b"), (3, "c")]) == [(3, "c")]
+    assert f.weights() == [1.0 + 0.5, 2.0]
+
+
 def test_snapshot_restore_continues_identically():
     f = DuplicateFilter(2)
     f.on_batch(0, [(1, "a"), (3, "c")])

@@ -24,3 +24,10 @@ def test_snapshot_keeps_the_frontier():
     v = Union(2)
     v.restore(u.snapshot())
     assert v.on_punctuation(1, 9) == ([], 5)
+
+
+def test_a_replica_may_start_with_no_upstreams_and_grow():
+    from operators.replica import OperatorReplica
+    replica = OperatorReplica(Union(1), [0])
+    upstream = replica.filters[0].add_replica()
+    assert replica.on_batch(0, upstream, [(1, "a")], 7) == ([(1, "a")], 7)
