@@ -78,6 +78,11 @@ class ClusterConfig:
     def mqtt_address(self) -> tuple[str, int]:
         return self.broker_host, self.broker_port
 
+    def tls_files(self, node: str) -> dict[str, Path]:
+        """Node ``node``'s ``[tls]`` paths (``cert``, ``key``, ``ca``) with ``{node}`` replaced by its
+        name, so one file can give every node its own certificate; empty without ``[tls]``."""
+        return {key: Path(str(path).replace("{node}", node)) for key, path in self.tls.items()}
+
 
 _TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "secret", "secret_env", "entry_mode",
         "entry_modes", "mqtt", "nodes", "placement", "outputs", "sources", "tls", "name"}
@@ -153,9 +158,10 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         if node not in nodes:
             raise ClusterConfigError(f"{w}: unknown node {node!r}")
         sources.append(SourceSpec(node, [str(a) for a in _get(table, "command", list, w)]))
-    tls = {k: base / v for k, v in _get(doc, "tls", dict, where, {}).items()}
-    if tls and not {"cert", "key", "ca"} <= set(tls):
-        raise ClusterConfigError(f"{where}: [tls] needs cert, key and ca (paths), got {sorted(tls)}")
+    tls_table = _get(doc, "tls", dict, where, {})
+    tls = {k: base / _get(tls_table, k, str, f"{where}: [tls]") for k in tls_table}
+    if tls and set(tls) != {"cert", "key", "ca"}:
+        raise ClusterConfigError(f"{where}: [tls] needs exactly cert, key and ca (paths), got {sorted(tls)}")
     config = ClusterConfig(
         path=path, query_path=base / _get(doc, "query", str, where), nodes=nodes, placement=placement,
         secret=secret, punctuation_ms=float(_get(doc, "punctuation_ms", (int, float), where, 100.0)),

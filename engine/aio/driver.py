@@ -6,7 +6,9 @@ Duties, in the order a message flows:
   accepts; the dialer retries with exponential back-off.  Both ends start with a shared-secret
   handshake (:class:`~engine.messages.Hello` with a random challenge, answered by an HMAC
   :class:`~engine.messages.Proof`); a peer that fails it is logged and disconnected before any
-  frame reaches the core.  Optional TLS wraps the same bytes.
+  frame reaches the core.  Optional TLS (mutually authenticated, one cluster CA) wraps the same
+  bytes; it is started on the accepted/dialled socket by the link code, so a peer that fails it
+  (no TLS, an untrusted certificate) is refused, logged and counted like a wrong secret.
 * **Frames.** Length-prefixed msgpack (:mod:`engine.wire`); a frame that does not decode closes
   the link (the core replays from the last acknowledged offset when it comes back).
 * **Time.** ``now`` is the wall clock in µs (NTP-synchronised on real servers, §II-B); the single
@@ -96,6 +98,8 @@ class NodeDriver:
         self._tasks: list[asyncio.Task] = []
         self.refused = 0
         self._ready_logged = False
+        #: TLS contexts (client, server), indexed by "is this the accepting side", or None.
+        self._tls = (self._ssl_context(server=False), self._ssl_context(server=True)) if config.tls else None
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def run(self, *, install_signals: bool = True) -> None:
@@ -103,8 +107,7 @@ class NodeDriver:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        server = await asyncio.start_server(self._accept, self.spec.host, self.spec.port,
-                                            ssl=self._ssl_context(server=True), reuse_address=True)
+        server = await asyncio.start_server(self._accept, self.spec.host, self.spec.port, reuse_address=True)
         metrics_server = None
         if self.spec.metrics_port is not None:
             metrics_server = self.metrics.serve(self.spec.host, self.spec.metrics_port)
@@ -140,12 +143,13 @@ class NodeDriver:
         self._stop.set()
 
     def _ssl_context(self, server: bool) -> ssl.SSLContext | None:
-        tls = self.config.tls
+        tls = self.config.tls_files(self.name)
         if not tls:
             return None
         purpose = ssl.Purpose.CLIENT_AUTH if server else ssl.Purpose.SERVER_AUTH
         context = ssl.create_default_context(purpose, cafile=str(tls["ca"]))
         context.load_cert_chain(str(tls["cert"]), str(tls["key"]))
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.check_hostname = False            # nodes are named by the cluster file, not DNS
         context.verify_mode = ssl.CERT_REQUIRED
         return context
@@ -155,7 +159,7 @@ class NodeDriver:
         spec, backoff = self.config.nodes[peer], Backoff()
         while True:
             try:
-                reader, writer = await asyncio.open_connection(spec.host, spec.port, ssl=self._ssl_context(False))
+                reader, writer = await asyncio.open_connection(spec.host, spec.port)
             except OSError:
                 await asyncio.sleep(backoff.next())
                 continue
@@ -163,7 +167,14 @@ class NodeDriver:
             await self._link(reader, writer, expected=peer)
             await asyncio.sleep(backoff.next())
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        # Called inside connection_made, before any byte is read: with TLS, stop reading until
+        # start_tls takes the transport over, or the ClientHello would land in the plain reader.
+        if self._tls is not None:
+            writer.transport.pause_reading()
+        return self._accepted(reader, writer)
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await self._link(reader, writer, expected=None)
         except asyncio.CancelledError:
@@ -193,11 +204,21 @@ class NodeDriver:
 
     async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, expected: str | None) -> None:
         address = writer.get_extra_info("peername")
+        stage = "handshake"
         try:
+            if self._tls is not None:
+                # TLS first (the dialer is the TLS client); its failures are refusals like a bad proof.
+                stage = "TLS handshake"
+                await asyncio.wait_for(writer.start_tls(self._tls[expected is None]), HANDSHAKE_TIMEOUT)
+                stage = "handshake"
             result = await asyncio.wait_for(self._handshake(reader, writer, expected), HANDSHAKE_TIMEOUT)
         except (WireError, asyncio.TimeoutError, OSError) as error:
             if isinstance(error, asyncio.TimeoutError):
-                error = f"no handshake within {HANDSHAKE_TIMEOUT:.0f} s"
+                error = f"no {stage} within {HANDSHAKE_TIMEOUT:.0f} s"
+            elif isinstance(error, ssl.SSLError):
+                error = f"TLS: {error}"
+            elif not str(error):
+                error = type(error).__name__
             self.refused += 1
             self.metrics.refused.set(self.refused)
             log.warning("refused connection from %s: %s", address, error,

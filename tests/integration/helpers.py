@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -84,6 +85,15 @@ def cluster(cluster_file: Path, run_dir: Path):
     finally:
         if (run_dir / "state.json").exists():
             replicast("cluster", "down", "--run-dir", str(run_dir), "--grace", "5")
+
+
+def metric(metrics_port: int, name: str) -> float:
+    """The first sample of ``name`` on the node metrics endpoint at loopback ``metrics_port``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
 
 
 def kill(process: dict) -> None:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.messages import Hello
 from engine.wire import FrameDecoder, decode, encode, proof, verify
-from tests.integration.helpers import cluster, free_ports, mosquitto, wait_for
+from tests.integration.helpers import cluster, free_ports, metric, mosquitto, wait_for
 
 QUERY = """
 [[streams]]
@@ -199,15 +199,6 @@ def two_nodes(tmp_path_factory):
         node_port = int(text.split('name = "b"\nport = ')[1].split("\n")[0])
         metrics_port = int(text.split('name = "b"\nport = ')[1].split("metrics_port = ")[1].split("\n")[0])
         yield node_port, metrics_port, tmp_path / "run", port
-
-
-def metric(metrics_port: int, name: str) -> float:
-    import urllib.request
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise KeyError(name)
 
 
 def test_a_peer_with_the_wrong_secret_is_refused_and_logged(two_nodes):
