@@ -39,6 +39,7 @@ from operators.record import Record
 
 
 _ts = itemgetter(0)
+_POPCOUNT = bytes(i.bit_count() for i in range(256))
 
 #: Mask of a record some replica sent more than once: every bit set, so the slow path handles it.
 _MULTIPLE = -1
@@ -93,6 +94,7 @@ class DuplicateFilter:
         get = counts.get
         bit = 1 << i
         below = 0
+        newest = self._newest
         masks: list[int] = []                           # masks after each copy of occurrence 1
         seen_by = masks.append
         for record in records:
@@ -100,9 +102,12 @@ class DuplicateFilter:
             if seen is None:
                 # Alg. 1 line 2. Only needed on a miss: a punctuation p removes every entry with
                 # ts <= p (line 11), so a record still in the table is above max_punctuation.
-                if record[0] <= max_punctuation:
+                ts = record[0]
+                if ts <= max_punctuation:
                     below += 1
                     continue
+                if ts > newest:
+                    newest = ts
                 counts[record] = bit                    # first copy of occurrence 1 (lines 3-6)
                 append(record)
             elif not seen & bit:                        # a later copy of occurrence 1
@@ -111,12 +116,25 @@ class DuplicateFilter:
                 seen_by(seen)
             elif self._count_copy(i, record):           # replica i repeats an equal record
                 append(record)
+        self._newest = newest
         if masks:
-            ranks = self.rank_counts[i]
+            self._count_ranks(i, masks)
+        self.passed += len(out)
+        self.below_punctuation += below
+        self.duplicates += len(records) - len(out) - below
+        self.rank_counts[i][0] += len(out)
+        return out
+
+    def _count_ranks(self, i: int, masks: list[int]) -> None:
+        """§V-B: a copy whose arrival made the mask ``m`` has rank ``popcount(m)``."""
+        ranks = self.rank_counts[i]
+        if self.k <= 8:                                 # masks fit in bytes: count ranks in C
+            by_rank = bytes(masks).translate(_POPCOUNT)
+            for rank in range(2, self.k + 1):
+                ranks[rank - 1] += by_rank.count(rank)
+        else:
             for mask, n in Counter(masks).items():
                 ranks[mask.bit_count() - 1] += n
-        self._note(i, records, out, below)
-        return out
 
     def _note(self, i: int, records: list[Record], out: list[Record], below: int) -> None:
         """Per-batch bookkeeping: newest timestamp stored, counters, rank-1 weights of what passed."""
