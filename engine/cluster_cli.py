@@ -4,6 +4,9 @@
 ``replicast node`` process per node, and the cluster file's ``[[sources]]``; it waits until every
 node reports ready on its metrics endpoint, records the processes in ``RUN_DIR/state.json`` and
 returns.  ``down`` stops exactly those processes (SIGTERM, then SIGKILL after a grace period).
+
+With ``--emulate-wan TRACE`` every node runs in its own network namespace with the trace's delays
+between them (:mod:`engine.wan`); ``down`` also deletes those namespaces.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from engine.cluster_config import ClusterConfig, load_cluster
+from engine.wan import WanPlan, emulated_cluster_file, netns_command, plan, probe, run_tag, setup, teardown
 from operators.errors import ReplicastError
 
 DEFAULT_RUN_DIR = Path(".replicast/cluster")
@@ -36,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("cluster", type=Path, help="cluster file (TOML)")
     up.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"logs and state (default {DEFAULT_RUN_DIR})")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes to be ready")
+    up.add_argument("--emulate-wan", metavar="TRACE", help="run each node in its own network namespace, with "
+                    "the one-way delays of TRACE (e.g. seattle) between them (tc netem; needs root)")
+    up.add_argument("--trace-time", type=float, default=0.0, metavar="SECONDS",
+                    help="with --emulate-wan: the trace frame to take the delays from (default 0)")
     up.set_defaults(run=run_up)
     down = commands.add_parser("down", help="stop the cluster started by 'cluster up'")
     down.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
@@ -51,48 +59,111 @@ def run_up(args: argparse.Namespace) -> int:
     if state_file.exists() and any(_alive(p) for p in json.loads(state_file.read_text())["processes"]):
         raise ClusterError(f"{run_dir}: a cluster is already running there; run 'replicast cluster down' first")
     run_dir.mkdir(parents=True, exist_ok=True)
+    source_dir = config.path.parent.resolve()
+    wan = None
+    if args.emulate_wan is not None:
+        config, wan = _emulate_wan(config, args, run_dir, state_file)
     processes: list[dict] = []
     try:
         if config.broker == "embedded":
             host, port = config.mqtt_address()
             processes.append(_spawn("broker", [sys.executable, "-m", "engine.aio.broker", "--host", host, "--port",
-                                               str(port)], run_dir))
-            _wait_port(host, port, args.timeout, "the embedded MQTT broker", processes[-1])
+                                               str(port)], run_dir, wan and wan.hub))
+            if wan is None:
+                _wait_port(host, port, args.timeout, "the embedded MQTT broker", processes[-1])
         for name in config.nodes:
             processes.append(_spawn(name, [sys.executable, "-m", "engine.cli", "node", "--config",
-                                           str(config.path.resolve()), "--name", name, "--log-json"], run_dir))
-        _write_state(state_file, processes)
+                                           str(config.path.resolve()), "--name", name, "--log-json"], run_dir,
+                                    wan and wan.namespaces[name]))
+        _write_state(state_file, processes, wan)
         deadline = time.monotonic() + args.timeout
-        for process, name in zip(processes[-len(config.nodes):], config.nodes):
-            _wait_ready(config, name, deadline, process)
+        if wan is None:
+            for process, name in zip(processes[-len(config.nodes):], config.nodes):
+                _wait_ready(config, name, deadline, process)
+        else:
+            _wait_ready_in(wan.hub, config, args.timeout, processes)
         for i, source in enumerate(config.sources):
-            command = [_expand(a, config, source.node) for a in source.command]
-            processes.append(_spawn(f"source-{source.node}-{i}", command, run_dir))
-        _write_state(state_file, processes)
+            command = [_expand(a, config, source.node, source_dir) for a in source.command]
+            processes.append(_spawn(f"source-{source.node}-{i}", command, run_dir,
+                                    wan and wan.namespaces[source.node]))
+        _write_state(state_file, processes, wan)
     except BaseException:
         _stop(processes, grace=2.0)
+        if wan is not None:
+            teardown(wan)
         state_file.unlink(missing_ok=True)
         raise
     host, port = config.mqtt_address()
     print(f"cluster up: {len(config.nodes)} nodes, broker {host}:{port}, logs in {run_dir}/")
-    print(f"  watch:  mosquitto_sub -h {host} -p {port} -t 'replicast/out/#' -v")
+    if wan is not None:
+        print(f"  wide-area emulation ({args.emulate_wan} at {args.trace_time:g} s): namespaces {wan.hub}, "
+              + ", ".join(wan.namespaces.values()))
+        print(f"  watch:  ip netns exec {wan.hub} mosquitto_sub -h {host} -p {port} -t 'replicast/out/#' -v")
+    else:
+        print(f"  watch:  mosquitto_sub -h {host} -p {port} -t 'replicast/out/#' -v")
     print(f"  stop:   replicast cluster down --run-dir {run_dir}")
     return 0
 
 
-def _expand(arg: str, config: ClusterConfig, node: str) -> str:
+def _emulate_wan(config: ClusterConfig, args: argparse.Namespace, run_dir: Path, state_file: Path):
+    """Probe, plan and build the namespaces; returns the cluster config as the nodes will see it."""
+    reason = probe()
+    if reason is not None:
+        raise ClusterError(reason)
+    from traces.store import TraceStore
+    try:
+        trace = TraceStore.open(args.emulate_wan)
+    except Exception as error:                 # unknown name, unreadable directory: one clear line
+        raise ClusterError(f"--emulate-wan {args.emulate_wan}: cannot open the trace: {error}") from None
+    t_us = round(args.trace_time * 1e6)
+    if not 0 <= t_us < trace.duration_us:
+        raise ClusterError(f"--trace-time {args.trace_time:g}: the trace {args.emulate_wan} covers "
+                           f"0 … {trace.duration_us / 1e6:g} s")
+    wan = plan(list(config.nodes), lambda i, j: trace.one_way_us(i, j, t_us), trace.n_nodes, run_tag(run_dir))
+    emulated = emulated_cluster_file(config.path, wan, run_dir / "cluster-wan.toml")
+    _write_state(state_file, [], wan)           # so 'down' can clean up even if 'up' dies half-way
+    try:
+        setup(wan)
+        return load_cluster(emulated), wan
+    except BaseException:
+        teardown(wan)
+        state_file.unlink(missing_ok=True)
+        raise
+
+
+def _wait_ready_in(ns: str, config: ClusterConfig, timeout: float, processes: list[dict]) -> None:
+    """Wait for every node's readiness from inside namespace ``ns`` (the host cannot reach the nodes)."""
+    targets = []
+    for spec in config.nodes.values():
+        if spec.metrics_port is None:
+            raise ClusterError(f"{config.path}: node {spec.name}: --emulate-wan needs a metrics_port on every node")
+        targets.append(f"{spec.host}:{spec.metrics_port}")
+    result = subprocess.run(netns_command(ns, [sys.executable, "-m", "engine.wan", "ready", str(timeout), *targets]),
+                            capture_output=True, text=True, env=_env(), timeout=timeout + 30)
+    if result.returncode != 0:
+        dead = [p["name"] for p in processes if not _running(p)]
+        raise ClusterError(f"nodes not ready within {timeout:.0f} s ({result.stderr.strip()}"
+                           + (f"; exited: {', '.join(dead)}" if dead else "") + f"); see the logs in {processes[0]['log']}")
+
+
+def _expand(arg: str, config: ClusterConfig, node: str, directory: Path) -> str:
     host, port = config.mqtt_address()
     nodes = ",".join(f"{n.name}={n.host}:{n.port}" for n in config.nodes.values())
-    return arg.format(python=sys.executable, dir=config.path.parent.resolve(), broker_host=host, broker_port=port,
+    return arg.format(python=sys.executable, dir=directory, broker_host=host, broker_port=port,
                       node=node, nodes=nodes, punctuation_ms=config.punctuation_ms)
 
 
-def _spawn(name: str, command: list[str], run_dir: Path) -> dict:
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                      os.environ.get("PYTHONPATH")])))
+
+
+def _spawn(name: str, command: list[str], run_dir: Path, netns: str | None = None) -> dict:
+    """Start ``command`` (inside network namespace ``netns`` if given; ``ip netns exec`` execs it, so
+    the recorded pid and command line are the command's own)."""
     log = (run_dir / f"{name}.log").open("ab")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
-                                                                     os.environ.get("PYTHONPATH")])))
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               start_new_session=True, env=env)
+    process = subprocess.Popen(command if netns is None else netns_command(netns, command), stdout=log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=_env())
     _POPEN[process.pid] = process
     return {"name": name, "pid": process.pid, "command": command, "log": str(run_dir / f"{name}.log")}
 
@@ -145,8 +216,11 @@ def node_ready(host: str, metrics_port: int) -> bool:
         return False
 
 
-def _write_state(path: Path, processes: list[dict]) -> None:
-    path.write_text(json.dumps({"processes": processes}, indent=1))
+def _write_state(path: Path, processes: list[dict], wan: WanPlan | None = None) -> None:
+    state = {"processes": processes}
+    if wan is not None:
+        state["wan"] = wan.to_json()
+    path.write_text(json.dumps(state, indent=1))
 
 
 # -- down -----------------------------------------------------------------------------------------
@@ -154,10 +228,11 @@ def run_down(args: argparse.Namespace) -> int:
     state_file = args.run_dir / "state.json"
     if not state_file.exists():
         raise ClusterError(f"{args.run_dir}: no cluster state here (was 'replicast cluster up' run with this --run-dir?)")
-    processes = json.loads(state_file.read_text())["processes"]
-    stopped = _stop(processes, args.grace)
+    state = json.loads(state_file.read_text())
+    stopped = _stop(state["processes"], args.grace)
+    deleted = teardown(WanPlan.from_json(state["wan"])) if "wan" in state else []
     state_file.unlink()
-    print(f"cluster down: stopped {stopped} process(es)")
+    print(f"cluster down: stopped {stopped} process(es)" + (f", deleted {len(deleted)} namespace(s)" if deleted else ""))
     return 0
 
 
