@@ -13,7 +13,11 @@ Rules of this module:
    :meth:`Network.send` refuses, and the driver drops the connection (in-flight messages are lost
    with it; see :class:`~simulator.driver.Simulation`).
 4. Messages are moved in batches: everything one node sends to one node in one call is one link
-   item, delivered by one SimPy callback (no process and no Store per message).
+   item.  Link items wait in one heap ``(arrival, seq, link, epoch, items)`` of the network, not
+   as SimPy events: one SimPy callback, armed at the heap's head, delivers every item due up to
+   the next SimPy event (timers, CPU, faults; a link item goes first on a tie), advancing SimPy's
+   clock itself.  A hop costs a heap
+   push and pop, not a SimPy Timeout (no process and no Store per message either).
 5. Optional bandwidth (bits/s per link) serialises items on the link: a long batch delays the
    ones behind it.  Per-record processing cost (CPU) is :class:`Processing`, charged by the driver.
 
@@ -22,9 +26,11 @@ Nothing here knows about operators, routing or placement: the network carries op
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
+from collections import OrderedDict
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import simpy
 
 #: Outage behaviours (rule 3).
@@ -58,16 +64,13 @@ class FixedDelays:
 
 
 class Link:
-    """One directed node pair: FIFO queue of ``(arrival, epoch, items)`` and a delay cache."""
+    """One directed node pair: FIFO state and a delay cache (its items wait in the network's heap)."""
 
-    __slots__ = ("src", "dst", "a", "b", "last", "queue", "armed", "epoch", "frame_start", "frame_end",
-                 "delay", "busy", "fire")
+    __slots__ = ("src", "dst", "a", "b", "last", "epoch", "frame_start", "frame_end", "delay", "busy")
 
     def __init__(self, src: str, dst: str, a: int, b: int):
         self.src, self.dst, self.a, self.b = src, dst, a, b
         self.last = 0              # arrival time of the latest item (FIFO, rule 2)
-        self.queue: deque = deque()
-        self.armed = False
         self.epoch = 0             # bumped when the connection drops: older items are lost
         self.frame_start = self.frame_end = -1
         self.delay: int | None = None
@@ -92,6 +95,15 @@ class Network:
         self._faults: dict[frozenset, list[tuple[int, int, int | None]]] = {}   # pair -> (t1, t2, extra or None=cut)
         self.hops = 0              # link items delivered
         self.messages = 0          # messages inside them
+        self._heap: list = []      # (arrival, seq, link, epoch, items): seq keeps equal arrivals FIFO
+        self._seq = 0
+        self._armed_at = NEVER     # the earliest pending SimPy callback of the heap
+        self._pending: dict = {}   # our pending SimPy Timeouts -> their time
+        # Traces with frames: one-way delays among our servers, a frame at a time, as Python ints
+        # (a numpy lookup per link and frame would cost more than the hop).
+        self._rows = ({index: row for row, index in enumerate(sorted(set(servers.values())))}
+                      if hasattr(trace, "frame") else None)
+        self._frames: OrderedDict[int, list[list[float]]] = OrderedDict()
 
     # -- scripted faults ------------------------------------------------------------------------
     def cut(self, a: str, b: str, t1: int, t2: int) -> None:
@@ -114,7 +126,6 @@ class Network:
         link = self.links.get((src, dst))
         if link is None:
             link = self.links[(src, dst)] = Link(src, dst, self.servers[src], self.servers[dst])
-            link.fire = lambda event, link=link: self._fire(link)
         return link
 
     def delay_us(self, src: str, dst: str, now: int) -> int | None:
@@ -124,12 +135,22 @@ class Network:
     def _delay(self, link: Link, now: int) -> int | None:
         if link.frame_start <= now < link.frame_end:
             return link.delay
-        t = max(0, now - self.origin)
-        frame = min(t // self.interval, self.last_frame)
+        t = now - self.origin
+        if t < 0:
+            t = 0
+        frame = t // self.interval
+        if frame > self.last_frame:
+            frame = self.last_frame
         start = frame * self.interval + self.origin
         end = start + self.interval if frame < self.last_frame else NEVER
-        delay = self.trace.one_way_us(link.a, link.b, t) if link.a != link.b else 0
-        faults = self._faults.get(frozenset((link.src, link.dst)))
+        if link.a == link.b:
+            delay = 0
+        elif self._rows is not None:
+            rtt = self._frame_rtts(frame)[self._rows[link.a]][self._rows[link.b]]
+            delay = None if rtt != rtt else round(rtt * 500.0)       # NaN: outage (as one_way_us)
+        else:
+            delay = self.trace.one_way_us(link.a, link.b, t)
+        faults = self._faults and self._faults.get(frozenset((link.src, link.dst)))
         if faults:
             for t1, t2, extra in faults:
                 if t1 <= now < t2:
@@ -141,6 +162,16 @@ class Network:
                     start = max(start, t2)
         link.frame_start, link.frame_end, link.delay = start, end, delay
         return delay
+
+    def _frame_rtts(self, frame: int) -> list[list[float]]:
+        """The RTTs (ms, NaN = outage) among our servers in ``frame``, as Python floats."""
+        rtts = self._frames.get(frame)
+        if rtts is None:
+            nodes = list(self._rows)
+            rtts = self._frames[frame] = self.trace.frame(frame)[np.ix_(nodes, nodes)].tolist()
+            if len(self._frames) > 8:
+                self._frames.popitem(last=False)
+        return rtts
 
     def recovery_us(self, src: str, dst: str, now: int) -> int | None:
         """The first time at or after ``now`` when ``src -> dst`` has a delay (None: never again)."""
@@ -172,31 +203,48 @@ class Network:
         if arrival < link.last:
             arrival = link.last
         link.last = arrival
-        link.queue.append((arrival, link.epoch, items))
-        if not link.armed:
-            link.armed = True
-            self.env.timeout(arrival - now).callbacks.append(link.fire)
+        self._seq += 1
+        heapq.heappush(self._heap, (arrival, self._seq, link, link.epoch, items))
+        if arrival < self._armed_at:
+            self._arm(arrival)
         return True
 
     def drop(self, src: str, dst: str) -> None:
         """The connection ``src -> dst`` is gone: what is in flight is lost."""
-        link = self.link(src, dst)
-        link.epoch += 1
-        link.queue.clear()
+        self.link(src, dst).epoch += 1      # items sent before are skipped when they come due
 
-    def _fire(self, link: Link) -> None:
-        now = self.env.now
-        queue, deliver = link.queue, self.deliver
-        while queue and queue[0][0] <= now:
-            _, epoch, items = queue.popleft()
+    def _fire(self, event: Any) -> None:
+        """Deliver heap items in time order until the next SimPy event is due, then re-arm."""
+        env, heap, deliver, pop = self.env, self._heap, self.deliver, heapq.heappop
+        queue = env._queue                  # SimPy's own heap: (time, priority, id, event)
+        pending = self._pending
+        pending.pop(event, None)
+        self._armed_at = -NEVER             # sends from inside the loop do not arm: the loop sees them
+        hops = messages = 0
+        while heap:
+            arrival = heap[0][0]
+            if queue and queue[0][0] < arrival:
+                if queue[0][3] in pending:  # our own later callback: we are past it, cancel it
+                    del pending[pop(queue)[3]]
+                    continue
+                break                       # a timer, CPU completion, fault or ``until`` comes first
+            _, _, link, epoch, items = pop(heap)
             if epoch == link.epoch:
-                self.hops += 1
-                self.messages += len(items)
+                env._now = arrival          # SimPy time: nothing else is due before ``arrival``
+                hops += 1
+                messages += len(items)
                 deliver(link.dst, link.src, items)
-        if queue:
-            self.env.timeout(queue[0][0] - now).callbacks.append(link.fire)
-        else:
-            link.armed = False
+        self.hops += hops
+        self.messages += messages
+        self._armed_at = min(pending.values(), default=NEVER)
+        if heap and heap[0][0] < self._armed_at:
+            self._arm(heap[0][0])
+
+    def _arm(self, when: int) -> None:
+        self._armed_at = when
+        timeout = self.env.timeout(when - self.env._now)
+        timeout.callbacks.append(self._fire)
+        self._pending[timeout] = when
 
 
 class Processing:
