@@ -19,6 +19,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: cpu -> filter busy (load > 0.5) -> application alerts: the smallest query that crosses a link.
+CPU_FILTER_QUERY = """
+[[streams]]
+name = "cpu"
+fields = { server = "str", load = "float" }
+
+[[operators]]
+name = "busy"
+kind = "filter"
+input = "cpu"
+where = "load > 0.5"
+
+[[applications]]
+name = "alerts"
+input = "busy"
+"""
+
 
 def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]

@@ -18,23 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.messages import Hello
 from engine.wire import FrameDecoder, decode, encode, proof, verify
-from tests.integration.helpers import cluster, free_ports, metric, mosquitto, wait_for
+from tests.integration.helpers import CPU_FILTER_QUERY as QUERY, cluster, free_ports, metric, mosquitto, wait_for
 
-QUERY = """
-[[streams]]
-name = "cpu"
-fields = { server = "str", load = "float" }
-
-[[operators]]
-name = "busy"
-kind = "filter"
-input = "cpu"
-where = "load > 0.5"
-
-[[applications]]
-name = "alerts"
-input = "busy"
-"""
 SECRET = "right-secret-123"
 
 

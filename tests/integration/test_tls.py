@@ -20,25 +20,9 @@ import pytest
 from engine.messages import Hello
 from engine.wire import FrameDecoder, WireError, decode, encode
 from operators.record import CLOSED
-from tests.integration.helpers import cluster, free_ports, metric, wait_for
+from tests.integration.helpers import CPU_FILTER_QUERY as QUERY, cluster, free_ports, metric, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is not installed")
-
-QUERY = """
-[[streams]]
-name = "cpu"
-fields = { server = "str", load = "float" }
-
-[[operators]]
-name = "busy"
-kind = "filter"
-input = "cpu"
-where = "load > 0.5"
-
-[[applications]]
-name = "alerts"
-input = "busy"
-"""
 
 
 def openssl(*args: str, cwd: Path) -> None:
