@@ -150,9 +150,9 @@ class _Replay:
                 self.dead.add(records)
                 continue
             self.deliver(now, channel, records, punctuation)
-        physical = self.physical
         filters = [f for node in self.nodes.values() for f in node.filters]
-        return ReplayResult(self.outputs, crashed, self.messages, sum(f.duplicates + f.below_punctuation for f in filters),
+        return ReplayResult(self.outputs, crashed, self.messages,
+                            sum(f.duplicates + f.below_punctuation for f in filters),
                             sum(node.operator.errors for node in self.nodes.values()))
 
     def deliver(self, now: int, channel: int, records: list[Record], punctuation: int | None) -> None:

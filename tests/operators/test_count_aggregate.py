@@ -42,7 +42,7 @@ def brute_force(records, size, slide):
 def test_behind_a_sorter_every_replica_emits_the_same_sequence(records, size, slide, rng, k):
     """Replicas fed differently-ordered replicated input emit identical sequences (the sorter's job)."""
     outputs = []
-    for replica in range(2):
+    for _ in range(2):
         node = OperatorReplica(CountWindowAggregate(size, slide, (1,), SUMMARIES), [k], sort_inputs=True)
         out = []
         streams = [disorder(punctuate(records, 400_000), rng) for _ in range(k)]

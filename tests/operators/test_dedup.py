@@ -1,6 +1,5 @@
 """DuplicateFilter — Algorithm 1 (§IV-B) and Theorem 1."""
 
-import random
 from collections import Counter
 
 from hypothesis import given, strategies as st

@@ -50,8 +50,8 @@ def test_records_that_cannot_match_future_records_are_not_buffered():
 
 
 def nested_loop(left, right, w, predicate):
-    return Counter((max(l[0], r[0]), *l[1:], *r[1:]) for l in left for r in right
-                   if abs(l[0] - r[0]) < w and predicate(l, r))
+    return Counter((max(a[0], b[0]), *a[1:], *b[1:]) for a in left for b in right
+                   if abs(a[0] - b[0]) < w and predicate(a, b))
 
 
 @given(keyed_records(max_size=20, max_ts=3_000_000), keyed_records(max_size=20, max_ts=3_000_000),
