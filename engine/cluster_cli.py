@@ -82,11 +82,13 @@ def run_up(args: argparse.Namespace) -> int:
                 _wait_ready(config, name, deadline, process)
         else:
             _wait_ready_in(wan.hub, config, args.timeout, processes)
+        sources = []
         for i, source in enumerate(config.sources):
             command = [_expand(a, config, source.node, source_dir) for a in source.command]
-            processes.append(_spawn(f"source-{source.node}-{i}", command, run_dir,
-                                    wan and wan.namespaces[source.node]))
+            sources.append(_spawn(f"source-{source.node}-{i}", command, run_dir, wan and wan.namespaces[source.node]))
+        processes.extend(sources)
         _write_state(state_file, processes, wan)
+        _check_sources_started(sources)
     except BaseException:
         _stop(processes, grace=2.0)
         if wan is not None:
@@ -188,6 +190,25 @@ def _wait_port(host: str, port: int, timeout: float, what: str, process: dict) -
         except OSError:
             time.sleep(0.05)
     raise ClusterError(f"{what} did not listen on {host}:{port} within {timeout:.0f} s; see {process['log']}")
+
+
+#: How long a source must survive after start for 'cluster up' to call it started.
+SOURCE_GRACE_S = 1.0
+
+
+def _check_sources_started(sources: list[dict]) -> None:
+    """Fail 'up' when a source dies at once (a typo in its command, a missing script): otherwise the
+    cluster looks healthy and simply never produces anything.  A source that finishes successfully
+    within the grace period (it sent a file and exited 0) is fine."""
+    deadline = time.monotonic() + SOURCE_GRACE_S
+    while time.monotonic() < deadline and any(_running(p) for p in sources):
+        time.sleep(0.05)
+    for process in sources:
+        popen = _POPEN.get(process["pid"])
+        if popen is not None and popen.poll() not in (None, 0):
+            tail = Path(process["log"]).read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise ClusterError(f"source {process['name']} exited with status {popen.returncode} at start: "
+                               f"{tail[0]} (command: {' '.join(process['command'])})")
 
 
 def _wait_ready(config: ClusterConfig, name: str, deadline: float, process: dict) -> None:

@@ -32,6 +32,8 @@ class NodeSpec:
     host: str
     port: int
     metrics_port: int | None
+    #: TCP port where external sources may connect and send ``STREAM PAYLOAD`` lines (optional).
+    source_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         if name in nodes:
             raise ClusterConfigError(f"{w}: node name {name!r} is used twice")
         nodes[name] = NodeSpec(name, _get(table, "host", str, w, "127.0.0.1"), port,
-                               _get(table, "metrics_port", int, w, None))
+                               _get(table, "metrics_port", int, w, None), _get(table, "source_port", int, w, None))
     placement = {}
     for name, value in _get(doc, "placement", dict, where).items():
         if not isinstance(value, list) or not value or not all(v in nodes for v in value):

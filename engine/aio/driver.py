@@ -32,6 +32,7 @@ from typing import Callable
 import aiomqtt
 
 from engine.aio.metrics import NodeMetrics
+from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
 from engine.messages import Hello, Proof
 from engine.node import DeadLetter, Delivered, NodeCore, PeerTimedOut, configure
@@ -108,6 +109,13 @@ class NodeDriver:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         server = await asyncio.start_server(self._accept, self.spec.host, self.spec.port, reuse_address=True)
+        source_server = None
+        if self.spec.source_port is not None:
+            source_server = await asyncio.start_server(
+                lambda r, w: serve_source(r, w, self._on_source_line), self.spec.host, self.spec.source_port,
+                reuse_address=True, limit=MAX_LINE)
+            log.info("node %s accepts sources on %s:%d", self.name, self.spec.host, self.spec.source_port,
+                     extra={"event": "source_listening"})
         metrics_server = None
         if self.spec.metrics_port is not None:
             metrics_server = self.metrics.serve(self.spec.host, self.spec.metrics_port)
@@ -125,6 +133,8 @@ class NodeDriver:
         finally:
             log.info("node %s stopping", self.name, extra={"event": "stopping"})
             server.close()
+            if source_server is not None:
+                source_server.close()
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -314,6 +324,12 @@ class NodeDriver:
             log.warning("no heartbeat from %s; dropping the link", event.node, extra={"event": "peer_timeout"})
             if writer is not None:
                 writer.close()
+
+    # -- sources --------------------------------------------------------------------------------
+    def _on_source_line(self, stream: str, payload: bytes) -> None:
+        """One line from a TCP source connection: the same path as an MQTT input message."""
+        self.core.on_source(stream, payload, now=now_us())
+        self._transmit()
 
     # -- MQTT -----------------------------------------------------------------------------------
     def _publish(self, topic: str, payload: bytes) -> None:
