@@ -62,7 +62,9 @@ def main() -> None:
     parser.add_argument("--kmax", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--hops", type=int, default=1_000_000, help="hops for the network-layer figure")
     args = parser.parse_args()
-    print(f"network layer alone: {network_hops(args.hops) / 1e6:.2f} M hops/s ({args.hops} hops, 30 servers)")
+    rates = [network_hops(args.hops) for _ in range(3)]    # best of 3: the machine is shared
+    print(f"network layer alone: {max(rates) / 1e6:.2f} M hops/s, best of 3 "
+          f"({', '.join(f'{r / 1e6:.2f}' for r in rates)}; {args.hops} hops, 30 servers)")
     scenario = load_scenario(SCENARIO)
     scenario.duration_s = args.duration_s or None
     prepared = Prepared(scenario)
