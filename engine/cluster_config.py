@@ -8,15 +8,16 @@ See ``docs/node.md`` for the format.
 
 from __future__ import annotations
 
+from functools import partial
+
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from engine.entry import MODES
 from engine.node import NodeOptions
+from operators.config_file import read_toml, typed_key
 from operators.errors import ReplicastError
 from operators.query import Query
 from operators.query_file import load_query
@@ -92,25 +93,10 @@ _TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "secret", 
 
 def load_cluster(path: str | Path) -> ClusterConfig:
     """Read and check the cluster file at ``path`` (relative paths inside are relative to it)."""
-    path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ClusterConfigError(f"{path}: cannot read cluster file: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ClusterConfigError(f"{path}: invalid TOML: {error}") from None
-    return parse_cluster(doc, path)
+    return parse_cluster(read_toml(path, "cluster file", ClusterConfigError), Path(path))
 
 
-def _get(doc: dict, key: str, kind: type | tuple, where: str, default: Any = ...) -> Any:
-    if key not in doc:
-        if default is ...:
-            raise ClusterConfigError(f"{where}: missing key '{key}'")
-        return default
-    value = doc[key]
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise ClusterConfigError(f"{where}: '{key}' has the wrong type: {value!r}")
-    return value
+_get = partial(typed_key, error=ClusterConfigError)
 
 
 def parse_cluster(doc: dict, path: Path) -> ClusterConfig:

@@ -27,6 +27,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
+from operators.config_file import read_toml
 from operators.errors import QueryError
 from operators.query import Query, QueryBuilder
 
@@ -37,12 +38,7 @@ _OPERATOR_KEYS = {"filter": {"where"}, "map": {"set"}, "union": set(), "join": {
 
 def load_query(path: str | Path) -> Query:
     """Read and check the query file at ``path``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise QueryError(f"{path}: cannot read query file: {error.strerror}") from None
-    return parse_query(text, source=str(path))
+    return build_query(read_toml(path, "query file", QueryError), source=str(path))
 
 
 def parse_query(text: str, source: str = "<query>") -> Query:
@@ -50,6 +46,11 @@ def parse_query(text: str, source: str = "<query>") -> Query:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise QueryError(f"{source}: invalid TOML: {error}") from None
+    return build_query(document, source)
+
+
+def build_query(document: Mapping[str, Any], source: str = "<query>") -> Query:
+    """The query described by an already-parsed TOML document."""
     unknown = set(document) - _SECTIONS
     if unknown:
         raise QueryError(f"{source}: unknown section(s) {sorted(unknown)} (expected [[streams]], [[operators]], [[applications]])")

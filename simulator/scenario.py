@@ -8,12 +8,13 @@ placement package exists), timing, the network model and a fault script.  Every 
 
 from __future__ import annotations
 
-import tomllib
+from functools import partial
+
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from engine.entry import MODES
+from operators.config_file import read_toml, typed_key
 from operators.errors import ReplicastError
 from simulator.network import OUTAGE_MODES
 
@@ -80,26 +81,10 @@ _TOP = {"name", "trace", "query", "servers", "kmax", "seed", "start_s", "duratio
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read scenario: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ScenarioError(f"{path}: invalid TOML: {error}") from None
-    return parse_scenario(doc, path)
+    return parse_scenario(read_toml(path, "scenario", ScenarioError), Path(path))
 
 
-def _get(doc: dict, key: str, kind: type | tuple, where: str, default: Any = ...) -> Any:
-    if key not in doc:
-        if default is ...:
-            raise ScenarioError(f"{where}: missing key '{key}'")
-        return default
-    value = doc[key]
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise ScenarioError(f"{where}: '{key}' must be {expected}, got {value!r}")
-    return value
+_get = partial(typed_key, error=ScenarioError)
 
 
 def _choice(value: str, allowed: tuple, where: str, key: str) -> str:
