@@ -37,6 +37,38 @@ input = "busy"
 """
 
 
+def two_node_cluster(directory: Path, *, secret: str, ports: list[int], broker_port: int, placement: str,
+                     broker: str = "embedded", top: str = "", node_a: str = "", extra: str = "") -> Path:
+    """Write CPU_FILTER_QUERY and a cluster file with nodes a and b into ``directory``; returns its path.
+
+    ``ports`` are a's port, a's metrics port, b's port, b's metrics port; ``placement`` is the body of
+    the [placement] table; ``top``, ``node_a`` and ``extra`` add lines to the top level, a's table,
+    and the end of the file.
+    """
+    (directory / "query.toml").write_text(CPU_FILTER_QUERY)
+    path = directory / "cluster.toml"
+    path.write_text(f"""query = "query.toml"
+secret = "{secret}"
+punctuation_ms = 50
+{top}
+[mqtt]
+broker = "{broker}"
+port = {broker_port}
+[[nodes]]
+name = "a"
+port = {ports[0]}
+metrics_port = {ports[1]}
+{node_a}
+[[nodes]]
+name = "b"
+port = {ports[2]}
+metrics_port = {ports[3]}
+[placement]
+{placement}
+{extra}""")
+    return path
+
+
 def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:

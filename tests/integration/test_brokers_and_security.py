@@ -18,37 +18,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.messages import Hello
 from engine.wire import FrameDecoder, decode, encode, proof, verify
-from tests.integration.helpers import CPU_FILTER_QUERY as QUERY, cluster, free_ports, metric, mosquitto, wait_for
+from tests.integration.helpers import cluster, free_ports, metric, mosquitto, two_node_cluster, wait_for
 
 SECRET = "right-secret-123"
 
 
 def write_cluster(tmp_path: Path, broker: str, broker_port: int) -> Path:
-    ports = free_ports(4)
-    (tmp_path / "query.toml").write_text(QUERY)
-    text = f"""
-query = "query.toml"
-secret = "{SECRET}"
-punctuation_ms = 50
-[mqtt]
-broker = "{broker}"
-port = {broker_port}
-[[nodes]]
-name = "a"
-port = {ports[0]}
-metrics_port = {ports[1]}
-[[nodes]]
-name = "b"
-port = {ports[2]}
-metrics_port = {ports[3]}
-[placement]
-cpu = ["a", "b"]
-busy = ["b", "a"]
-alerts = ["b"]
-"""
-    path = tmp_path / "cluster.toml"
-    path.write_text(text)
-    return path
+    return two_node_cluster(tmp_path, secret=SECRET, ports=free_ports(4), broker_port=broker_port, broker=broker,
+                            placement='cpu = ["a", "b"]\nbusy = ["b", "a"]\nalerts = ["b"]')
 
 
 def pub(port: int, topic: str, message: str | bytes) -> None:

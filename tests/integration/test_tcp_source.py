@@ -7,34 +7,15 @@ import json
 import socket
 
 from operators.record import CLOSED
-from tests.integration.helpers import CPU_FILTER_QUERY as QUERY, cluster, free_ports, metric, replicast, wait_for
+from tests.integration.helpers import cluster, free_ports, metric, replicast, two_node_cluster, wait_for
 
 
 def write_cluster(tmp_path, ports, sources: str = "") -> None:
-    (tmp_path / "query.toml").write_text(QUERY)
-    (tmp_path / "cluster.toml").write_text(f"""
-query = "query.toml"
-secret = "tcp-source-test"
-punctuation_ms = 50
-[mqtt]
-broker = "embedded"
-port = {ports[0]}
-[[nodes]]
-name = "a"
-port = {ports[1]}
-metrics_port = {ports[2]}
-source_port = {ports[3]}
-[[nodes]]
-name = "b"
-port = {ports[4]}
-metrics_port = {ports[5]}
-[placement]
-cpu = ["a"]
-busy = ["a"]
-alerts = ["b"]
-[outputs.alerts]
-file = "out/alerts.jsonl"
-{sources}""")
+    """a hosts the entry point (with a source port) and the filter; b the application, writing a file."""
+    two_node_cluster(tmp_path, secret="tcp-source-test", ports=[ports[1], ports[2], ports[4], ports[5]],
+                     broker_port=ports[0], node_a=f"source_port = {ports[3]}",
+                     placement='cpu = ["a"]\nbusy = ["a"]\nalerts = ["b"]',
+                     extra=f'[outputs.alerts]\nfile = "out/alerts.jsonl"\n{sources}')
 
 
 def test_records_sent_over_a_tcp_source_connection_reach_the_application(tmp_path):

@@ -20,7 +20,7 @@ import pytest
 from engine.messages import Hello
 from engine.wire import FrameDecoder, WireError, decode, encode
 from operators.record import CLOSED
-from tests.integration.helpers import CPU_FILTER_QUERY as QUERY, cluster, free_ports, metric, wait_for
+from tests.integration.helpers import cluster, free_ports, metric, two_node_cluster, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is not installed")
 
@@ -56,34 +56,11 @@ def tls_cluster(tmp_path_factory):
         make_node_cert(certs, node)
     make_node_cert(rogue, "a")                 # a certificate for "a", but from the wrong CA
     ports = free_ports(5)
-    (tmp_path / "query.toml").write_text(QUERY)
     # Every record crosses the a -> b link: the entry point and the filter run on a, the application on b.
-    (tmp_path / "cluster.toml").write_text(f"""
-query = "query.toml"
-secret = "tls-test-secret"
-punctuation_ms = 50
-[mqtt]
-broker = "embedded"
-port = {ports[4]}
-[tls]
-cert = "certs/{{node}}.crt"
-key = "certs/{{node}}.key"
-ca = "certs/ca.crt"
-[[nodes]]
-name = "a"
-port = {ports[0]}
-metrics_port = {ports[1]}
-[[nodes]]
-name = "b"
-port = {ports[2]}
-metrics_port = {ports[3]}
-[placement]
-cpu = ["a"]
-busy = ["a"]
-alerts = ["b"]
-[outputs.alerts]
-file = "out/alerts.jsonl"
-""")
+    two_node_cluster(tmp_path, secret="tls-test-secret", ports=ports[:4], broker_port=ports[4],
+                     top='[tls]\ncert = "certs/{node}.crt"\nkey = "certs/{node}.key"\nca = "certs/ca.crt"',
+                     placement='cpu = ["a"]\nbusy = ["a"]\nalerts = ["b"]',
+                     extra='[outputs.alerts]\nfile = "out/alerts.jsonl"')
     with cluster(tmp_path / "cluster.toml", tmp_path / "run"):
         yield {"dir": tmp_path, "b_port": ports[2], "b_metrics": ports[3], "broker": ports[4], "rogue": rogue}
 
