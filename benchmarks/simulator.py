@@ -21,9 +21,8 @@ from pathlib import Path
 # simulator package (as in benchmarks/traces.py).
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import simpy  # noqa: E402
 
-from simulator.network import Network  # noqa: E402
+from simulator.network import LinkEnvironment, Network  # noqa: E402
 from simulator.run import Prepared, run  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 from traces.store import TraceStore  # noqa: E402
@@ -37,7 +36,7 @@ def network_hops(n: int) -> float:
     servers = {name: i for i, name in enumerate(trace.nodes[:30])}
     names = list(servers)
     position = {name: i for i, name in enumerate(names)}
-    env = simpy.Environment()
+    env = LinkEnvironment()
     count = 0
 
     def deliver(dst: str, src: str, items: list) -> None:

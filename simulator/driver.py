@@ -32,7 +32,7 @@ from engine.messages import Batch, ConnectStream
 from engine.node import DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, configure
 from engine.wire import encode
 from operators.query import Query
-from simulator.network import Network, Processing
+from simulator.network import LinkEnvironment, Network, Processing
 
 #: Retry period of a connection whose link is in an outage (the TCP driver's back-off cap).
 RECONNECT_US = 2_000_000
@@ -167,7 +167,7 @@ class Simulation:
                  bandwidth_bps: float | None = None, processing: Processing | None = None,
                  observer: Observer | None = None, origin_us: int | None = None):
         self.query, self.placement, self.options = query, placement, options
-        self.env = simpy.Environment(initial_time=start_us)
+        self.env = LinkEnvironment(initial_time=start_us)
         self.network = Network(self.env, trace, servers, self._deliver, outage=outage, bandwidth_bps=bandwidth_bps,
                                origin_us=start_us if origin_us is None else origin_us)
         self.processing = processing if processing is not None and processing.enabled else None

@@ -13,11 +13,10 @@ Rules of this module:
    :meth:`Network.send` refuses, and the driver drops the connection (in-flight messages are lost
    with it; see :class:`~simulator.driver.Simulation`).
 4. Messages are moved in batches: everything one node sends to one node in one call is one link
-   item.  Link items wait in one heap ``(arrival, seq, link, epoch, items)`` of the network, not
-   as SimPy events: one SimPy callback, armed at the heap's head, delivers every item due up to
-   the next SimPy event (timers, CPU, faults; a link item goes first on a tie), advancing SimPy's
-   clock itself.  A hop costs a heap
-   push and pop, not a SimPy Timeout (no process and no Store per message either).
+   item.  Link items are plain timed calls of :class:`LinkEnvironment` (a SimPy environment that,
+   like ``simpy.rt``, overrides only ``step``), not SimPy events: the earliest call due no later
+   than SimPy's next event (timers, CPU, faults; a link item goes first on a tie) runs first.  A hop
+   costs a heap push and pop, not a SimPy Timeout (no process and no Store per message either).
 5. Optional bandwidth (bits/s per link) serialises items on the link: a long batch delays the
    ones behind it.  Per-record processing cost (CPU) is :class:`Processing`, charged by the driver.
 
@@ -77,10 +76,50 @@ class Link:
         self.busy = 0              # bandwidth: when the link finishes transmitting
 
 
+class LinkEnvironment(simpy.Environment):
+    """A SimPy environment that also runs plain timed calls from a heap of its own.
+
+    A message hop is the simulator's most frequent event; making a SimPy ``Timeout`` for each costs
+    several µs.  Like ``simpy.rt.RealtimeEnvironment``, this class changes one method, :meth:`step`:
+    the earliest call due no later than SimPy's next event runs first (so at equal times a link
+    item goes before a timer or fault), everything else is SimPy as usual.
+    """
+
+    def __init__(self, initial_time: int = 0):
+        super().__init__(initial_time)
+        self._calls: list = []       # (when, seq, function, args); seq keeps equal times FIFO
+        self._call_seq = 0
+
+    def call_at(self, when: int, function: Callable, *args: Any) -> None:
+        """Run ``function(*args)`` at simulated time ``when`` (≥ now)."""
+        self._call_seq += 1
+        heapq.heappush(self._calls, (when, self._call_seq, function, args))
+
+    def peek(self) -> float:
+        calls = self._calls
+        nxt = super().peek()
+        return calls[0][0] if calls and calls[0][0] <= nxt else nxt
+
+    def step(self) -> None:
+        calls, queue = self._calls, self._queue
+        if not calls or (queue and queue[0][0] < calls[0][0]):
+            super().step()
+            return
+        # Run every call due no later than SimPy's next event in one go; a call may schedule SimPy
+        # events (timers), so the queue head is read again after each one.
+        pop = heapq.heappop
+        while True:
+            when, _, function, args = pop(calls)
+            self._now = when
+            function(*args)
+            if not calls or (queue and queue[0][0] < calls[0][0]):
+                return
+
+
 class Network:
     """FIFO links between servers; ``deliver(dst, src, items)`` is called at each arrival."""
 
-    def __init__(self, env: simpy.Environment, trace: Any, servers: dict[str, int],
+    def __init__(self, env: LinkEnvironment, trace: Any, servers: dict[str, int],
                  deliver: Callable[[str, str, list], None], *, outage: str = "hold",
                  bandwidth_bps: float | None = None, origin_us: int = 0):
         if outage not in OUTAGE_MODES:
@@ -95,10 +134,8 @@ class Network:
         self._faults: dict[frozenset, list[tuple[int, int, int | None]]] = {}   # pair -> (t1, t2, extra or None=cut)
         self.hops = 0              # link items delivered
         self.messages = 0          # messages inside them
-        self._heap: list = []      # (arrival, seq, link, epoch, items): seq keeps equal arrivals FIFO
-        self._seq = 0
-        self._armed_at = NEVER     # the earliest pending SimPy callback of the heap
-        self._pending: dict = {}   # our pending SimPy Timeouts -> their time
+        if not isinstance(env, LinkEnvironment):
+            raise TypeError("Network needs a simulator.network.LinkEnvironment")
         # Traces with frames: one-way delays among our servers, a frame at a time, as Python ints
         # (a numpy lookup per link and frame would cost more than the hop).
         self._rows = ({index: row for row, index in enumerate(sorted(set(servers.values())))}
@@ -203,48 +240,18 @@ class Network:
         if arrival < link.last:
             arrival = link.last
         link.last = arrival
-        self._seq += 1
-        heapq.heappush(self._heap, (arrival, self._seq, link, link.epoch, items))
-        if arrival < self._armed_at:
-            self._arm(arrival)
+        self.env.call_at(arrival, self._arrive, link, link.epoch, items)
         return True
 
     def drop(self, src: str, dst: str) -> None:
         """The connection ``src -> dst`` is gone: what is in flight is lost."""
         self.link(src, dst).epoch += 1      # items sent before are skipped when they come due
 
-    def _fire(self, event: Any) -> None:
-        """Deliver heap items in time order until the next SimPy event is due, then re-arm."""
-        env, heap, deliver, pop = self.env, self._heap, self.deliver, heapq.heappop
-        queue = env._queue                  # SimPy's own heap: (time, priority, id, event)
-        pending = self._pending
-        pending.pop(event, None)
-        self._armed_at = -NEVER             # sends from inside the loop do not arm: the loop sees them
-        hops = messages = 0
-        while heap:
-            arrival = heap[0][0]
-            if queue and queue[0][0] < arrival:
-                if queue[0][3] in pending:  # our own later callback: we are past it, cancel it
-                    del pending[pop(queue)[3]]
-                    continue
-                break                       # a timer, CPU completion, fault or ``until`` comes first
-            _, _, link, epoch, items = pop(heap)
-            if epoch == link.epoch:
-                env._now = arrival          # SimPy time: nothing else is due before ``arrival``
-                hops += 1
-                messages += len(items)
-                deliver(link.dst, link.src, items)
-        self.hops += hops
-        self.messages += messages
-        self._armed_at = min(pending.values(), default=NEVER)
-        if heap and heap[0][0] < self._armed_at:
-            self._arm(heap[0][0])
-
-    def _arm(self, when: int) -> None:
-        self._armed_at = when
-        timeout = self.env.timeout(when - self.env._now)
-        timeout.callbacks.append(self._fire)
-        self._pending[timeout] = when
+    def _arrive(self, link: Link, epoch: int, items: list) -> None:
+        if epoch == link.epoch:             # not sent on a connection dropped since
+            self.hops += 1
+            self.messages += len(items)
+            self.deliver(link.dst, link.src, items)
 
 
 class Processing:

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import simpy
 
 from engine.replay import replay
 from simulator.bound import lower_bounds
-from simulator.network import FixedDelays, Network
+from simulator.network import FixedDelays, LinkEnvironment, Network
 from simulator.run import Prepared, run
 from simulator.scenario import ScenarioError, load_scenario
 
@@ -71,7 +70,7 @@ def test_more_replicas_lower_latency():
 
 
 def network(delays, outage="hold"):
-    env = simpy.Environment()
+    env = LinkEnvironment()
     got = []
     net = Network(env, FixedDelays(delays), {"a": 0, "b": 1}, lambda dst, src, items: got.append((env.now, items)),
                   outage=outage)
