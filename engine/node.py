@@ -93,6 +93,10 @@ class _Hosted:
         self.records_in = 0
         self.records_out = 0
         self.stamping = False                          # entry-stamped mode: this replica stamps
+        #: Joined mid-stream with an operator whose outputs summarise complete input (aggregates):
+        #: it acknowledges and discards its input and emits nothing, so it can never deliver a
+        #: window computed from part of its records (§III); its peer replicas keep the output whole.
+        self.muted = False
 
 
 class _Inbound:
@@ -141,7 +145,7 @@ class NodeCore:
         self._heartbeat_at = now
         self._punctuate_at = now + options.punctuation_us
         self.latency: dict[str, _Latency] = {app: _Latency() for app in query.applications}
-        self.counters = {"dead_letters": 0, "unknown_streams": 0, "malformed_batches": 0, "gaps": 0,
+        self.counters = {"dead_letters": 0, "unknown_streams": 0, "malformed_batches": 0, "gaps": 0, "muted_replicas": 0,
                          "stale_batches": 0}
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self._on_batch, Ack: self._on_ack, Heartbeat: self._on_heartbeat,
@@ -253,10 +257,14 @@ class NodeCore:
 
     def _accept(self, stream: StreamReplica, inbound: _Inbound, offset: int, records, punctuation, now: int) -> None:
         skip = inbound.next - offset
+        hosted = self.hosted[stream.target]
         if skip < 0:
             if inbound.started:          # items lost (retention overflow): stop trusting punctuations
                 inbound.gapped = True
                 self.counters["gaps"] += 1
+            elif hosted.logic is not None and hosted.logic.operator.complete_input_required and not hosted.muted:
+                hosted.muted = True      # a fresh replica that missed the stream's beginning
+                self.counters["muted_replicas"] += 1
             skip = 0
         inbound.started = True
         n = len(records) + (punctuation is not None)
@@ -265,9 +273,10 @@ class NodeCore:
         inbound.next = offset + n
         if skip:
             records = records[skip:]
+        if hosted.muted:
+            return
         if inbound.gapped:
             punctuation = None
-        hosted = self.hosted[stream.target]
         hosted.records_in += len(records)
         if hosted.kind == "entry":                     # entry-stamped: the stamper's output
             if hosted.stamping or stream.source.index != self._stamper(hosted):

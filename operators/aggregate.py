@@ -24,6 +24,7 @@ from operators.summaries import Summary, group_key_function, summarise
 
 class TimeWindowAggregate(Operator):
     kind = "aggregate"
+    complete_input_required = True
     stateful = True
 
     def __init__(self, size_us: int, slide_us: int, group_by: tuple[int, ...], summaries: tuple[Summary, ...]):

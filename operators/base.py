@@ -13,8 +13,12 @@ the *frontier* is the minimum over ports of the largest punctuation seen there. 
 to the frontier advancing in :meth:`Operator.on_frontier` (windows close there) and to a single
 port's punctuation in :meth:`Operator.on_port_punctuation` (join buffers are pruned there).
 
-Declared properties (used by the planner and by coordination analysis):
-``order_sensitive`` (needs sorted input, §IV-C), ``stateful``, ``partition_key``.
+Declared properties (used by the planner, the node and coordination analysis):
+``order_sensitive`` (needs sorted input, §IV-C), ``stateful``, ``partition_key``, and
+``complete_input_required``: each output summarises *every* input record of a window, so a replica
+that missed part of its input (a restarted or newly started replica joining mid-stream) would emit
+wrong records and must stay silent instead.  A Join is stateful but not such an operator: each of
+its outputs is one correct pair, whatever it missed.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Operator:
     kind: ClassVar[str] = "operator"
     order_sensitive: ClassVar[bool] = False
     stateful: ClassVar[bool] = False
+    complete_input_required: ClassVar[bool] = False
     partition_key: tuple[str, ...] | None = None
 
     def __init__(self, n_inputs: int = 1):

@@ -19,6 +19,7 @@ from operators.summaries import Summary, group_key_function, summarise
 
 class CountWindowAggregate(Operator):
     kind = "aggregate"
+    complete_input_required = True
     order_sensitive = True
     stateful = True
 
