@@ -11,6 +11,7 @@ Randomness comes from a ``random.Random`` the caller passes in, so this module s
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from typing import Any, Callable, Sequence
 
@@ -41,16 +42,26 @@ def disorder(items: Sequence[Item], rng: Any) -> list[Item]:
     ``ts ≤ p`` (or where it was, if later), so records after it all have ``ts > p``.
     """
     records = [item for item in items if type(item) is not Punctuation]
-    punctuations = [item.ts for item in items if type(item) is Punctuation]
+    punctuations = sorted(item.ts for item in items if type(item) is Punctuation)
     rng.shuffle(records)
+    # For each punctuation, the position just after the last shuffled record with ts <= p: sort the
+    # records' (ts, position) once and keep a running maximum of positions (O(n log n)).
+    by_ts = sorted((record[0], position) for position, record in enumerate(records))
+    keys = [ts for ts, _ in by_ts]
+    running, last = [], -1
+    for _, position in by_ts:
+        last = max(last, position)
+        running.append(last)
     out: list[Item] = []
-    position = 0
-    for p in sorted(punctuations):
-        while position < len(records) and any(r[0] <= p for r in records[position:]):
-            out.append(records[position])
-            position += 1
+    emitted = 0
+    for p in punctuations:
+        covered = bisect_right(keys, p)
+        end = running[covered - 1] + 1 if covered else 0
+        if end > emitted:
+            out.extend(records[emitted:end])
+            emitted = end
         out.append(Punctuation(p))
-    out.extend(records[position:])
+    out.extend(records[emitted:])
     return out
 
 
