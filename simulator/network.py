@@ -4,14 +4,16 @@ Rules of this module:
 
 1. The one-way delay of a message is the trace's RTT/2 between the two servers at *send* time,
    using the directed sample ``src -> dst`` (:meth:`traces.store.TraceStore.one_way_us`), plus any
-   scripted congestion.  A link caches the delay of the current trace frame, so a send costs a few
-   attribute reads, not a trace lookup.
+   scripted congestion.  The network converts a trace frame once into a table of µs delays among
+   its servers and keeps the current one at hand, so a send on a link without scripted faults costs
+   a range check and two list indexes, not a trace lookup; links with faults cache their own delay.
 2. Links are directed node pairs and FIFO, as on TCP: a message never arrives before one sent
    earlier on the same link (``arrival = max(send + delay, previous arrival)``).
 3. A missing sample (or a scripted cut) is an outage.  ``outage = "hold"``: the link keeps what is
    sent and delivers it once the trace shows the pair again (TCP retransmission).  ``"drop"``:
    :meth:`Network.send` refuses, and the driver drops the connection (in-flight messages are lost
-   with it; see :class:`~simulator.driver.Simulation`).
+   with it; see :class:`~simulator.driver.Simulation`).  A held link remembers when its outage ends,
+   so sends during a long outage do not look ahead frame by frame each time.
 4. Messages are moved in batches: everything one node sends to one node in one call is one link
    item.  Link items are plain timed calls of :class:`LinkEnvironment` (a SimPy environment that,
    like ``simpy.rt``, overrides only ``step``), not SimPy events: the earliest call due no later
@@ -26,11 +28,14 @@ Nothing here knows about operators, routing or placement: the network carries op
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import simpy
+
+_push, _pop = heapq.heappush, heapq.heappop
 
 #: Outage behaviours (rule 3).
 OUTAGE_MODES = ("hold", "drop")
@@ -65,15 +70,19 @@ class FixedDelays:
 class Link:
     """One directed node pair: FIFO state and a delay cache (its items wait in the network's heap)."""
 
-    __slots__ = ("src", "dst", "a", "b", "last", "epoch", "frame_start", "frame_end", "delay", "busy")
+    __slots__ = ("src", "dst", "a", "b", "ra", "rb", "last", "epoch", "frame_start", "frame_end", "delay", "busy",
+                 "hold", "plain")
 
-    def __init__(self, src: str, dst: str, a: int, b: int):
+    def __init__(self, src: str, dst: str, a: int, b: int, ra: int = -1, rb: int = -1):
         self.src, self.dst, self.a, self.b = src, dst, a, b
+        self.ra, self.rb = ra, rb  # rows of a and b in the network's per-frame delay table
         self.last = 0              # arrival time of the latest item (FIFO, rule 2)
         self.epoch = 0             # bumped when the connection drops: older items are lost
         self.frame_start = self.frame_end = -1
         self.delay: int | None = None
         self.busy = 0              # bandwidth: when the link finishes transmitting
+        self.hold = (0, 0, 0)      # an outage [from, until) and the delay at ``until`` (hold mode)
+        self.plain = True          # no scripted faults: the network's current frame table applies
 
 
 class LinkEnvironment(simpy.Environment):
@@ -88,12 +97,11 @@ class LinkEnvironment(simpy.Environment):
     def __init__(self, initial_time: int = 0):
         super().__init__(initial_time)
         self._calls: list = []       # (when, seq, function, args); seq keeps equal times FIFO
-        self._call_seq = 0
+        self._call_seq = itertools.count()
 
     def call_at(self, when: int, function: Callable, *args: Any) -> None:
         """Run ``function(*args)`` at simulated time ``when`` (≥ now)."""
-        self._call_seq += 1
-        heapq.heappush(self._calls, (when, self._call_seq, function, args))
+        _push(self._calls, (when, next(self._call_seq), function, args))
 
     def peek(self) -> float:
         calls = self._calls
@@ -107,7 +115,7 @@ class LinkEnvironment(simpy.Environment):
             return
         # Run every call due no later than SimPy's next event in one go; a call may schedule SimPy
         # events (timers), so the queue head is read again after each one.
-        pop = heapq.heappop
+        pop = _pop
         while True:
             when, _, function, args = pop(calls)
             self._now = when
@@ -136,11 +144,18 @@ class Network:
         self.messages = 0          # messages inside them
         if not isinstance(env, LinkEnvironment):
             raise TypeError("Network needs a simulator.network.LinkEnvironment")
-        # Traces with frames: one-way delays among our servers, a frame at a time, as Python ints
-        # (a numpy lookup per link and frame would cost more than the hop).
-        self._rows = ({index: row for row, index in enumerate(sorted(set(servers.values())))}
-                      if hasattr(trace, "frame") else None)
-        self._frames: OrderedDict[int, list[list[float]]] = OrderedDict()
+        self._calls, self._seq = env._calls, env._call_seq    # send() inlines env.call_at (a hop's cost)
+        # Traces with frames: one-way delays (µs, None = outage) among our servers, a frame at a
+        # time, as Python lists (a numpy lookup per link and frame would cost more than the hop).
+        # ``_frame_cols`` picks our servers' rows/columns out of a trace frame.
+        ordered = sorted(set(servers.values()))
+        self._rows = {index: row for row, index in enumerate(ordered)} if hasattr(trace, "frame") else None
+        self._frame_cols = np.array(ordered, dtype=np.intp)
+        self._frames: OrderedDict[int, list[list[int | None]]] = OrderedDict()
+        # The frame table of the latest lookup and when it holds (``send``'s fast path for links
+        # without scripted faults); empty until the first lookup, and always for traces without frames.
+        self._table_start = self._table_end = -1
+        self._table: list[list[int | None]] = []
 
     # -- scripted faults ------------------------------------------------------------------------
     def cut(self, a: str, b: str, t1: int, t2: int) -> None:
@@ -157,12 +172,17 @@ class Network:
         for key in ((a, b), (b, a)):
             if key in self.links:
                 self.links[key].frame_end = -1
+                self.links[key].hold = (0, 0, 0)
+                self.links[key].plain = False
 
     # -- delays ---------------------------------------------------------------------------------
     def link(self, src: str, dst: str) -> Link:
         link = self.links.get((src, dst))
         if link is None:
-            link = self.links[(src, dst)] = Link(src, dst, self.servers[src], self.servers[dst])
+            a, b = self.servers[src], self.servers[dst]
+            rows = self._rows or {}
+            link = self.links[(src, dst)] = Link(src, dst, a, b, rows.get(a, -1), rows.get(b, -1))
+            link.plain = frozenset((src, dst)) not in self._faults
         return link
 
     def delay_us(self, src: str, dst: str, now: int) -> int | None:
@@ -178,13 +198,14 @@ class Network:
         frame = t // self.interval
         if frame > self.last_frame:
             frame = self.last_frame
-        start = frame * self.interval + self.origin
-        end = start + self.interval if frame < self.last_frame else NEVER
-        if link.a == link.b:
+        start = frame * self.interval + self.origin if frame else -NEVER
+        end = (frame + 1) * self.interval + self.origin if frame < self.last_frame else NEVER
+        if self._rows is not None:
+            table = self._frame_delays(frame)
+            self._table_start, self._table_end, self._table = start, end, table
+            delay = table[link.ra][link.rb]
+        elif link.a == link.b:
             delay = 0
-        elif self._rows is not None:
-            rtt = self._frame_rtts(frame)[self._rows[link.a]][self._rows[link.b]]
-            delay = None if rtt != rtt else round(rtt * 500.0)       # NaN: outage (as one_way_us)
         else:
             delay = self.trace.one_way_us(link.a, link.b, t)
         faults = self._faults and self._faults.get(frozenset((link.src, link.dst)))
@@ -200,15 +221,30 @@ class Network:
         link.frame_start, link.frame_end, link.delay = start, end, delay
         return delay
 
-    def _frame_rtts(self, frame: int) -> list[list[float]]:
-        """The RTTs (ms, NaN = outage) among our servers in ``frame``, as Python floats."""
-        rtts = self._frames.get(frame)
-        if rtts is None:
-            nodes = list(self._rows)
-            rtts = self._frames[frame] = self.trace.frame(frame)[np.ix_(nodes, nodes)].tolist()
-            if len(self._frames) > 8:
-                self._frames.popitem(last=False)
-        return rtts
+    def _frame_delays(self, frame: int) -> list[list[int | None]]:
+        """One-way delays (µs; None = outage, as ``one_way_us``) among our servers in ``frame``.
+
+        A small LRU of frames: a hold-mode outage looks ahead frame by frame (``recovery_us``),
+        which must not evict the frame everyone else is reading.
+        """
+        frames = self._frames
+        delays = frames.get(frame)
+        if delays is not None:
+            frames.move_to_end(frame)
+            return delays
+        cols = self._frame_cols
+        rtt = self.trace.frame(frame)[cols[:, None], cols].astype(np.float64)
+        outage = np.isnan(rtt)
+        # round(rtt * 500.0) of a Python float, as TraceStore.one_way_us: numpy's rint also rounds
+        # half to even, in the same float64 arithmetic.
+        us = np.rint(np.where(outage, 0.0, rtt) * 500.0).astype(np.int64).tolist()
+        if outage.any():
+            for r, c in zip(*np.nonzero(outage)):
+                us[r][c] = None
+        delays = frames[frame] = us
+        if len(frames) > 64:
+            frames.popitem(last=False)
+        return delays
 
     def recovery_us(self, src: str, dst: str, now: int) -> int | None:
         """The first time at or after ``now`` when ``src -> dst`` has a delay (None: never again)."""
@@ -224,24 +260,45 @@ class Network:
     def send(self, src: str, dst: str, items: list, now: int, size_bytes: int = 0) -> bool:
         """Put ``items`` on the link ``src -> dst`` at ``now``; False if refused (drop-mode outage)."""
         link = self.links.get((src, dst)) or self.link(src, dst)
-        delay = self._delay(link, now)
+        if self._table_start <= now < self._table_end and link.plain:
+            delay = self._table[link.ra][link.rb]
+        elif link.frame_start <= now < link.frame_end:
+            delay = link.delay
+        else:
+            delay = self._delay(link, now)
         start = now
         if delay is None:
             if self.outage == "drop":
                 return False
-            start = self.recovery_us(src, dst, now)
+            start, delay = self._held(link, now)
             if start is None:
                 return True             # never recovers: held forever (lost)
-            delay = self._delay(link, start)
         if self.bandwidth_bps and size_bytes:
-            start = max(start, link.busy)
+            if start < link.busy:
+                start = link.busy
             start = link.busy = start + round(size_bytes * 8e6 / self.bandwidth_bps)
         arrival = start + delay
         if arrival < link.last:
             arrival = link.last
         link.last = arrival
-        self.env.call_at(arrival, self._arrive, link, link.epoch, items)
+        _push(self._calls, (arrival, next(self._seq), self._arrive, (link, link.epoch, items)))   # env.call_at inlined
         return True
+
+    def _held(self, link: Link, now: int) -> tuple[int | None, int]:
+        """Hold mode, ``link`` in an outage at ``now``: when its items leave, and their delay.
+
+        The answer holds for the whole outage, so it is kept on the link: a busy link in a long
+        outage must not look ahead frame by frame on every send.
+        """
+        since, until, delay = link.hold
+        if since <= now < until:
+            return until if until < NEVER else None, delay
+        self._delay(link, now)
+        since = link.frame_start
+        until = self.recovery_us(link.src, link.dst, now)
+        delay = self._delay(link, until) if until is not None else 0
+        link.hold = (since, NEVER if until is None else until, delay)
+        return until, delay
 
     def drop(self, src: str, dst: str) -> None:
         """The connection ``src -> dst`` is gone: what is in flight is lost."""

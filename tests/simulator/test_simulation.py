@@ -91,6 +91,44 @@ def test_links_are_fifo_and_outages_hold_or_refuse():
     assert not net.send("a", "b", ["lost"], 0)
 
 
+def test_trace_delays_and_held_sends_match_the_trace_store():
+    """The per-frame delay tables, the link caches and the cached hold answer agree with plain
+    ``TraceStore.one_way_us`` lookups: arrival = first time >= send with a sample + its delay, FIFO."""
+    from traces.store import TraceStore
+
+    trace = TraceStore.open("seattle")
+    frames = np.stack([trace.frame(f) for f in range(trace.n_frames)])
+    gappy = np.argsort(-np.isnan(frames).sum(axis=(0, 2)), kind="stable")[:6].tolist()   # nodes with outages
+    nodes = sorted(set(gappy) | {0, 1, 2, 3})
+    servers = {trace.nodes[i]: i for i in nodes}
+    names = list(servers)
+    origin, interval = 5_000_000, trace.interval_us
+    env = LinkEnvironment()
+    got: dict[int, int] = {}
+    net = Network(env, trace, servers, lambda dst, src, items: got.__setitem__(items[0], env.now), origin_us=origin)
+    net.congest(names[0], names[1], origin + 40 * interval, origin + 90 * interval, 7_000)
+    rng = np.random.default_rng(3)
+    expected, last, n = {}, {}, 0
+    for now in np.sort(rng.integers(0, trace.duration_us, 4000)).tolist():
+        for _ in range(3):
+            src, dst = (names[i] for i in rng.choice(len(names), 2, replace=False))
+            t = now
+            while True:
+                delay = trace.one_way_us(servers[src], servers[dst], max(0, t - origin))
+                if {src, dst} == {names[0], names[1]} and origin + 40 * interval <= t < origin + 90 * interval:
+                    delay = None if delay is None else delay + 7_000
+                if delay is not None or t - origin >= trace.duration_us:
+                    break
+                t = (max(0, t - origin) // interval + 1) * interval + origin
+            if delay is not None:
+                expected[n] = last[src, dst] = max(t + delay, last.get((src, dst), 0))
+            env.run(until=now) if now > env.now else None
+            net.send(src, dst, [n], now)
+            n += 1
+    env.run()
+    assert got == expected and len(expected) > 10_000 and len(expected) < n      # some held forever
+
+
 def test_scenario_errors_name_file_and_key(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('trace = "seattle"\nquery = "q.toml"\nservers = 3\nkmax = 0\n[[sources]]\nkind="cpu"\n'
