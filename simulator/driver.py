@@ -10,9 +10,10 @@ It mirrors :mod:`engine.aio.driver` duty for duty, with simulated time and links
   with ``on_peer_up`` / ``on_peer_down``; a dropped connection loses what is in flight and comes
   back after one handshake RTT once the trace shows the pair again; the core then replays from its
   acknowledged offsets.  ``PeerTimedOut`` drops the connection, as the TCP driver does.
-* **Frames.** Everything the core drains for one node in one call is one link item; Batch sizes are
-  the exact :func:`engine.wire.encode` lengths (bandwidth statistics and the optional link
-  bandwidth).  The driver never loops over records.
+* **Frames.** Everything the core drains for one node in one call is one link item, reported to
+  the observer as one frame.  With a link bandwidth, the item's size is the exact
+  :func:`engine.wire.encode` length of its messages; the recorder sizes what it reports itself.
+  The driver never loops over records.
 * **Sources.** External sources reach entry points as payloads (the MQTT role), over the network
   from the source's server; ``on_source`` is called on arrival.
 * **CPU.** With :class:`~simulator.network.Processing` costs, a batch reaches the core only when
@@ -50,7 +51,8 @@ class Observer:
     """What the simulation reports to (the recorder); the defaults ignore everything."""
 
     def delivered(self, node: str, event: Delivered, via: Any) -> None: ...
-    def sent(self, src: str, dst: str, message: Any, size: int, now: int) -> None: ...
+    def sent(self, src: str, dst: str, messages: list, now: int) -> None:
+        """``messages`` leave ``src`` for ``dst`` at ``now`` as one frame (one link item)."""
     def dead_letter(self, node: str, event: DeadLetter) -> None: ...
 
 
@@ -62,6 +64,7 @@ class SimNode:
         self.core = NodeCore(name, sim.query, sim.options, now=now)
         self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes), now=now)
         self.alive = True
+        self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
         self.hosts_apps = any(r.name in sim.query.applications for r in self.core.hosted)
         self._timer_when: int | None = None
         self._timer_generation = 0
@@ -73,28 +76,36 @@ class SimNode:
             return
         processing = self.sim.processing
         if processing is not None:
-            work = 0.0
+            work, cost_of = 0.0, self.sim.cost_of
             for item in items:
                 if type(item) is Batch:
-                    work += len(item.records) * self.sim.cost_of[item.stream.target.name]
+                    work += len(item.records) * cost_of[item.stream.target.name]
                 elif type(item) is SourcePayload:
-                    work += self.sim.cost_of.get(item.stream, 0.0)
-            done = processing.finish(self.name, self.sim.env.now, work)
-            if done > self.sim.env.now:
-                self.sim.env.timeout(done - self.sim.env.now).callbacks.append(
-                    lambda event: self._receive(src, items) if self.alive else None)
+                    work += cost_of.get(item.stream, 0.0)
+            env = self.sim.env
+            done = processing.finish(self.name, env.now, work)
+            if done > env.now:
+                # A timed call, not a SimPy Timeout: most batches wait for the CPU a few µs.
+                env.call_at(done, self._processed, src, items)
                 return
         self._receive(src, items)
 
+    def _processed(self, src: str, items: list) -> None:
+        if self.alive:
+            self._receive(src, items)
+
     def _receive(self, src: str, items: list) -> None:
         now, core = self.sim.env.now, self.core
-        for item in items:
-            if type(item) is SourcePayload:
-                core.on_source(item.stream, item.payload, now=now)
-            else:
-                core.receive(src, item, now=now)
-                if self.hosts_apps:
-                    self._events(via=(src, item))
+        if not self.hosts_apps and len(items) == 1 and type(items[0]) is not SourcePayload:
+            core.receive(src, items[0], now=now)    # the common case: one message, no application
+        else:
+            for item in items:
+                if type(item) is SourcePayload:
+                    core.on_source(item.stream, item.payload, now=now)
+                else:
+                    core.receive(src, item, now=now)
+                    if self.hosts_apps:
+                        self._events(via=(src, item))
         self._transmit()
 
     def on_peer_up(self, peer: str) -> None:
@@ -118,23 +129,25 @@ class SimNode:
         sim, now = self.sim, self.sim.env.now
         outbox = self.core.messages_to_send()
         if outbox:
-            frames: dict[str, list] = {}
-            for node, message in outbox:
-                frame = frames.get(node)
-                if frame is None:
-                    frames[node] = [message]
-                else:
-                    frame.append(message)
-            sent, name = sim.observer.sent, self.name
+            if len(outbox) == 1:
+                node, message = outbox[0]
+                frames = {node: [message]}
+            else:
+                frames = {}
+                for node, message in outbox:
+                    frame = frames.get(node)
+                    if frame is None:
+                        frames[node] = [message]
+                    else:
+                        frame.append(message)
+            name, network, up = self.name, sim.network, self.up
+            sizes = network.bandwidth_bps is not None
             for node, messages in frames.items():
-                if frozenset((name, node)) not in sim.connected:
+                if node not in up:
                     continue                          # replayed by on_peer_up when the link returns
-                size = 0
-                for message in messages:
-                    length = len(encode(message))
-                    size += length
-                    sent(name, node, message, length, now)
-                if not sim.network.send(name, node, messages, now, size):
+                sim.observer.sent(name, node, messages, now)
+                size = sum(len(encode(message)) for message in messages) if sizes else 0
+                if not network.send(name, node, messages, now, size):
                     sim.drop_connection(name, node)   # drop-mode outage: the connection breaks
         self._events(via=None)
         when = self.core.next_timer()
@@ -214,6 +227,8 @@ class Simulation:
         if pair in self.connected or not (self.nodes[a].alive and self.nodes[b].alive):
             return
         self.connected.add(pair)
+        self.nodes[a].up.add(b)
+        self.nodes[b].up.add(a)
         self.nodes[a].on_peer_up(b)
         self.nodes[b].on_peer_up(a)
 
@@ -223,6 +238,8 @@ class Simulation:
         if pair not in self.connected:
             return
         self.connected.discard(pair)
+        self.nodes[a].up.discard(b)
+        self.nodes[b].up.discard(a)
         self.network.drop(a, b)
         self.network.drop(b, a)
         for x, y in ((a, b), (b, a)):

@@ -329,10 +329,13 @@ class Processing:
 
     def finish(self, server: str, now: int, work_us: float) -> int:
         """When a batch of ``work_us`` µs of work arriving at ``now`` is done."""
-        for t1, t2, factor in self._spikes.get(server, ()):
-            if t1 <= now < t2:
-                work_us *= factor
-        start = max(now, self.busy.get(server, 0))
+        if self._spikes:
+            for t1, t2, factor in self._spikes.get(server, ()):
+                if t1 <= now < t2:
+                    work_us *= factor
+        start = self.busy.get(server, 0)
+        if start < now:
+            start = now
         done = start + round(work_us)
         self.busy[server] = done
         return done

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from engine.messages import Batch
 from engine.node import DeadLetter, Delivered
+from engine.wire import encode
 from operators.record import CLOSED
 from simulator.driver import Observer
 
@@ -63,21 +64,26 @@ class Recorder(Observer):
             if self.done is not None and len(self.closed) == len(self.apps) and not self.done.triggered:
                 self.done.succeed()
 
-    def sent(self, src: str, dst: str, message: Any, size: int, now: int) -> None:
-        if type(message) is Batch:
-            # Keyed by identity: the core reuses one StreamReplica object per route, and hashing
-            # the dataclass is the costliest step here.
-            stream = message.stream
-            entry = self.traffic[(now // self.bucket_us, id(stream))]
-            self._streams[id(stream)] = stream
-            n = len(message.records)
-            entry[0] += n
-            if n:
-                delay = self.network.delay_us(src, dst, now)
-                entry[2] += n * (delay if delay is not None else 0) / 1000.0
-        else:
-            entry = self.traffic[(now // self.bucket_us, "control")]
-        entry[1] += size
+    def sent(self, src: str, dst: str, messages: list, now: int) -> None:
+        bucket = now // self.bucket_us
+        traffic, delay = self.traffic, None
+        for message in messages:
+            size = len(encode(message))
+            if type(message) is Batch:
+                # Keyed by identity: the core reuses one StreamReplica object per route, and hashing
+                # the dataclass is the costliest step here.
+                stream = message.stream
+                entry = traffic[(bucket, id(stream))]
+                self._streams[id(stream)] = stream
+                n = len(message.records)
+                entry[0] += n
+                if n:
+                    if delay is None:               # one lookup per frame: same link, same time
+                        delay = self.network.delay_us(src, dst, now) or 0
+                    entry[2] += n * delay / 1000.0
+            else:
+                entry = traffic[(bucket, "control")]
+            entry[1] += size
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
         self.dead_letters += 1
