@@ -10,8 +10,13 @@ Rules of this module:
 3. Anything malformed — a short or oversized frame, bad msgpack, an unknown code, a field of the
    wrong type — raises :class:`WireError`; nothing else escapes :func:`decode`.  The driver closes
    the connection on a WireError; a peer can never crash a node with bytes.
-4. Records travel as msgpack arrays and come back as tuples (``use_list=False``), so they are
-   hashable and equal to the sender's records (msgpack keeps int/float/str/bool exactly).
+4. A batch's records travel as one msgpack ``bin`` field holding the msgpack array of records
+   (:class:`PackedRecords`): the sender encodes an emitted batch once for all its downstream
+   replicas, and the receiver decodes it only when a record is read — a duplicate filter that
+   already knows these exact bytes from another upstream replica (operators/dedup.py, "runs")
+   never reads them.  Records come back as tuples (``use_list=False``), so they are hashable and
+   equal to the sender's records (msgpack keeps int/float/str/bool exactly); a malformed record
+   array raises :class:`WireError` when first read.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, Callable
 
 import msgpack
@@ -27,6 +34,7 @@ from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, Disconnec
                              Message, Proof, RemoveReplica, Statistics, StatisticsRequest)
 from operators.errors import ReplicastError
 from operators.plan import ReplicaId, StreamReplica
+from operators.record import Record
 
 #: Largest frame a node accepts (a batch is normally far smaller).
 MAX_FRAME = 64 * 1024 * 1024
@@ -63,10 +71,14 @@ def _int(value: Any, what: str, optional: bool = False) -> Any:
 
 
 def _batch(f: tuple) -> Batch:
-    records = f[6]
-    if type(records) is not tuple or not all(type(r) is tuple and r and type(r[0]) is int for r in records):
-        raise WireError("batch records must be arrays starting with an integer timestamp")
-    return Batch(_stream(f), _int(f[5], "offset"), records, _int(f[7], "punctuation", optional=True))
+    if type(f[6]) is not bytes:
+        raise WireError(f"batch records must be msgpack bytes, got {type(f[6]).__name__}")
+    return Batch(_stream(f), _int(f[5], "offset"), PackedRecords.unpacked_from(f[6]),
+                 _int(f[7], "punctuation", optional=True))
+
+
+def _records_bytes(records: Sequence[Record]) -> bytes:
+    return records.packed if type(records) is PackedRecords else _packb(records)
 
 
 def _bytes(value: Any, what: str) -> bytes:
@@ -89,7 +101,7 @@ def _dict(value: Any) -> dict:
 
 # code, class, fields of a message, message from fields (after the code)
 _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message], int]] = [
-    (1, Batch, lambda m: [*_stream_fields(m.stream), m.offset, m.records, m.punctuation], _batch, 8),
+    (1, Batch, lambda m: [*_stream_fields(m.stream), m.offset, _records_bytes(m.records), m.punctuation], _batch, 8),
     (2, Ack, lambda m: [*_stream_fields(m.stream), m.offset], lambda f: Ack(_stream(f), _int(f[5], "offset")), 6),
     (3, Heartbeat, lambda m: [m.sent_us, m.echo_us],
      lambda f: Heartbeat(_int(f[0], "sent_us"), _int(f[1], "echo_us", True)), 2),
@@ -107,6 +119,93 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
 _ENCODERS = {cls: (code, fields) for code, cls, fields, _, _ in _CODECS}
 _DECODERS = {code: (build, n) for code, _, _, build, n in _CODECS}
 _packb = msgpack.Packer(use_bin_type=True).pack
+_first = itemgetter(0)
+
+
+# -- records --------------------------------------------------------------------------------------
+class PackedRecords(Sequence):
+    """A batch's records and their msgpack bytes, each made on first use and then kept (rule 4).
+
+    ``PackedRecords(records)`` wraps what a replica emits: every remote stream replica's frame then
+    shares one encoding.  :meth:`unpacked_from` wraps bytes read off the wire: the count is read from
+    the array header, the records only when first needed.  :attr:`key` is the bytes if they exist,
+    without making them — the content identity a duplicate filter may use.
+    """
+
+    __slots__ = ("_records", "_packed", "_n")
+
+    def __init__(self, records: Sequence[Record]):
+        self._records: Sequence[Record] | None = records
+        self._packed: bytes | None = None
+        self._n = len(records)
+
+    @classmethod
+    def unpacked_from(cls, packed: bytes) -> PackedRecords:
+        block = cls.__new__(cls)
+        block._records, block._packed, block._n = None, packed, _array_length(packed)
+        return block
+
+    @property
+    def key(self) -> bytes | None:
+        return self._packed
+
+    @property
+    def packed(self) -> bytes:
+        if self._packed is None:
+            self._packed = _packb(self._records)
+        return self._packed
+
+    @property
+    def records(self) -> Sequence[Record]:
+        """The records; raises :class:`WireError` if the bytes are not an array of records."""
+        if self._records is None:
+            self._records = _unpack_records(self._packed, self._n)
+        return self._records
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index):
+        return self.records[index]
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self.records) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]   (a list-like, like the records lists it stands for)
+
+    def __repr__(self) -> str:
+        return f"PackedRecords({list(self.records)!r})"
+
+
+def _array_length(packed: bytes) -> int:
+    """The element count in a msgpack array header."""
+    head = packed[:1]
+    if head and 0x90 <= head[0] <= 0x9F:
+        return head[0] & 0x0F
+    if head == b"\xdc" and len(packed) >= 3:
+        return int.from_bytes(packed[1:3], "big")
+    if head == b"\xdd" and len(packed) >= 5:
+        return int.from_bytes(packed[1:5], "big")
+    raise WireError("batch records must be a msgpack array")
+
+
+def _unpack_records(packed: bytes, n: int) -> tuple[Record, ...]:
+    try:
+        records = msgpack.unpackb(packed, use_list=False, raw=False, strict_map_key=False)
+    except Exception as error:  # msgpack raises several unrelated types for garbage
+        raise WireError(f"batch records are not msgpack: {type(error).__name__}") from None
+    # Every record an array starting with an integer timestamp (type checks in C, two passes).
+    try:
+        valid = type(records) is tuple and len(records) == n and set(map(type, records)) <= {tuple} \
+            and set(map(type, map(_first, records))) <= {int}
+    except IndexError:                  # an empty record
+        valid = False
+    if not valid:
+        raise WireError("batch records must be arrays starting with an integer timestamp")
+    return records
 
 
 # -- messages <-> frames --------------------------------------------------------------------------

@@ -12,16 +12,34 @@ Algorithm 1, with the paper's line numbers:
 Theorem 1: if the replicas carry the same multiset, the output carries it too — each record passes
 exactly its multiplicity — whatever the interleaving, without ever blocking.
 
-Representation (the hot path of every replica, so it avoids allocations): while every replica has
-sent a record at most once, ``count[t]`` is an ``int`` bitmask of the replicas that sent it, with
-``max_count = 1`` implied.  Only when a replica sends an equal record a second time (two distinct
-events with equal values) does the record get a list ``[max_count, count_0, …, count_{k-1}]`` in a
-side table, its mask becoming ``-1`` (all bits set) so that every later copy takes the slow path.
+Representation (the hot path of every replica, so it avoids allocations and hashes each copy once):
+every remembered record has a *slot*: ``_slots`` maps the record to its slot number (one
+``dict.setdefault`` per copy, so one hash of the record) and ``_masks[slot]`` holds ``count[t]``.
+While every replica has sent the record at most once, that is an ``int`` bitmask of the replicas
+that sent it, with ``max_count = 1`` implied.  Only when a replica sends an equal record a second
+time (two distinct events with equal values) does the record get a list
+``[max_count, count_0, …, count_{k-1}]`` in a side table, its mask becoming ``-1`` (all bits set)
+so that every later copy takes the slow path.
+
+Identical batches (*runs*).  Replicas of a deterministic operator that see the same input batches
+emit the same output batches, so the k copies of a batch often arrive as byte-identical frames.  A
+caller that has an identity for a batch's content (the engine passes the frame's record bytes)
+gives it as ``key``.  When the first copy of a keyed batch has distinct timestamps that are all
+newer than anything remembered, none of its records can equal a remembered record or each other,
+so every one of them is new: the batch passes whole and is remembered as one *run* — the records
+with one shared mask — without hashing any record.  A later copy with the same key is Algorithm 1
+for all its records at once (one mask update; its frame need not even be decoded, see
+:meth:`knows`).  Anything a run cannot answer alone — a batch without key whose timestamps reach
+into a run, or a replica repeating a run — first turns the runs concerned into per-record slots,
+then takes the per-record path, so the result is always exactly the per-record algorithm's.  When a
+punctuation covers a run, its key is kept until the next punctuation that covers another run, so
+later copies of it are dropped as below the punctuation (line 2) without being read; memory stays
+bounded by one punctuation interval.
 
 With a single stream replica (k = 1) Algorithm 1 passes every record above the punctuation — each
-copy is a new occurrence — so the filter only checks timestamps, in C (``min``), and keeps the
-records passed since the last punctuation in a list; :meth:`DuplicateFilter.add_replica` rebuilds
-exact counts from that list, so a replica connected later (revival, §V-C) is filtered correctly.
+copy is a new occurrence — so the filter only checks timestamps, in C, and keeps the records passed
+since the last punctuation in a list; :meth:`DuplicateFilter.add_replica` rebuilds exact counts
+from that list, so a replica connected later (revival, §V-C) is filtered correctly.
 
 §V-B utility weights: each arriving copy gives its stream replica the weight ``1/rank``, where
 rank 1 is the first copy of that occurrence to arrive, 2 the second, …  They are kept as integer
@@ -30,7 +48,11 @@ counts per rank (``rank_counts[i][rank-1]``), so the hot path does no float arit
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from itertools import count
 from operator import itemgetter
 from typing import Any
 
@@ -45,6 +67,18 @@ _POPCOUNT = bytes(i.bit_count() for i in range(256))
 _MULTIPLE = -1
 
 
+@dataclass(slots=True)
+class _Run:
+    """A keyed batch remembered whole: distinct records with timestamps ``oldest … newest``, all
+    sent by the replicas in ``mask`` (each once)."""
+
+    key: Hashable
+    records: Sequence[Record]
+    oldest: int
+    newest: int
+    mask: int
+
+
 class DuplicateFilter:
     """Algorithm 1 for one input port fed by ``k`` stream replicas numbered ``0 … k-1``.
 
@@ -55,9 +89,12 @@ class DuplicateFilter:
     def __init__(self, k: int):
         self.k = k
         self.max_punctuation = NO_PUNCTUATION
-        self._counts: dict[Record, int] = {}           # record -> mask of replicas (or _MULTIPLE)
+        self._slots: dict[Record, int] = {}           # record -> slot
+        self._masks: list[int] = []                    # slot -> mask of replicas (or _MULTIPLE)
         self._multiple: dict[Record, list[int]] = {}   # record -> [max_count, count_0, …]
-        self._newest = NO_PUNCTUATION           # largest ts stored (bounds pruning work)
+        self._runs: dict[Hashable, _Run] = {}          # key -> run, in timestamp order (disjoint)
+        self._covered: dict[Hashable, int] = {}        # key -> size, of runs the last pruning covered
+        self._newest = NO_PUNCTUATION           # largest ts remembered, in slots or runs
         self._recent: list[Record] | None = [] if k == 1 else None   # single-replica mode
         self.rank_counts = [[0] * k for _ in range(k)]
         self.passed = 0
@@ -77,53 +114,131 @@ class DuplicateFilter:
         self.rank_counts.append([0] * self.k)
         return self.k - 1
 
-    def on_batch(self, i: int, records: list[Record]) -> list[Record]:
-        """Records from stream replica ``i``; returns those that pass, in arrival order."""
+    def knows(self, key: Hashable) -> bool:
+        """Whether a copy of the batch with this key can be taken without its records."""
+        return key in self._runs or key in self._covered
+
+    # -- records --------------------------------------------------------------------------------
+    def on_batch(self, i: int, records: Sequence[Record], key: Hashable | None = None) -> list[Record]:
+        """Records from stream replica ``i``; returns those that pass, in arrival order.
+
+        ``key``, if given, identifies the batch's content: equal keys must mean equal record sequences
+        (the engine uses the frame's record bytes).  A batch whose key :meth:`knows` is not read.
+        """
+        recent = self._recent
+        if recent is not None:                          # k = 1: every record is a new occurrence
+            return self._single(i, records, recent)
+        if key is not None:
+            run = self._runs.get(key)
+            if run is not None:
+                if not run.mask & (1 << i):             # later copies of occurrence 1, all at once
+                    run.mask |= 1 << i
+                    n = len(run.records)
+                    self.rank_counts[i][run.mask.bit_count() - 1] += n
+                    self.duplicates += n
+                    return []
+                self._to_slots([run])                   # replica i repeats the batch: per record
+                records = run.records
+            elif key in self._covered:                  # Alg. 1 line 2 for the whole batch
+                self.below_punctuation += self._covered[key]
+                return []
         if not records:
             return []
+        if key is None and not self._runs:
+            return self._per_record(i, records)
+        stamps = sorted(map(_ts, records))              # oldest, newest (linear on sorted input)
+        if key is not None and stamps[0] > self._newest and stamps[0] > self.max_punctuation \
+                and len(set(stamps)) == len(stamps):    # distinct and newer than all: all new
+            self._runs[key] = _Run(key, records, stamps[0], stamps[-1], 1 << i)
+            self._newest = stamps[-1]
+            n = len(records)
+            self.passed += n
+            self.rank_counts[i][0] += n
+            return records if type(records) is list else list(records)
+        if self._runs and stamps[-1] >= next(iter(self._runs.values())).oldest:
+            self._to_slots(self._overlapping(stamps[0], stamps[-1]))
+        return self._per_record(i, records)
+
+    def _per_record(self, i: int, records: Sequence[Record]) -> list[Record]:
+        """Algorithm 1 record by record over the slots."""
         max_punctuation = self.max_punctuation
-        if self._recent is not None:                    # k = 1: every record is a new occurrence
-            passed = records if min(map(_ts, records)) > max_punctuation else \
-                [r for r in records if r[0] > max_punctuation]
-            self._recent += passed
-            self._note(i, records, passed, len(records) - len(passed))
-            return passed
         out: list[Record] = []
         append = out.append
-        counts = self._counts
-        get = counts.get
+        slots = self._slots
+        slot_of = slots.setdefault
+        masks = self._masks
+        new_slot = masks.append
+        n = len(masks)
         bit = 1 << i
         below = 0
         newest = self._newest
-        masks: list[int] = []                           # masks after each copy of occurrence 1
-        seen_by = masks.append
+        seen_masks: list[int] = []                      # masks after each later copy of occurrence 1
+        seen_by = seen_masks.append
         for record in records:
-            seen = get(record)
-            if seen is None:
-                # Alg. 1 line 2. Only needed on a miss: a punctuation p removes every entry with
-                # ts <= p (line 11), so a record still in the table is above max_punctuation.
+            s = slot_of(record, n)
+            if s == n:                                  # not remembered: a new record
+                # Alg. 1 line 2. Only needed here: a punctuation p removes every record with
+                # ts <= p (line 11), so a record still remembered is above max_punctuation.
                 ts = record[0]
                 if ts <= max_punctuation:
+                    del slots[record]
                     below += 1
                     continue
                 if ts > newest:
                     newest = ts
-                counts[record] = bit                    # first copy of occurrence 1 (lines 3-6)
+                new_slot(bit)                           # first copy of occurrence 1 (lines 3-6)
+                n += 1
                 append(record)
-            elif not seen & bit:                        # a later copy of occurrence 1
-                seen |= bit
-                counts[record] = seen
-                seen_by(seen)
-            elif self._count_copy(i, record):           # replica i repeats an equal record
-                append(record)
+            else:
+                seen = masks[s]
+                if not seen & bit:                      # a later copy of occurrence 1
+                    seen |= bit
+                    masks[s] = seen
+                    seen_by(seen)
+                elif self._count_copy(i, s, record):    # replica i repeats an equal record
+                    append(record)
         self._newest = newest
-        if masks:
-            self._count_ranks(i, masks)
+        if seen_masks:
+            self._count_ranks(i, seen_masks)
         self.passed += len(out)
         self.below_punctuation += below
         self.duplicates += len(records) - len(out) - below
         self.rank_counts[i][0] += len(out)
         return out
+
+    def _overlapping(self, oldest: int, newest: int) -> list[_Run]:
+        """The runs holding timestamps in ``oldest … newest`` (runs are disjoint and in ts order)."""
+        runs = list(self._runs.values())
+        first = bisect_left([r.newest for r in runs], oldest)
+        last = bisect_right([r.oldest for r in runs], newest)
+        return runs[first:last]
+
+    def _to_slots(self, runs: list[_Run]) -> None:
+        """Give the records of ``runs`` per-record slots (their records are new to the slots)."""
+        slots, masks = self._slots, self._masks
+        for run in runs:
+            del self._runs[run.key]
+            slots.update(zip(run.records, count(len(masks))))
+            masks.extend([run.mask] * len(run.records))
+
+    def _single(self, i: int, records: Sequence[Record], recent: list[Record]) -> list[Record]:
+        """Single-replica mode: line 2 only (a copy can never repeat an earlier one), in C."""
+        if not records:
+            return []
+        max_punctuation = self.max_punctuation
+        stamps = sorted(map(_ts, records))              # oldest and newest at once: linear on sorted input
+        if stamps[0] > max_punctuation:
+            passed = records if type(records) is list else list(records)
+        else:
+            passed = [r for r in records if r[0] > max_punctuation]
+            self.below_punctuation += len(records) - len(passed)
+        if passed:
+            recent += passed
+            if stamps[-1] > self._newest:
+                self._newest = stamps[-1]
+            self.passed += len(passed)
+            self.rank_counts[i][0] += len(passed)
+        return passed
 
     def _count_ranks(self, i: int, masks: list[int]) -> None:
         """§V-B: a copy whose arrival made the mask ``m`` has rank ``popcount(m)``."""
@@ -136,24 +251,13 @@ class DuplicateFilter:
             for mask, n in Counter(masks).items():
                 ranks[mask.bit_count() - 1] += n
 
-    def _note(self, i: int, records: list[Record], out: list[Record], below: int) -> None:
-        """Per-batch bookkeeping: newest timestamp stored, counters, rank-1 weights of what passed."""
-        if out:                                         # only passing records add keys to _counts
-            newest = max(map(_ts, out))
-            if newest > self._newest:
-                self._newest = newest
-        self.passed += len(out)
-        self.below_punctuation += below
-        self.duplicates += len(records) - len(out) - below
-        self.rank_counts[i][0] += len(out)
-
-    def _count_copy(self, i: int, record: Record) -> bool:
-        """Alg. 1 lines 3-6 with full counts; returns whether the copy passes."""
+    def _count_copy(self, i: int, s: int, record: Record) -> bool:
+        """Alg. 1 lines 3-6 with full counts for the record in slot ``s``; returns whether the copy passes."""
         entry = self._multiple.get(record)
         if entry is None:                               # switch to the list form
-            mask = self._counts[record]
+            mask = self._masks[s]
             entry = self._multiple[record] = [1] + [(mask >> j) & 1 for j in range(self.k)]
-            self._counts[record] = _MULTIPLE
+            self._masks[s] = _MULTIPLE
         if len(entry) <= i + 1:                         # entry made before add_replica()
             entry.extend([0] * (i + 2 - len(entry)))
         count = entry[i + 1] + 1                        # line 3
@@ -168,21 +272,31 @@ class DuplicateFilter:
     def on_record(self, i: int, record: Record) -> bool:
         return bool(self.on_batch(i, [record]))
 
+    # -- punctuations ---------------------------------------------------------------------------
     def on_punctuation(self, i: int, p: int) -> int | None:
         """Punctuation ``p`` from replica ``i``; returns the punctuation to forward, if any (lines 7-11)."""
         if p <= self.max_punctuation:
             return None
         self.max_punctuation = p
+        if self._recent is not None:                    # single-replica mode
+            self._recent = [] if self._newest <= p else [r for r in self._recent if r[0] > p]
+            return p
         if self._multiple:
             self._multiple = {r: e for r, e in self._multiple.items() if r[0] > p}
+        if self._runs:
+            covered = {key: len(run.records) for key, run in self._runs.items() if run.newest <= p}
+            if covered:                                 # copies of these still to come are below p
+                self._covered = covered
         if self._newest <= p:                           # line 11, for every record at once
-            self._counts = {}
-            if self._recent is not None:
-                self._recent = []
-        elif self._recent is not None:
-            self._recent = [r for r in self._recent if r[0] > p]
-        else:
-            self._counts = {r: e for r, e in self._counts.items() if r[0] > p}
+            self._slots, self._masks, self._runs = {}, [], {}
+            return p
+        if self._runs:
+            self._to_slots([run for run in self._runs.values() if run.oldest <= p < run.newest])
+            self._runs = {key: run for key, run in self._runs.items() if run.newest > p}
+        kept = [(r, s) for r, s in self._slots.items() if r[0] > p]
+        masks = self._masks
+        self._masks = [masks[s] for _, s in kept]
+        self._slots = {r: j for j, (r, _) in enumerate(kept)}
         return p
 
     # -- statistics and state -------------------------------------------------------------------
@@ -192,11 +306,17 @@ class DuplicateFilter:
 
     def pending(self) -> int:
         """How many records are remembered (bounded by one punctuation interval)."""
-        return len(self._counts) if self._recent is None else len(self._recent)
+        if self._recent is not None:
+            return len(self._recent)
+        return len(self._slots) + sum(len(run.records) for run in self._runs.values())
 
     def snapshot(self) -> dict[str, Any]:
+        """The filter's state; runs are listed record by record (keys are an optimisation, not state)."""
+        masks = self._masks
+        counts = [[list(r), masks[s]] for r, s in self._slots.items()]
+        counts += [[list(r), run.mask] for run in self._runs.values() for r in run.records]
         return {"k": self.k, "max_punctuation": self.max_punctuation, "newest": self._newest,
-                "counts": [[list(r), e] for r, e in self._counts.items()],
+                "counts": counts,
                 "multiple": [[list(r), e] for r, e in self._multiple.items()],
                 "recent": None if self._recent is None else [list(r) for r in self._recent],
                 "rank_counts": [list(c) for c in self.rank_counts]}
@@ -205,7 +325,8 @@ class DuplicateFilter:
         self.__init__(state["k"])
         self.max_punctuation = state["max_punctuation"]
         self._newest = state["newest"]
-        self._counts = {tuple(r): e for r, e in state["counts"]}
+        self._slots = {tuple(r): s for s, (r, _) in enumerate(state["counts"])}
+        self._masks = [e for _, e in state["counts"]]
         self._multiple = {tuple(r): list(e) for r, e in state["multiple"]}
         self._recent = None if state["recent"] is None else [tuple(r) for r in state["recent"]]
         self.rank_counts = [list(c) for c in state["rank_counts"]]

@@ -9,6 +9,7 @@ replica.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from operators.base import Operator
@@ -28,15 +29,21 @@ class OperatorReplica:
         self.filters = [DuplicateFilter(k) for k in upstreams_per_port]
         self.sorters = [Sorter() for _ in upstreams_per_port] if sort_inputs else None
 
-    def on_batch(self, port: int, upstream: int, records: list[Record],
-                 punctuation: int | None = None) -> tuple[list[Record], int | None]:
+    def knows(self, port: int, key: Hashable) -> bool:
+        """Whether a batch with this content key reached ``port`` whole from another stream replica
+        and is still remembered: a copy of it needs no records (see :mod:`operators.dedup`)."""
+        return self.filters[port].knows(key)
+
+    def on_batch(self, port: int, upstream: int, records: Sequence[Record],
+                 punctuation: int | None = None, key: Hashable | None = None) -> tuple[list[Record], int | None]:
         """A batch from stream replica ``upstream`` of ``port``: records, then maybe a punctuation.
 
-        Returns the records the replica emits and the punctuation to forward after them (or None).
-        After calling this, send both to every downstream replica.
+        ``key`` optionally identifies the records' content (equal keys, equal records; the engine
+        uses the frame's record bytes).  Returns the records the replica emits and the punctuation
+        to forward after them (or None).  After calling this, send both to every downstream replica.
         """
         dedup = self.filters[port]
-        fresh = dedup.on_batch(upstream, records) if records else records
+        fresh = dedup.on_batch(upstream, records, key) if records or key is not None else []
         if self.sorters is not None:
             self.sorters[port].add(fresh)
             out: list[Record] = []

@@ -1,5 +1,8 @@
 """An in-memory network of NodeCores (h11's ConnectionPair, for n nodes): FIFO links, a hand clock.
 
+Messages cross a link as wire frames (engine/wire.py), encoded at the sender and decoded at the
+receiver, exactly as on TCP.
+
 Each ``step`` delivers one message chosen by a seeded RNG among the heads of all non-empty links,
 so interleavings differ across links while every link stays FIFO (TCP).  Links can be cut
 (in-flight messages are lost, both ends are told ``on_peer_down``) and restored (``on_peer_up``).
@@ -12,6 +15,7 @@ import random
 from collections import defaultdict, deque
 
 from engine.node import Delivered, NodeCore, NodeOptions, configure
+from engine.wire import decode, encode
 from operators.query import Query
 
 
@@ -42,7 +46,7 @@ class MemoryNetwork:
                 continue
             for dst, message in core.messages_to_send():
                 if dst not in self.dead and frozenset((name, dst)) not in self.cut:
-                    self.links[(name, dst)].append(message)
+                    self.links[(name, dst)].append(encode(message))
             for event in core.events():
                 self.events.append((name, event))
                 if isinstance(event, Delivered):
@@ -57,7 +61,7 @@ class MemoryNetwork:
         if not busy:
             return False
         src, dst = self.rng.choice(busy)
-        message = self.links[(src, dst)].popleft()
+        message = decode(self.links[(src, dst)].popleft()[4:])
         self.cores[dst].receive(src, message, now=self.now)
         self.flush()
         return True

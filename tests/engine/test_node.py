@@ -10,6 +10,7 @@ import pytest
 from engine.events import read_events
 from engine.messages import Ack, Batch, Heartbeat, StatisticsRequest, Statistics
 from engine.node import DeadLetter, NodeCore, NodeOptions, configure
+from engine.wire import PackedRecords
 from engine.replay import replay
 from operators.plan import ReplicaId, StreamReplica
 from operators.query_file import load_query
@@ -87,6 +88,30 @@ def test_k2_six_nodes_equals_reference(seed):
     net = MemoryNetwork(QUERY, place, seed=seed)
     publish_all(net, place)
     assert_same(net)
+
+
+def test_byte_identical_batches_from_replicas_are_taken_without_decoding():
+    """Replicas emit the same batches, so most copies are recognised by their bytes (wire rule 4,
+    operators/dedup.py runs) — and the output is still exactly the reference."""
+    place = placement(3, NODES)
+    net = MemoryNetwork(QUERY, place, seed=4)
+    publish_all(net, place)
+    assert_same(net)
+    known = sum(core.counters["known_batches"] for core in net.cores.values())
+    received = sum(h.records_in for core in net.cores.values() for h in core.hosted.values())
+    assert known > 0 and received > 0
+
+
+def test_record_bytes_that_are_not_records_are_counted_not_fatal():
+    place = placement(1, ["n1", "n2", "n3"])
+    core = NodeCore(place["load"][0], QUERY, now=0)
+    core.apply(configure(QUERY, place, core.name), now=0)
+    target = next(r for r in core.hosted if r.name == "load")
+    good = StreamReplica(ReplicaId("cpu_a", 0), target, 0)
+    for garbage in (b"\x92\x01\x02", b"\x91\x90", b"\x91\xc1"):       # ints, an empty record, bad msgpack
+        core.receive("n1", Batch(good, 0, PackedRecords.unpacked_from(garbage), None), now=1)
+    assert core.counters["malformed_batches"] == 3
+    assert core.hosted[target].records_in == 0
 
 
 def test_crash_of_a_node_changes_nothing():

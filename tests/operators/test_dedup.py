@@ -151,3 +151,65 @@ def test_memory_is_bounded_by_the_punctuation_interval():
         peak = max(peak, f.pending())
         f.on_punctuation(0, second * 1000 + 999)
     assert peak == 50    # one interval's distinct records, not 100 intervals' worth
+
+
+def _batches(items, rng, template=None):
+    """Split an item sequence into batches of records, each followed by its punctuation if any."""
+    cuts = template or sorted(rng.sample(range(1, len(items)), min(len(items) - 1, rng.randint(0, 8))))
+    bounds = [0, *cuts, len(items)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:]) if a < b], cuts
+
+
+@given(keyed_records(), st.integers(2, 4), st.floats(0, 1), st.randoms(use_true_random=False))
+def test_batch_keys_change_nothing_but_speed(records, k, same_batches, rng):
+    """A keyed filter (runs of slots taken at once) behaves exactly like the per-record filter:
+    same records passed at every call, same counters, §V-B ranks, memory and state — whether the
+    replicas' batches are byte-identical (the fast path) or not, and whatever repeats they carry."""
+    ordered = punctuate(records, 1_000_000)
+    template = None
+    arrivals = []
+    for _ in range(k):
+        identical = rng.random() < same_batches
+        items = ordered if identical else disorder(ordered, rng)
+        batches, cuts = _batches(items, rng, template if identical else None)
+        template = template or (cuts if identical else None)
+        arrivals.append(batches)
+    keyed, plain = DuplicateFilter(k), DuplicateFilter(k)
+    cursors = [0] * k
+    while any(cursors[i] < len(arrivals[i]) for i in range(k)):
+        i = rng.choice([i for i in range(k) if cursors[i] < len(arrivals[i])])
+        batch = arrivals[i][cursors[i]]
+        cursors[i] += 1
+        records_only = [item for item in batch if type(item) is not Punctuation]
+        assert keyed.on_batch(i, records_only, key=tuple(records_only)) == plain.on_batch(i, records_only)
+        for item in batch:
+            if type(item) is Punctuation:
+                assert keyed.on_punctuation(i, item.ts) == plain.on_punctuation(i, item.ts)
+        state, reference = keyed.snapshot(), plain.snapshot()
+        assert {tuple(r): e for r, e in state.pop("counts")} == {tuple(r): e for r, e in reference.pop("counts")}
+        assert state == reference
+        assert (keyed.passed, keyed.duplicates, keyed.below_punctuation) == \
+            (plain.passed, plain.duplicates, plain.below_punctuation)
+
+
+def test_a_known_batch_copy_is_not_read():
+    f = DuplicateFilter(3)
+    batch = [(1, "a"), (2, "b")]
+    assert f.on_batch(0, batch, key="frame-1") == batch
+    assert f.knows("frame-1")
+    assert f.on_batch(1, [], key="frame-1") == []   # the records are not even looked at
+    assert f.rank_counts[1] == [0, 2, 0] and f.duplicates == 2
+    f.on_punctuation(0, 2)                             # covers the batch: later copies are below it
+    assert f.pending() == 0 and f.knows("frame-1")
+    assert f.on_batch(2, [], key="frame-1") == [] and f.below_punctuation == 2
+
+
+def test_a_replica_repeating_a_known_batch_sends_new_occurrences():
+    f = DuplicateFilter(2)
+    batch = [(1, "a"), (2, "b")]
+    assert f.on_batch(0, batch, key="frame-1") == batch
+    assert f.on_batch(0, batch, key="frame-1") == batch   # two more events with equal values
+    assert f.on_batch(1, batch, key="frame-1") == []
+    assert f.on_batch(1, batch, key="frame-1") == []
+    assert f.on_batch(1, batch, key="frame-1") == batch   # a third occurrence
+    assert f.on_batch(0, [(2, "b"), (3, "c")]) == [(3, "c")]   # replica 0 catches up; (3, "c") is new
