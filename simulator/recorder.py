@@ -48,6 +48,7 @@ class Recorder(Observer):
         # (bucket, stream replica or "control") -> [records, bytes, record-weighted one-way ms]
         self.traffic: dict[tuple[int, Any], list] = defaultdict(lambda: [0, 0, 0.0])
         self._streams: dict[int, Any] = {}
+        self._bucket, self._row = -1, {}    # the current bucket's part of traffic, by stream id
 
     # -- Observer -------------------------------------------------------------------------------
     def delivered(self, node: str, event: Delivered, via: Any) -> None:
@@ -66,24 +67,29 @@ class Recorder(Observer):
 
     def sent(self, src: str, dst: str, messages: list, now: int) -> None:
         bucket = now // self.bucket_us
-        traffic, delay = self.traffic, None
+        if bucket != self._bucket:
+            self._bucket, self._row = bucket, {}
+        row, delay = self._row, None
         for message in messages:
-            size = len(encode(message))
             if type(message) is Batch:
                 # Keyed by identity: the core reuses one StreamReplica object per route, and hashing
                 # the dataclass is the costliest step here.
-                stream = message.stream
-                entry = traffic[(bucket, id(stream))]
-                self._streams[id(stream)] = stream
+                key = id(message.stream)
+                entry = row.get(key)
+                if entry is None:
+                    entry = row[key] = self.traffic[(bucket, key)]
+                    self._streams[key] = message.stream
                 n = len(message.records)
-                entry[0] += n
                 if n:
+                    entry[0] += n
                     if delay is None:               # one lookup per frame: same link, same time
                         delay = self.network.delay_us(src, dst, now) or 0
                     entry[2] += n * delay / 1000.0
             else:
-                entry = traffic[(bucket, "control")]
-            entry[1] += size
+                entry = row.get("control")
+                if entry is None:
+                    entry = row["control"] = self.traffic[(bucket, "control")]
+            entry[1] += len(encode(message))
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
         self.dead_letters += 1
