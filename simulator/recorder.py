@@ -8,15 +8,20 @@
   ``rate × latency`` (records/s × one-way ms, §V-A); control traffic (acks, heartbeats) is counted
   per bucket under ``stream = "control"``.
 
-Columns are kept as Python lists and turned into Arrow tables once, at the end.
+Delivery columns are kept as compact arrays (int64 times; ``app`` and ``via`` as codes into small
+dictionaries), about 24 bytes per delivered record, so a month-long run fits in memory; they become
+Arrow tables once, at the end.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -38,10 +43,12 @@ class Recorder(Observer):
         self.bucket_us = bucket_us
         self.keep_records = keep_records
         self.outputs: dict[str, list] = {app: [] for app in applications}
-        self.app_col: list[str] = []
-        self.ts_col: list[int] = []
-        self.arrival_col: list[int] = []
-        self.via_col: list[str] = []
+        self.app_col = array("i")          # codes into self._apps / self._vias
+        self.ts_col = array("q")
+        self.arrival_col = array("q")
+        self.via_col = array("i")
+        self._apps: dict[str, int] = {}
+        self._vias: dict[str, int] = {}
         self.closed: set[str] = set()
         self.done = done
         self.dead_letters = 0
@@ -54,10 +61,13 @@ class Recorder(Observer):
     def delivered(self, node: str, event: Delivered, via: Any) -> None:
         n = len(event.records)
         if n:
-            self.app_col.extend([event.app] * n)
+            app = self._apps.setdefault(event.app, len(self._apps))
+            hop = _via(node, via)
+            hop = self._vias.setdefault(hop, len(self._vias))
+            self.app_col.extend(repeat(app, n))
             self.ts_col.extend([r[0] for r in event.records])
-            self.arrival_col.extend([event.now] * n)
-            self.via_col.extend([_via(node, via)] * n)
+            self.arrival_col.extend(repeat(event.now, n))
+            self.via_col.extend(repeat(hop, n))
             if self.keep_records:
                 self.outputs[event.app].extend(event.records)
         if event.punctuation == CLOSED and event.app not in self.closed:
@@ -96,11 +106,11 @@ class Recorder(Observer):
 
     # -- tables ---------------------------------------------------------------------------------
     def deliveries(self) -> pa.Table:
-        ts = pa.array(self.ts_col, pa.int64())
-        arrival = pa.array(self.arrival_col, pa.int64())
-        return pa.table({"app": pa.array(self.app_col, pa.string()).dictionary_encode(), "ts": ts,
+        ts = pa.array(np.frombuffer(self.ts_col, np.int64))
+        arrival = pa.array(np.frombuffer(self.arrival_col, np.int64))
+        return pa.table({"app": _dictionary(self.app_col, self._apps), "ts": ts,
                          "arrival": arrival, "latency_us": pc.subtract(arrival, ts),
-                         "via": pa.array(self.via_col, pa.string()).dictionary_encode()})
+                         "via": _dictionary(self.via_col, self._vias)})
 
     def bandwidth(self) -> pa.Table:
         name = {key: _stream_name(stream) for key, stream in self._streams.items()}
@@ -119,6 +129,12 @@ class Recorder(Observer):
         out_dir.mkdir(parents=True, exist_ok=True)
         pq.write_table(self.deliveries(), out_dir / "deliveries.parquet")
         pq.write_table(self.bandwidth(), out_dir / "bandwidth.parquet")
+
+
+def _dictionary(codes: array, values: dict[str, int]) -> pa.DictionaryArray:
+    """A string column from codes; a value gets its code at its first delivered row, so this is
+    what ``dictionary_encode`` of the plain strings gives."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.frombuffer(codes, np.int32)), pa.array(list(values), pa.string()))
 
 
 def _via(node: str, via: Any) -> str:

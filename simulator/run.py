@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from engine.events import read_events
 from engine.node import NodeOptions
@@ -221,7 +222,7 @@ def _schedule_faults(sim: Simulation, scenario: Scenario, placement, processing:
 def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: float, completed: bool) -> dict[str, Any]:
     table = result.recorder.deliveries()
     latency = table.column("latency_us").to_numpy()
-    apps = table.column("app").to_pylist() if table.num_rows else []
+    per_app = {row["values"]: row["counts"] for row in pc.value_counts(table.column("app")).to_pylist()}
     bandwidth = result.recorder.bandwidth().to_pandas()
     data = bandwidth[bandwidth["stream"].astype(str) != "control"]
     seconds = (prepared.end - prepared.start) / 1e6
@@ -234,7 +235,7 @@ def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: floa
         "messages": sim.network.messages,
         "hops_per_s": round(sim.network.hops / wall) if wall else None,
         "delivered": int(len(latency)),
-        "per_app": dict(sorted(Counter(apps).items())),
+        "per_app": dict(sorted(per_app.items())),
         "latency_ms": _quantiles(latency),
         "records_sent": int(data["records"].sum()),
         "bytes_sent": int(bandwidth["bytes"].sum()),
