@@ -43,7 +43,9 @@ from that list, so a replica connected later (revival, §V-C) is filtered correc
 
 §V-B utility weights: each arriving copy gives its stream replica the weight ``1/rank``, where
 rank 1 is the first copy of that occurrence to arrive, 2 the second, …  They are kept as integer
-counts per rank (``rank_counts[i][rank-1]``), so the hot path does no float arithmetic.
+counts per rank (``rank_counts[i][rank-1]``), so the hot path does no float arithmetic; a later
+copy's rank is the popcount of its record's mask, and those masks are only collected per replica
+on the hot path and counted (in C) when the counts are read or the collection grows large.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ from operators.record import Record
 
 _ts = itemgetter(0)
 _POPCOUNT = bytes(i.bit_count() for i in range(256))
+#: Masks collected per replica before their ranks are counted (bounds that memory).
+_RANK_BUFFER = 1 << 16
 
 #: Mask of a record some replica sent more than once: every bit set, so the slow path handles it.
 _MULTIPLE = -1
@@ -96,7 +100,8 @@ class DuplicateFilter:
         self._covered: dict[Hashable, int] = {}        # key -> size, of runs the last pruning covered
         self._newest = NO_PUNCTUATION           # largest ts remembered, in slots or runs
         self._recent: list[Record] | None = [] if k == 1 else None   # single-replica mode
-        self.rank_counts = [[0] * k for _ in range(k)]
+        self._rank_counts = [[0] * k for _ in range(k)]
+        self._unranked: list[list[int]] = [[] for _ in range(k)]   # masks of later copies, per replica
         self.passed = 0
         self.duplicates = 0
         self.below_punctuation = 0
@@ -107,12 +112,20 @@ class DuplicateFilter:
             self._recent, recent = None, self._recent
             self.on_batch(0, recent)
             self.passed -= len(recent)
-            self.rank_counts[0][0] -= len(recent)
+            self._rank_counts[0][0] -= len(recent)
+        self._count_ranks()
         self.k += 1
-        for counts in self.rank_counts:
+        for counts in self._rank_counts:
             counts.append(0)
-        self.rank_counts.append([0] * self.k)
+        self._rank_counts.append([0] * self.k)
+        self._unranked.append([])
         return self.k - 1
+
+    @property
+    def rank_counts(self) -> list[list[int]]:
+        """``rank_counts[i][r - 1]``: how many copies from replica ``i`` arrived with rank ``r``."""
+        self._count_ranks()
+        return self._rank_counts
 
     def knows(self, key: Hashable) -> bool:
         """Whether a copy of the batch with this key can be taken without its records."""
@@ -134,7 +147,7 @@ class DuplicateFilter:
                 if not run.mask & (1 << i):             # later copies of occurrence 1, all at once
                     run.mask |= 1 << i
                     n = len(run.records)
-                    self.rank_counts[i][run.mask.bit_count() - 1] += n
+                    self._rank_counts[i][run.mask.bit_count() - 1] += n
                     self.duplicates += n
                     return []
                 self._to_slots([run])                   # replica i repeats the batch: per record
@@ -153,7 +166,7 @@ class DuplicateFilter:
             self._newest = stamps[-1]
             n = len(records)
             self.passed += n
-            self.rank_counts[i][0] += n
+            self._rank_counts[i][0] += n
             return records if type(records) is list else list(records)
         if self._runs and stamps[-1] >= next(iter(self._runs.values())).oldest:
             self._to_slots(self._overlapping(stamps[0], stamps[-1]))
@@ -172,8 +185,8 @@ class DuplicateFilter:
         bit = 1 << i
         below = 0
         newest = self._newest
-        seen_masks: list[int] = []                      # masks after each later copy of occurrence 1
-        seen_by = seen_masks.append
+        unranked = self._unranked[i]                    # masks after each later copy of occurrence 1
+        seen_by = unranked.append
         for record in records:
             s = slot_of(record, n)
             if s == n:                                  # not remembered: a new record
@@ -198,12 +211,12 @@ class DuplicateFilter:
                 elif self._count_copy(i, s, record):    # replica i repeats an equal record
                     append(record)
         self._newest = newest
-        if seen_masks:
-            self._count_ranks(i, seen_masks)
+        if len(unranked) > _RANK_BUFFER:
+            self._count_ranks()
         self.passed += len(out)
         self.below_punctuation += below
         self.duplicates += len(records) - len(out) - below
-        self.rank_counts[i][0] += len(out)
+        self._rank_counts[i][0] += len(out)
         return out
 
     def _overlapping(self, oldest: int, newest: int) -> list[_Run]:
@@ -237,19 +250,22 @@ class DuplicateFilter:
             if stamps[-1] > self._newest:
                 self._newest = stamps[-1]
             self.passed += len(passed)
-            self.rank_counts[i][0] += len(passed)
+            self._rank_counts[i][0] += len(passed)
         return passed
 
-    def _count_ranks(self, i: int, masks: list[int]) -> None:
+    def _count_ranks(self) -> None:
         """§V-B: a copy whose arrival made the mask ``m`` has rank ``popcount(m)``."""
-        ranks = self.rank_counts[i]
-        if self.k <= 8:                                 # masks fit in bytes: count ranks in C
-            by_rank = bytes(masks).translate(_POPCOUNT)
-            for rank in range(2, self.k + 1):
-                ranks[rank - 1] += by_rank.count(rank)
-        else:
-            for mask, n in Counter(masks).items():
-                ranks[mask.bit_count() - 1] += n
+        for ranks, masks in zip(self._rank_counts, self._unranked):
+            if not masks:
+                continue
+            if self.k <= 8:                             # masks fit in bytes: count ranks in C
+                by_rank = bytes(masks).translate(_POPCOUNT)
+                for rank in range(2, self.k + 1):
+                    ranks[rank - 1] += by_rank.count(rank)
+            else:
+                for mask, n in Counter(masks).items():
+                    ranks[mask.bit_count() - 1] += n
+            masks.clear()
 
     def _count_copy(self, i: int, s: int, record: Record) -> bool:
         """Alg. 1 lines 3-6 with full counts for the record in slot ``s``; returns whether the copy passes."""
@@ -266,7 +282,7 @@ class DuplicateFilter:
             entry[0] = count
             return True
         rank = sum(1 for c in entry[1:] if c >= count)
-        self.rank_counts[i][min(rank, self.k) - 1] += 1
+        self._rank_counts[i][min(rank, self.k) - 1] += 1
         return False
 
     def on_record(self, i: int, record: Record) -> bool:
@@ -329,4 +345,4 @@ class DuplicateFilter:
         self._masks = [e for _, e in state["counts"]]
         self._multiple = {tuple(r): list(e) for r, e in state["multiple"]}
         self._recent = None if state["recent"] is None else [tuple(r) for r in state["recent"]]
-        self.rank_counts = [list(c) for c in state["rank_counts"]]
+        self._rank_counts = [list(c) for c in state["rank_counts"]]
