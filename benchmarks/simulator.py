@@ -5,14 +5,24 @@ Two figures:
    callback per link batch) moving items between 30 servers of the Seattle trace — the simulator's
    own per-hop overhead;
 2. end to end: ``examples/sim-fig1.toml`` at kmax = 1..5 over the whole shipped trace (or
-   ``--duration-s``), where the node cores (dedup, operators, acks) do the work.
+   ``--duration-s``), where the node cores (dedup, operators, acks) do the work.  ``--trace PATH``
+   runs the same scenario on another trace (e.g. a 30-day synthetic one from ``replicast trace
+   synth``); the last columns extrapolate the measured rate to 30 simulated days.
 
-Run: python3 benchmarks/simulator.py [--duration-s S] [--kmax 1 2 3 4 5] [--hops N]
+Each line also gives the run's CPU time (process time: what the run itself used; on the shared
+2-core machine wall time also counts waiting for a core) and the load average after it.
+
+Run: python3 benchmarks/simulator.py [--duration-s S] [--kmax 1 2 3 4 5] [--hops N] [--trace PATH]
+     [--no-network]
+e.g. the 30-day case, measured over one simulated day:
+     replicast trace synth --nodes 30 --duration 30d --out /tmp/synth30-30d
+     python3 benchmarks/simulator.py --no-network --trace /tmp/synth30-30d --duration-s 86400 --kmax 3
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -60,20 +70,36 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, help="simulated seconds (default: the whole Seattle trace)")
     parser.add_argument("--kmax", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--hops", type=int, default=1_000_000, help="hops for the network-layer figure")
+    parser.add_argument("--trace", help="trace name or directory instead of the scenario's (seattle)")
+    parser.add_argument("--no-network", action="store_true", help="skip the network-layer figure")
     args = parser.parse_args()
-    rates = [network_hops(args.hops) for _ in range(3)]    # best of 3: the machine is shared
-    print(f"network layer alone: {max(rates) / 1e6:.2f} M hops/s, best of 3 "
-          f"({', '.join(f'{r / 1e6:.2f}' for r in rates)}; {args.hops} hops, 30 servers)")
+    print(f"load average at start: {_load()}")
+    if not args.no_network:
+        rates = [network_hops(args.hops) for _ in range(3)]    # best of 3: the machine is shared
+        print(f"network layer alone: {max(rates) / 1e6:.2f} M hops/s, best of 3 "
+              f"({', '.join(f'{r / 1e6:.2f}' for r in rates)}; {args.hops} hops, 30 servers)")
     scenario = load_scenario(SCENARIO)
     scenario.duration_s = args.duration_s or None
+    if args.trace:
+        scenario.trace = args.trace
     prepared = Prepared(scenario)
     span = (prepared.end - prepared.start) / 1e6
-    print(f"sim-fig1 end to end, {span:.0f} simulated s ({span / 3600:.2f} h) of trace {scenario.trace}:")
-    print(f"{'kmax':>4} {'wall s':>8} {'hops':>10} {'messages':>10} {'hops/s':>9} {'sim s / wall s':>15}")
+    print(f"sim-fig1 end to end, {span:.0f} simulated s ({span / 3600:.2f} h) of trace {scenario.trace} "
+          f"({len(prepared.servers)} servers):")
+    print(f"{'kmax':>4} {'wall s':>8} {'cpu s':>8} {'hops':>10} {'messages':>10} {'hops/s':>9} "
+          f"{'sim s/wall s':>12} {'sim s/cpu s':>11} {'30 d extrapolated (wall, cpu)':>30}  load")
     for k in args.kmax:
+        cpu = time.process_time()
         s = run(prepared, k).summary
-        print(f"{k:>4} {s['wall_s']:>8.1f} {s['hops']:>10} {s['messages']:>10} {s['hops_per_s']:>9} "
-              f"{s['simulated_s'] / s['wall_s']:>15.0f}")
+        cpu = time.process_time() - cpu
+        rate, cpu_rate = s["simulated_s"] / s["wall_s"], s["simulated_s"] / cpu
+        month = f"{30 * 86400 / rate / 3600:.1f} h, {30 * 86400 / cpu_rate / 3600:.1f} h"
+        print(f"{k:>4} {s['wall_s']:>8.1f} {cpu:>8.1f} {s['hops']:>10} {s['messages']:>10} {s['hops_per_s']:>9} "
+              f"{rate:>12.0f} {cpu_rate:>11.0f} {month:>30}  {_load()}", flush=True)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
