@@ -17,6 +17,7 @@ Steps, all on one synthetic trace (``replicast trace synth`` calibrated on seatt
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -109,7 +110,10 @@ def main() -> int:
     n_frames = max(2, args.rows // pairs)
     rows = n_frames * pairs
     interval_us = 10_000_000
-    print(f"trace: {NODES} nodes x {n_frames} frames = {rows:,} rows in {work}")
+    # The machine is shared: the load before the run says what else was running (later readings
+    # would include this benchmark's own previous step).
+    print(f"trace: {NODES} nodes x {n_frames} frames = {rows:,} rows in {work}; "
+          f"load average before the run {os.getloadavg()[0]:.2f}")
     try:
         params = calibrate.fit_store(TraceStore.open("seattle"))
         trace = work / "synthetic"
