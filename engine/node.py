@@ -28,7 +28,7 @@ from engine.entry import EntryPoint, decode_payload
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Message,
                              RemoveReplica, Statistics, StatisticsRequest)
 from engine.output_log import OutputLog
-from engine.wire import PackedRecords, WireError
+from engine.wire import EncodedRecords, PackedRecords, WireError
 from operators.errors import InputError, QueryError
 from operators.plan import ReplicaId, StreamReplica, plan
 from operators.query import Query
@@ -37,6 +37,9 @@ from operators.replica import OperatorReplica, application_sink
 
 
 # -- options and events ---------------------------------------------------------------------------
+_KEYED = (EncodedRecords, PackedRecords)      # records that may carry their bytes as a content key
+
+
 @dataclass(frozen=True)
 class NodeOptions:
     """Timing of a node.  ``entry_modes`` maps a stream to ``source`` or ``entry`` (default ``source``)."""
@@ -248,9 +251,13 @@ class NodeCore:
         if inbound is None:
             self.counters["stale_batches"] += 1        # removed, or never connected here
             return
-        if self._known(batch.stream, batch.records):   # (known bytes were checked on first arrival)
-            self.counters["known_batches"] += 1
-        else:
+        records, stream = batch.records, batch.stream
+        logic = self.hosted[stream.target].logic
+        if type(records) is EncodedRecords:
+            pass                                           # another node core's output, in this process
+        elif type(records) is PackedRecords and logic is not None and logic.knows(stream.port, records.key):
+            self.counters["known_batches"] += 1            # bytes a duplicate filter knows: not read
+        else:                                              # (they were checked when they first came)
             width = len(self.query.schemas[batch.stream.source.name]) + 1
             try:
                 malformed = any(len(r) != width for r in batch.records)
@@ -262,12 +269,6 @@ class NodeCore:
         self._accept(batch.stream, inbound, batch.offset, batch.records, batch.punctuation, now)
         if batch.punctuation is not None and src != self.name:
             self._outbox.append((src, Ack(batch.stream, inbound.next)))   # cumulative, by punctuation
-
-    def _known(self, stream: StreamReplica, records) -> bool:
-        """Whether the target's duplicate filter knows these exact record bytes (need not read them)."""
-        key = records.key if type(records) is PackedRecords else None
-        logic = self.hosted[stream.target].logic
-        return key is not None and logic is not None and logic.knows(stream.port, key)
 
     def _accept(self, stream: StreamReplica, inbound: _Inbound, offset: int, records, punctuation, now: int) -> None:
         skip = inbound.next - offset
@@ -285,7 +286,7 @@ class NodeCore:
         if skip >= n:
             return
         inbound.next = offset + n
-        key = records.key if type(records) is PackedRecords else None
+        key = records.key if type(records) in _KEYED else None
         if skip:
             records, key = records[skip:], None
         if hosted.muted:
@@ -310,7 +311,7 @@ class NodeCore:
             self.latency[hosted.replica.name].add(now, records)
             self._events.append(Delivered(hosted.replica.name, records, punctuation, now))
             return
-        records = PackedRecords(records)           # one encoding for every stream replica (wire rule 4)
+        records = EncodedRecords(records)          # one encoding for every stream replica (wire rule 4)
         offset = hosted.log.append(records, punctuation)
         remote = False
         for stream, node in hosted.routes.items():

@@ -78,7 +78,7 @@ def _batch(f: tuple) -> Batch:
 
 
 def _records_bytes(records: Sequence[Record]) -> bytes:
-    return records.packed if type(records) is PackedRecords else _packb(records)
+    return records.packed if type(records) in (PackedRecords, EncodedRecords) else _packb(records)
 
 
 def _bytes(value: Any, what: str) -> bytes:
@@ -123,13 +123,34 @@ _first = itemgetter(0)
 
 
 # -- records --------------------------------------------------------------------------------------
-class PackedRecords(Sequence):
-    """A batch's records and their msgpack bytes, each made on first use and then kept (rule 4).
+class EncodedRecords(list):
+    """What a replica emits (rule 4): a list of records that keeps its msgpack encoding once made,
+    so the frames of all its remote stream replicas share one encoding.  A plain list otherwise
+    (C-speed ``len`` and iteration on the node's data path)."""
 
-    ``PackedRecords(records)`` wraps what a replica emits: every remote stream replica's frame then
-    shares one encoding.  :meth:`unpacked_from` wraps bytes read off the wire: the count is read from
-    the array header, the records only when first needed.  :attr:`key` is the bytes if they exist,
-    without making them — the content identity a duplicate filter may use.
+    __slots__ = ("_packed",)
+
+    def __init__(self, records: Sequence[Record]):
+        super().__init__(records)
+        self._packed: bytes | None = None
+
+    @property
+    def key(self) -> bytes | None:
+        """The encoding if it was made (the content key a duplicate filter may use), else None."""
+        return self._packed
+
+    @property
+    def packed(self) -> bytes:
+        if self._packed is None:
+            self._packed = _packb(self)
+        return self._packed
+
+
+class PackedRecords(Sequence):
+    """A batch's records as read off the wire (rule 4): :meth:`unpacked_from` keeps the bytes, reads
+    the count from the array header, and decodes (and checks) the records only when first needed.
+    :attr:`key` is the bytes — the content identity a duplicate filter may use.
+    ``PackedRecords(records)`` wraps records the same way, the bytes made when first needed.
     """
 
     __slots__ = ("_records", "_packed", "_n")

@@ -64,6 +64,8 @@ from operators.record import Record
 
 _ts = itemgetter(0)
 _POPCOUNT = bytes(i.bit_count() for i in range(256))
+#: Smallest batch remembered as a run: below it, per-record entries cost less than a run's bookkeeping.
+MIN_RUN = 16
 #: Masks collected per replica before their ranks are counted (bounds that memory).
 _RANK_BUFFER = 1 << 16
 
@@ -74,13 +76,15 @@ _MULTIPLE = -1
 @dataclass(slots=True)
 class _Run:
     """A keyed batch remembered whole: distinct records with timestamps ``oldest … newest``, all
-    sent by the replicas in ``mask`` (each once)."""
+    sent by the replicas in ``mask`` (each once); ``below`` more of the batch's records were at or
+    below a punctuation and are forgotten (line 11)."""
 
     key: Hashable
     records: Sequence[Record]
     oldest: int
     newest: int
     mask: int
+    below: int = 0
 
 
 class DuplicateFilter:
@@ -90,8 +94,9 @@ class DuplicateFilter:
     created with ``k = 1`` takes the single-replica fast path until a second replica is added.
     """
 
-    def __init__(self, k: int):
+    def __init__(self, k: int, *, min_run: int = MIN_RUN):
         self.k = k
+        self.min_run = min_run
         self.max_punctuation = NO_PUNCTUATION
         self._slots: dict[Record, int] = {}           # record -> slot
         self._masks: list[int] = []                    # slot -> mask of replicas (or _MULTIPLE)
@@ -144,6 +149,7 @@ class DuplicateFilter:
         if key is not None:
             run = self._runs.get(key)
             if run is not None:
+                self.below_punctuation += run.below     # Alg. 1 line 2 for the forgotten part
                 if not run.mask & (1 << i):             # later copies of occurrence 1, all at once
                     run.mask |= 1 << i
                     n = len(run.records)
@@ -157,11 +163,12 @@ class DuplicateFilter:
                 return []
         if not records:
             return []
-        if key is None and not self._runs:
+        if not self._runs and (key is None or len(records) < self.min_run):
             return self._per_record(i, records)
         stamps = sorted(map(_ts, records))              # oldest, newest (linear on sorted input)
-        if key is not None and stamps[0] > self._newest and stamps[0] > self.max_punctuation \
-                and len(set(stamps)) == len(stamps):    # distinct and newer than all: all new
+        if key is not None and len(records) >= self.min_run and stamps[0] > self._newest \
+                and stamps[0] > self.max_punctuation and len(set(stamps)) == len(stamps):
+            # Distinct timestamps, all newer than anything remembered: every record is new.
             self._runs[key] = _Run(key, records, stamps[0], stamps[-1], 1 << i)
             self._newest = stamps[-1]
             n = len(records)
@@ -227,7 +234,8 @@ class DuplicateFilter:
         return runs[first:last]
 
     def _to_slots(self, runs: list[_Run]) -> None:
-        """Give the records of ``runs`` per-record slots (their records are new to the slots)."""
+        """Give the records of ``runs`` per-record slots (their records are new to the slots); the
+        caller has counted each run's ``below`` part."""
         slots, masks = self._slots, self._masks
         for run in runs:
             del self._runs[run.key]
@@ -300,20 +308,35 @@ class DuplicateFilter:
         if self._multiple:
             self._multiple = {r: e for r, e in self._multiple.items() if r[0] > p}
         if self._runs:
-            covered = {key: len(run.records) for key, run in self._runs.items() if run.newest <= p}
-            if covered:                                 # copies of these still to come are below p
-                self._covered = covered
+            self._forget_runs(p)
         if self._newest <= p:                           # line 11, for every record at once
-            self._slots, self._masks, self._runs = {}, [], {}
+            self._slots, self._masks = {}, []
             return p
-        if self._runs:
-            self._to_slots([run for run in self._runs.values() if run.oldest <= p < run.newest])
-            self._runs = {key: run for key, run in self._runs.items() if run.newest > p}
-        kept = [(r, s) for r, s in self._slots.items() if r[0] > p]
-        masks = self._masks
-        self._masks = [masks[s] for _, s in kept]
-        self._slots = {r: j for j, (r, _) in enumerate(kept)}
+        slots = self._slots = {r: s for r, s in self._slots.items() if r[0] > p}
+        if len(self._masks) > 2 * len(slots) + 64:      # renumber once most slots are dead
+            masks = self._masks
+            self._masks = [masks[s] for s in slots.values()]
+            self._slots = dict(zip(slots, count()))
         return p
+
+    def _forget_runs(self, p: int) -> None:
+        """Line 11 for runs: they are in timestamp order, so only the oldest few are touched.  A run
+        wholly at or below ``p`` is forgotten and its key kept in ``_covered``; a run across ``p``
+        keeps its records above ``p``."""
+        covered: dict[Hashable, int] = {}
+        for key, run in self._runs.items():
+            if run.oldest > p:
+                break
+            if run.newest <= p:
+                covered[key] = len(run.records) + run.below
+                continue
+            kept = [r for r in run.records if r[0] > p]
+            run.below += len(run.records) - len(kept)
+            run.records, run.oldest = kept, min(map(_ts, kept))
+        if covered:                                     # copies of these still to come are below p
+            for key in covered:
+                del self._runs[key]
+            self._covered = covered
 
     # -- statistics and state -------------------------------------------------------------------
     def weights(self) -> list[float]:
@@ -338,7 +361,7 @@ class DuplicateFilter:
                 "rank_counts": [list(c) for c in self.rank_counts]}
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.__init__(state["k"])
+        self.__init__(state["k"], min_run=self.min_run)
         self.max_punctuation = state["max_punctuation"]
         self._newest = state["newest"]
         self._slots = {tuple(r): s for s, (r, _) in enumerate(state["counts"])}

@@ -174,7 +174,7 @@ def test_batch_keys_change_nothing_but_speed(records, k, same_batches, rng):
         batches, cuts = _batches(items, rng, template if identical else None)
         template = template or (cuts if identical else None)
         arrivals.append(batches)
-    keyed, plain = DuplicateFilter(k), DuplicateFilter(k)
+    keyed, plain = DuplicateFilter(k, min_run=1), DuplicateFilter(k)
     cursors = [0] * k
     while any(cursors[i] < len(arrivals[i]) for i in range(k)):
         i = rng.choice([i for i in range(k) if cursors[i] < len(arrivals[i])])
@@ -192,8 +192,15 @@ def test_batch_keys_change_nothing_but_speed(records, k, same_batches, rng):
             (plain.passed, plain.duplicates, plain.below_punctuation)
 
 
+def test_small_batches_are_not_remembered_as_runs():
+    f = DuplicateFilter(2)                          # default min_run: a run costs more than it saves
+    assert f.on_batch(0, [(1, "a")], key="tiny") == [(1, "a")] and not f.knows("tiny")
+    big = [(ts, "x") for ts in range(10, 10 + f.min_run)]
+    assert f.on_batch(0, big, key="big") == big and f.knows("big")
+
+
 def test_a_known_batch_copy_is_not_read():
-    f = DuplicateFilter(3)
+    f = DuplicateFilter(3, min_run=1)
     batch = [(1, "a"), (2, "b")]
     assert f.on_batch(0, batch, key="frame-1") == batch
     assert f.knows("frame-1")
@@ -205,7 +212,7 @@ def test_a_known_batch_copy_is_not_read():
 
 
 def test_a_replica_repeating_a_known_batch_sends_new_occurrences():
-    f = DuplicateFilter(2)
+    f = DuplicateFilter(2, min_run=1)
     batch = [(1, "a"), (2, "b")]
     assert f.on_batch(0, batch, key="frame-1") == batch
     assert f.on_batch(0, batch, key="frame-1") == batch   # two more events with equal values
