@@ -32,9 +32,9 @@ for all its records at once (one mask update; its frame need not even be decoded
 :meth:`knows`).  Anything a run cannot answer alone — a batch without key whose timestamps reach
 into a run, or a replica repeating a run — first turns the runs concerned into per-record slots,
 then takes the per-record path, so the result is always exactly the per-record algorithm's.  When a
-punctuation covers a run, its key is kept until the next punctuation that covers another run, so
-later copies of it are dropped as below the punctuation (line 2) without being read; memory stays
-bounded by one punctuation interval.
+punctuation covers a run, its key is kept (the newest runs' keys, up to ``COVERED_RECORDS``
+records' worth), so the copies lagging replicas send later are dropped as below the punctuation
+(line 2) without being read; otherwise memory stays bounded by one punctuation interval.
 
 With a single stream replica (k = 1) Algorithm 1 passes every record above the punctuation — each
 copy is a new occurrence — so the filter only checks timestamps, in C, and keeps the records passed
@@ -66,6 +66,8 @@ _ts = itemgetter(0)
 _POPCOUNT = bytes(i.bit_count() for i in range(256))
 #: Smallest batch remembered as a run: below it, per-record entries cost less than a run's bookkeeping.
 MIN_RUN = 16
+#: Records of covered runs whose keys are kept for lagging replicas (bounds that memory).
+COVERED_RECORDS = 1 << 16
 #: Masks collected per replica before their ranks are counted (bounds that memory).
 _RANK_BUFFER = 1 << 16
 
@@ -102,7 +104,8 @@ class DuplicateFilter:
         self._masks: list[int] = []                    # slot -> mask of replicas (or _MULTIPLE)
         self._multiple: dict[Record, list[int]] = {}   # record -> [max_count, count_0, …]
         self._runs: dict[Hashable, _Run] = {}          # key -> run, in timestamp order (disjoint)
-        self._covered: dict[Hashable, int] = {}        # key -> size, of runs the last pruning covered
+        self._covered: dict[Hashable, int] = {}        # key -> size, of recently covered runs (oldest first)
+        self._covered_records = 0
         self._newest = NO_PUNCTUATION           # largest ts remembered, in slots or runs
         self._recent: list[Record] | None = [] if k == 1 else None   # single-replica mode
         self._rank_counts = [[0] * k for _ in range(k)]
@@ -166,6 +169,9 @@ class DuplicateFilter:
         if not self._runs and (key is None or len(records) < self.min_run):
             return self._per_record(i, records)
         stamps = sorted(map(_ts, records))              # oldest, newest (linear on sorted input)
+        if stamps[-1] <= self.max_punctuation:          # Alg. 1 line 2 for the whole batch
+            self.below_punctuation += len(records)
+            return []
         if key is not None and len(records) >= self.min_run and stamps[0] > self._newest \
                 and stamps[0] > self.max_punctuation and len(set(stamps)) == len(stamps):
             # Distinct timestamps, all newer than anything remembered: every record is new.
@@ -333,10 +339,15 @@ class DuplicateFilter:
             kept = [r for r in run.records if r[0] > p]
             run.below += len(run.records) - len(kept)
             run.records, run.oldest = kept, min(map(_ts, kept))
-        if covered:                                     # copies of these still to come are below p
-            for key in covered:
-                del self._runs[key]
-            self._covered = covered
+        # Copies of these still to come are below p: keep their keys, the newest first, within a
+        # budget of records (the lagging replicas' copies arrive in the same order).
+        kept = self._covered
+        for key, size in covered.items():
+            del self._runs[key]
+            kept[key] = size
+            self._covered_records += size
+        while self._covered_records > COVERED_RECORDS and len(kept) > 1:
+            self._covered_records -= kept.pop(next(iter(kept)))
 
     # -- statistics and state -------------------------------------------------------------------
     def weights(self) -> list[float]:
