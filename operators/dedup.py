@@ -51,7 +51,7 @@ on the hot path and counted (in C) when the counts are read or the collection gr
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import count
@@ -104,7 +104,7 @@ class DuplicateFilter:
         self._masks: list[int] = []                    # slot -> mask of replicas (or _MULTIPLE)
         self._multiple: dict[Record, list[int]] = {}   # record -> [max_count, count_0, …]
         self._runs: dict[Hashable, _Run] = {}          # key -> run, in timestamp order (disjoint)
-        self._covered: dict[Hashable, int] = {}        # key -> size, of recently covered runs (oldest first)
+        self._covered: OrderedDict[Hashable, int] = OrderedDict()   # key -> size, recently covered runs
         self._covered_records = 0
         self._newest = NO_PUNCTUATION           # largest ts remembered, in slots or runs
         self._recent: list[Record] | None = [] if k == 1 else None   # single-replica mode
@@ -347,7 +347,7 @@ class DuplicateFilter:
             kept[key] = size
             self._covered_records += size
         while self._covered_records > COVERED_RECORDS and len(kept) > 1:
-            self._covered_records -= kept.pop(next(iter(kept)))
+            self._covered_records -= kept.popitem(last=False)[1]     # O(1), unlike a dict's front
 
     # -- statistics and state -------------------------------------------------------------------
     def weights(self) -> list[float]:
