@@ -10,9 +10,10 @@ Rules of this module:
 3. Anything malformed — a short or oversized frame, bad msgpack, an unknown code, a field of the
    wrong type — raises :class:`WireError`; nothing else escapes :func:`decode`.  The driver closes
    the connection on a WireError; a peer can never crash a node with bytes.
-4. A batch's records travel as one msgpack ``bin`` field holding the msgpack array of records
-   (:class:`PackedRecords`): the sender encodes an emitted batch once for all its downstream
-   replicas, and the receiver decodes it only when a record is read — a duplicate filter that
+4. A batch's records travel as one msgpack ``bin`` field holding the msgpack array of records:
+   the sender encodes an emitted batch once for all its downstream replicas
+   (:class:`EncodedRecords`), and the receiver decodes it only when a record is read
+   (:class:`PackedRecords`) — a duplicate filter that
    already knows these exact bytes from another upstream replica (operators/dedup.py, "runs")
    never reads them.  Records come back as tuples (``use_list=False``), so they are hashable and
    equal to the sender's records (msgpack keeps int/float/str/bool exactly); a malformed record
@@ -73,7 +74,7 @@ def _int(value: Any, what: str, optional: bool = False) -> Any:
 def _batch(f: tuple) -> Batch:
     if type(f[6]) is not bytes:
         raise WireError(f"batch records must be msgpack bytes, got {type(f[6]).__name__}")
-    return Batch(_stream(f), _int(f[5], "offset"), PackedRecords.unpacked_from(f[6]),
+    return Batch(_stream(f), _int(f[5], "offset"), PackedRecords(f[6]),
                  _int(f[7], "punctuation", optional=True))
 
 
@@ -147,40 +148,26 @@ class EncodedRecords(list):
 
 
 class PackedRecords(Sequence):
-    """A batch's records as read off the wire (rule 4): :meth:`unpacked_from` keeps the bytes, reads
-    the count from the array header, and decodes (and checks) the records only when first needed.
-    :attr:`key` is the bytes — the content identity a duplicate filter may use.
-    ``PackedRecords(records)`` wraps records the same way, the bytes made when first needed.
-    """
+    """A batch's records as read off the wire (rule 4): the msgpack bytes, the count read from the
+    array header, and the records decoded (and checked) only when first needed.  :attr:`key` is
+    the bytes — the content identity a duplicate filter may use."""
 
-    __slots__ = ("_records", "_packed", "_n")
+    __slots__ = ("packed", "_records", "_n")
 
-    def __init__(self, records: Sequence[Record]):
-        self._records: Sequence[Record] | None = records
-        self._packed: bytes | None = None
-        self._n = len(records)
-
-    @classmethod
-    def unpacked_from(cls, packed: bytes) -> PackedRecords:
-        block = cls.__new__(cls)
-        block._records, block._packed, block._n = None, packed, _array_length(packed)
-        return block
+    def __init__(self, packed: bytes):
+        self.packed = packed
+        self._n = _array_length(packed)
+        self._records: Sequence[Record] | None = None
 
     @property
-    def key(self) -> bytes | None:
-        return self._packed
-
-    @property
-    def packed(self) -> bytes:
-        if self._packed is None:
-            self._packed = _packb(self._records)
-        return self._packed
+    def key(self) -> bytes:
+        return self.packed
 
     @property
     def records(self) -> Sequence[Record]:
         """The records; raises :class:`WireError` if the bytes are not an array of records."""
         if self._records is None:
-            self._records = _unpack_records(self._packed, self._n)
+            self._records = _unpack_records(self.packed, self._n)
         return self._records
 
     def __len__(self) -> int:

@@ -114,7 +114,7 @@ def test_record_bytes_that_are_not_records_are_counted_not_fatal():
     target = next(r for r in core.hosted if r.name == "load")
     good = StreamReplica(ReplicaId("cpu_a", 0), target, 0)
     for garbage in (b"\x92\x01\x02", b"\x91\x90", b"\x91\xc1"):       # ints, an empty record, bad msgpack
-        core.receive("n1", Batch(good, 0, PackedRecords.unpacked_from(garbage), None), now=1)
+        core.receive("n1", Batch(good, 0, PackedRecords(garbage), None), now=1)
     assert core.counters["malformed_batches"] == 3
     assert core.hosted[target].records_in == 0
 
