@@ -103,7 +103,9 @@ class DuplicateFilter:
         self._slots: dict[Record, int] = {}           # record -> slot
         self._masks: list[int] = []                    # slot -> mask of replicas (or _MULTIPLE)
         self._multiple: dict[Record, list[int]] = {}   # record -> [max_count, count_0, …]
-        self._runs: dict[Hashable, _Run] = {}          # key -> run, in timestamp order (disjoint)
+        # key -> run, in timestamp order (disjoint); ordered so the oldest is found in O(1) after
+        # front deletions (a plain dict's iteration scans the deleted slots)
+        self._runs: OrderedDict[Hashable, _Run] = OrderedDict()
         self._covered: OrderedDict[Hashable, int] = OrderedDict()   # key -> size, recently covered runs
         self._covered_records = 0
         self._newest = NO_PUNCTUATION           # largest ts remembered, in slots or runs
