@@ -100,7 +100,10 @@ class DuplicateFilter:
         self.k = k
         self.min_run = min_run
         self.max_punctuation = NO_PUNCTUATION
-        self._slots: dict[Record, int] = {}           # record -> slot
+        self._slots: dict[Record, int] = {}           # record -> slot, in insertion order
+        # Slotted records inserted behind a newer one: with them, the slots' timestamps ascend in
+        # insertion order, so a punctuation forgets a prefix plus some of these (line 11).
+        self._stragglers: list[Record] = []
         self._masks: list[int] = []                    # slot -> mask of replicas (or _MULTIPLE)
         self._multiple: dict[Record, list[int]] = {}   # record -> [max_count, count_0, …]
         # key -> run, in timestamp order (disjoint); ordered so the oldest is found in O(1) after
@@ -202,6 +205,7 @@ class DuplicateFilter:
         newest = self._newest
         unranked = self._unranked[i]                    # masks after each later copy of occurrence 1
         seen_by = unranked.append
+        straggle = self._stragglers.append
         for record in records:
             s = slot_of(record, n)
             if s == n:                                  # not remembered: a new record
@@ -212,8 +216,10 @@ class DuplicateFilter:
                     del slots[record]
                     below += 1
                     continue
-                if ts > newest:
+                if ts >= newest:
                     newest = ts
+                else:
+                    straggle(record)
                 new_slot(bit)                           # first copy of occurrence 1 (lines 3-6)
                 n += 1
                 append(record)
@@ -247,6 +253,7 @@ class DuplicateFilter:
         slots, masks = self._slots, self._masks
         for run in runs:
             del self._runs[run.key]
+            self._stragglers += run.records             # rare: no need to tell which are in order
             slots.update(zip(run.records, count(len(masks))))
             masks.extend([run.mask] * len(run.records))
 
@@ -318,9 +325,24 @@ class DuplicateFilter:
         if self._runs:
             self._forget_runs(p)
         if self._newest <= p:                           # line 11, for every record at once
-            self._slots, self._masks = {}, []
+            self._slots, self._masks, self._stragglers = {}, [], []
             return p
-        slots = self._slots = {r: s for r, s in self._slots.items() if r[0] > p}
+        slots = self._slots
+        forgotten = []
+        for record in slots:                            # the oldest first, up to the first newer than p
+            if record[0] > p:
+                break
+            forgotten.append(record)
+        for record in forgotten:
+            del slots[record]
+        if self._stragglers:
+            kept = []
+            for record in self._stragglers:
+                if record[0] > p:
+                    kept.append(record)
+                else:
+                    slots.pop(record, None)
+            self._stragglers = kept
         if len(self._masks) > 2 * len(slots) + 64:      # renumber once most slots are dead
             masks = self._masks
             self._masks = [masks[s] for s in slots.values()]
@@ -378,6 +400,7 @@ class DuplicateFilter:
         self.max_punctuation = state["max_punctuation"]
         self._newest = state["newest"]
         self._slots = {tuple(r): s for s, (r, _) in enumerate(state["counts"])}
+        self._stragglers = list(self._slots)            # any order: all may be
         self._masks = [e for _, e in state["counts"]]
         self._multiple = {tuple(r): list(e) for r, e in state["multiple"]}
         self._recent = None if state["recent"] is None else [tuple(r) for r in state["recent"]]

@@ -4,6 +4,7 @@ from collections import Counter
 
 from hypothesis import given, strategies as st
 
+from operators.base import NO_PUNCTUATION
 from operators.dedup import DuplicateFilter
 from operators.testing import disorder, punctuate
 from operators.record import Punctuation
@@ -220,3 +221,55 @@ def test_a_replica_repeating_a_known_batch_sends_new_occurrences():
     assert f.on_batch(1, batch, key="frame-1") == []
     assert f.on_batch(1, batch, key="frame-1") == batch   # a third occurrence
     assert f.on_batch(0, [(2, "b"), (3, "c")]) == [(3, "c")]   # replica 0 catches up; (3, "c") is new
+
+
+class _Algorithm1:
+    """Algorithm 1 as the paper writes it (§IV-B): full counts per record, forgotten at punctuations."""
+
+    def __init__(self, k: int):
+        self.count: dict = {}
+        self.max_count: dict = {}
+        self.max_punctuation = NO_PUNCTUATION
+        self.k, self.passed, self.duplicates, self.below_punctuation = k, 0, 0, 0
+
+    def on_record(self, i, record) -> bool:
+        if record[0] <= self.max_punctuation:                      # line 2
+            self.below_punctuation += 1
+            return False
+        counts = self.count.setdefault(record, [0] * self.k)
+        counts[i] += 1                                             # line 3
+        if counts[i] > self.max_count.get(record, 0):              # lines 4-6
+            self.max_count[record] = counts[i]
+            self.passed += 1
+            return True
+        self.duplicates += 1
+        return False
+
+    def on_punctuation(self, p):
+        if p <= self.max_punctuation:
+            return None
+        self.max_punctuation = p                                   # lines 8-11
+        self.count = {r: c for r, c in self.count.items() if r[0] > p}
+        self.max_count = {r: c for r, c in self.max_count.items() if r[0] > p}
+        return p
+
+
+@given(keyed_records(max_size=40), st.integers(2, 4), st.randoms(use_true_random=False))
+def test_punctuations_forget_exactly_the_records_at_or_below_them(records, k, rng):
+    """Whatever the arrival order (records inserted behind newer ones included), after every step the
+    filter remembers the same records as the paper's Algorithm 1 and counts the same outcomes."""
+    ordered = punctuate(records, 250_000)
+    replicas = [disorder(ordered, rng) for _ in range(k)]
+    f, reference = DuplicateFilter(k), _Algorithm1(k)
+    cursors = [0] * k
+    while any(cursors[i] < len(replicas[i]) for i in range(k)):
+        i = rng.choice([i for i in range(k) if cursors[i] < len(replicas[i])])
+        item = replicas[i][cursors[i]]
+        cursors[i] += 1
+        if type(item) is Punctuation:
+            assert f.on_punctuation(i, item.ts) == reference.on_punctuation(item.ts)
+        else:
+            assert f.on_batch(i, [item]) == ([item] if reference.on_record(i, item) else [])
+        assert sorted(tuple(r) for r, _ in f.snapshot()["counts"]) == sorted(reference.count)
+        assert (f.passed, f.duplicates, f.below_punctuation) == \
+            (reference.passed, reference.duplicates, reference.below_punctuation)
