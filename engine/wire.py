@@ -224,6 +224,20 @@ def encode(message: Message) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+def batch_header_size(stream: StreamReplica) -> int:
+    """Bytes of a :class:`Batch` frame on ``stream`` other than its offset, records and punctuation
+    fields: msgpack writes a short array as a one-byte header followed by its elements, so a
+    frame's size is this plus each field's own encoding (see :func:`batch_frame_size`)."""
+    return len(encode(Batch(stream, 0, (), None))) - len(_packb(0)) - len(_packb(_packb(()))) - len(_packb(None))
+
+
+def batch_frame_size(header: int, batch: Batch) -> int:
+    """``len(encode(batch))`` given ``header = batch_header_size(batch.stream)``, without building
+    the frame (the simulator sizes every message it moves)."""
+    return (header + len(_packb(batch.offset)) + len(_packb(_records_bytes(batch.records)))
+            + len(_packb(batch.punctuation)))
+
+
 def decode(body: bytes) -> Message:
     """The message in one frame body (without its length prefix); raises :class:`WireError`."""
     try:

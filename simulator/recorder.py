@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from engine.messages import Batch
 from engine.node import DeadLetter, Delivered
-from engine.wire import encode
+from engine.wire import batch_frame_size, batch_header_size, encode
 from operators.record import CLOSED
 from simulator.driver import Observer
 
@@ -55,6 +55,7 @@ class Recorder(Observer):
         # (bucket, stream replica or "control") -> [records, bytes, record-weighted one-way ms]
         self.traffic: dict[tuple[int, Any], list] = defaultdict(lambda: [0, 0, 0.0])
         self._streams: dict[int, Any] = {}
+        self._header: dict[int, int] = {}  # id(stream) -> wire.batch_header_size
         self._bucket, self._row = -1, {}    # the current bucket's part of traffic, by stream id
 
     # -- Observer -------------------------------------------------------------------------------
@@ -88,7 +89,10 @@ class Recorder(Observer):
                 entry = row.get(key)
                 if entry is None:
                     entry = row[key] = self.traffic[(bucket, key)]
-                    self._streams[key] = message.stream
+                    if key not in self._streams:    # kept alive here, so the id stays this stream's
+                        self._streams[key] = message.stream
+                        self._header[key] = batch_header_size(message.stream)
+                entry[1] += batch_frame_size(self._header[key], message)
                 n = len(message.records)
                 if n:
                     entry[0] += n
@@ -99,7 +103,7 @@ class Recorder(Observer):
                 entry = row.get("control")
                 if entry is None:
                     entry = row["control"] = self.traffic[(bucket, "control")]
-            entry[1] += len(encode(message))
+                entry[1] += len(encode(message))
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
         self.dead_letters += 1

@@ -8,7 +8,8 @@ from hypothesis import given, strategies as st
 
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello, Proof,
                              RemoveReplica, Statistics, StatisticsRequest)
-from engine.wire import FrameDecoder, WireError, decode, encode, proof, verify
+from engine.wire import (EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode,
+                         proof, verify)
 from operators.plan import ReplicaId, StreamReplica
 
 S = StreamReplica(ReplicaId("load", 1), ReplicaId("correlate", 0), 0)
@@ -38,6 +39,16 @@ def test_batches_survive_any_chunking(recs, punctuation, cuts):
         bodies += decoder.feed(data[at:at + cut])
         at += cut
     assert [decode(b) for b in bodies] == [batch, batch]
+
+
+@given(st.text(max_size=300), st.integers(0, 2**31), st.integers(0, 3), records,
+       st.integers(0, 2**64 - 1), st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)), st.integers(0, 300))
+def test_batch_frame_size_is_the_encoded_length(name, index, port, recs, offset, punctuation, padding):
+    """The simulator's bandwidth accounting sizes batches without encoding them: the same bytes."""
+    stream = StreamReplica(ReplicaId(name, index), ReplicaId("target", index // 2), port)
+    for records in (tuple(recs), EncodedRecords(recs + [(0, "x" * padding, 0)])):
+        batch = Batch(stream, offset, records, punctuation)
+        assert batch_frame_size(batch_header_size(stream), batch) == len(encode(batch))
 
 
 @given(st.binary(max_size=200))
