@@ -30,7 +30,7 @@ from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, Disconnec
 from engine.output_log import OutputLog
 from engine.wire import EncodedRecords, PackedRecords, WireError
 from operators.errors import InputError, QueryError
-from operators.plan import ReplicaId, StreamReplica, plan
+from operators.plan import PhysicalPlan, ReplicaId, StreamReplica, plan
 from operators.query import Query
 from operators.record import Record
 from operators.replica import OperatorReplica, application_sink
@@ -148,6 +148,7 @@ class NodeCore:
         self._local: deque[tuple[StreamReplica, int, list[Record], int | None]] = deque()
         self._heartbeat_at = now
         self._punctuate_at = now + options.punctuation_us
+        self._stamps = False             # some hosted entry replica stamps (kept by _elect, _remove)
         self.latency: dict[str, _Latency] = {app: _Latency() for app in query.applications}
         self.counters = {"dead_letters": 0, "unknown_streams": 0, "malformed_batches": 0, "gaps": 0, "muted_replicas": 0,
                          "stale_batches": 0, "known_batches": 0}
@@ -241,7 +242,7 @@ class NodeCore:
 
     def next_timer(self) -> int:
         """When :meth:`handle_timer` must next be called (µs)."""
-        if any(h.stamping for h in self.hosted.values()):
+        if self._stamps:
             return min(self._heartbeat_at, self._punctuate_at)
         return self._heartbeat_at
 
@@ -375,6 +376,7 @@ class NodeCore:
                 for segment in hosted.entry.take_over(now):
                     self._emit(hosted, *segment, now)
             hosted.stamping = stamping
+        self._stamps = any(h.stamping for h in self.hosted.values())
 
     # -- control --------------------------------------------------------------------------------
     def _deploy(self, src: str, message: DeployReplica, now: int) -> None:
@@ -400,6 +402,7 @@ class NodeCore:
 
     def _remove(self, src: str, message: RemoveReplica, now: int) -> None:
         self.hosted.pop(message.replica, None)
+        self._stamps = any(h.stamping for h in self.hosted.values())
         for stream in [s for s in self._inbound if s.target == message.replica]:
             del self._inbound[stream]
 
@@ -458,18 +461,21 @@ class NodeCore:
 
 # -- configuration ---------------------------------------------------------------------------------
 def configure(query: Query, placement: dict[str, list[str]], node: str,
-              entry_modes: dict[str, str] | None = None) -> list[Message]:
+              entry_modes: dict[str, str] | None = None, physical: PhysicalPlan | None = None) -> list[Message]:
     """The control messages that set up ``node``'s part of a manual placement.
 
     ``placement`` maps every stream, operator and application to the nodes of its replicas (index
     order); its length is the replica count (applications: exactly one node).  In entry-stamped
     mode every entry-point replica also feeds its peers; those routes come first, so a stamper
-    sends to its peers before it sends downstream (§II-B).
+    sends to its peers before it sends downstream (§II-B).  A caller configuring several nodes in
+    one process may pass ``physical = placement_plan(query, placement)`` once: the nodes then share
+    the replica and stream-replica ids, so their dict lookups match by identity.
     """
     missing = [n for n in (*query.streams, *query.operators, *query.applications) if not placement.get(n)]
     if missing:
         raise QueryError(f"placement: no nodes given for {', '.join(missing)}")
-    physical = plan(query, {name: len(nodes) for name, nodes in placement.items()})
+    if physical is None:
+        physical = placement_plan(query, placement)
     where = {r: placement[r.name][r.index] for ids in physical.replicas.values() for r in ids}
     messages: list[Message] = [DeployReplica(r, tuple(placement[r.name])) for r, n in where.items() if n == node]
     for stream in (entry_modes or {}):
@@ -484,3 +490,8 @@ def configure(query: Query, placement: dict[str, list[str]], node: str,
         if node in (where[s.source], where[s.target]):
             messages.append(ConnectStream(s, where[s.source], where[s.target]))
     return messages
+
+
+def placement_plan(query: Query, placement: dict[str, list[str]]) -> PhysicalPlan:
+    """The physical plan of a manual placement (its lengths are the replica counts)."""
+    return plan(query, {name: len(nodes) for name, nodes in placement.items()})

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import simpy
 
 from engine.messages import Batch, ConnectStream
-from engine.node import DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, configure
+from engine.node import DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, configure, placement_plan
 from engine.wire import encode
 from operators.query import Query
 from simulator.network import LinkEnvironment, Network, Processing
@@ -62,7 +62,7 @@ class SimNode:
     def __init__(self, sim: "Simulation", name: str, *, now: int):
         self.sim, self.name = sim, name
         self.core = NodeCore(name, sim.query, sim.options, now=now)
-        self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes), now=now)
+        self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical), now=now)
         self.alive = True
         self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
         self.hosts_apps = any(r.name in sim.query.applications for r in self.core.hosted)
@@ -187,12 +187,13 @@ class Simulation:
         self.cost_of = self._costs(processing)
         self.observer = observer or Observer()
         self.connected: set[frozenset] = set()
+        self.physical = placement_plan(query, placement)    # one set of ids for every node: lookups by identity
         self.nodes: dict[str, SimNode] = {}
         hosts = sorted({n for nodes in placement.values() for n in nodes})
         for name in hosts:
             self.nodes[name] = SimNode(self, name, now=start_us)
         self.pairs = {frozenset((m.source_node, m.target_node)) for name in hosts
-                      for m in configure(query, placement, name, options.entry_modes)
+                      for m in configure(query, placement, name, options.entry_modes, self.physical)
                       if isinstance(m, ConnectStream) and m.source_node != m.target_node}
         for pair in sorted(self.pairs, key=sorted):
             self._connect(*sorted(pair))
