@@ -16,6 +16,10 @@ Rules of this module:
    the tuples; acks by punctuation keep that buffer to about one punctuation interval).
 4. Control messages (deploy/remove, connect/disconnect, statistics, heartbeat) come from a
    coordinator or from the node's own configuration; the core applies them the same way.
+5. A batch's ``path`` is in-process provenance (Pivot Tracing's baggage, kept to one tuple per
+   batch): the replicas whose emissions led to it, oldest first, as ``replica@node``.  Only cores
+   that trace paths (``NodeOptions.trace_paths``, the simulator) fill it; it is not part of the
+   wire format nor of a batch's equality.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Batch:
     offset: int
     records: Sequence[Record]
     punctuation: int | None = None
+    path: tuple[str, ...] = field(default=(), compare=False)     # rule 5
 
     @property
     def items(self) -> int:

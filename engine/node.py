@@ -48,6 +48,9 @@ class NodeOptions:
     heartbeat_us: int = 500_000
     peer_timeout_us: int = 3_000_000
     entry_modes: dict[str, str] = field(default_factory=dict)
+    #: Fill batches' and deliveries' ``path`` (engine.messages rule 5): which replicas' emissions led
+    #: to each delivery — the fastest path, since the first copy is the one that passes (§IV-B).
+    trace_paths: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,7 @@ class Delivered:
     records: list[Record]
     punctuation: int | None
     now: int
+    path: tuple[str, ...] = ()       # replicas from entry point to application (NodeOptions.trace_paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ class _Hosted:
     def __init__(self, replica: ReplicaId, kind: str, logic: OperatorReplica | None,
                  entry: EntryPoint | None, peers: tuple[str, ...]):
         self.replica, self.kind, self.logic, self.entry, self.peers = replica, kind, logic, entry, peers
+        self.hop: tuple[str, ...] = ()                 # (replica@node,) when the core traces paths
         self.log = OutputLog()
         self.routes: dict[StreamReplica, str] = {}     # downstream stream replica -> node
         self.acked: dict[StreamReplica, int] = {}      # remote downstream -> acknowledged offset
@@ -145,7 +150,7 @@ class NodeCore:
         self.rtt_us: dict[str, int] = {}
         self._outbox: list[tuple[str, Message]] = []
         self._events: list[Event] = []
-        self._local: deque[tuple[StreamReplica, int, list[Record], int | None]] = deque()
+        self._local: deque[tuple[StreamReplica, int, list[Record], int | None, tuple[str, ...]]] = deque()
         self._heartbeat_at = now
         self._punctuate_at = now + options.punctuation_us
         self._stamps = False             # some hosted entry replica stamps (kept by _elect, _remove)
@@ -267,11 +272,12 @@ class NodeCore:
             if malformed:
                 self.counters["malformed_batches"] += 1
                 return
-        self._accept(batch.stream, inbound, batch.offset, batch.records, batch.punctuation, now)
+        self._accept(batch.stream, inbound, batch.offset, batch.records, batch.punctuation, now, batch.path)
         if batch.punctuation is not None and src != self.name:
             self._outbox.append((src, Ack(batch.stream, inbound.next)))   # cumulative, by punctuation
 
-    def _accept(self, stream: StreamReplica, inbound: _Inbound, offset: int, records, punctuation, now: int) -> None:
+    def _accept(self, stream: StreamReplica, inbound: _Inbound, offset: int, records, punctuation, now: int,
+                path: tuple[str, ...]) -> None:
         skip = inbound.next - offset
         hosted = self.hosted[stream.target]
         if skip < 0:
@@ -299,44 +305,48 @@ class NodeCore:
             if hosted.stamping or stream.source.index != self._stamper(hosted):
                 return
             for segment in hosted.entry.on_stamped(list(records), punctuation):
-                self._emit(hosted, *segment, now)
+                self._emit(hosted, *segment, now, path)
             return
         out, forwarded = hosted.logic.on_batch(stream.port, inbound.index, records, punctuation, key)
-        self._emit(hosted, out, forwarded, now)
+        self._emit(hosted, out, forwarded, now, path)
 
-    def _emit(self, hosted: _Hosted, records: list[Record], punctuation: int | None, now: int) -> None:
+    def _emit(self, hosted: _Hosted, records: list[Record], punctuation: int | None, now: int,
+              path: tuple[str, ...] = ()) -> None:
+        """``hosted`` outputs ``records`` then ``punctuation``, caused by a batch that came along ``path``."""
         if not records and punctuation is None:
             return
         hosted.records_out += len(records)
+        if hosted.hop:
+            path += hosted.hop
         if hosted.kind == "application":
             self.latency[hosted.replica.name].add(now, records)
-            self._events.append(Delivered(hosted.replica.name, records, punctuation, now))
+            self._events.append(Delivered(hosted.replica.name, records, punctuation, now, path))
             return
         records = EncodedRecords(records)          # one encoding for every stream replica (wire rule 4)
-        offset = hosted.log.append(records, punctuation)
+        offset = hosted.log.append(records, punctuation, path)
         remote = False
         for stream, node in hosted.routes.items():
             if node == self.name:
-                self._local.append((stream, offset, records, punctuation))
+                self._local.append((stream, offset, records, punctuation, path))
             else:
                 remote = True
                 if node in self._connected:
-                    self._outbox.append((node, Batch(stream, offset, records, punctuation)))
+                    self._outbox.append((node, Batch(stream, offset, records, punctuation, path)))
         if not remote:
             hosted.log.trim(hosted.log.end)
 
     def _drain_local(self, now: int) -> None:
         local = self._local
         while local:
-            stream, offset, records, punctuation = local.popleft()
+            stream, offset, records, punctuation, path = local.popleft()
             inbound = self._inbound.get(stream)
             if inbound is not None:
-                self._accept(stream, inbound, offset, records, punctuation, now)
+                self._accept(stream, inbound, offset, records, punctuation, now, path)
 
     def _replay(self, hosted: _Hosted, stream: StreamReplica, offset: int) -> None:
         node = hosted.routes[stream]
-        for start, records, punctuation in hosted.log.since(offset):
-            self._outbox.append((node, Batch(stream, start, records, punctuation)))
+        for start, records, punctuation, path in hosted.log.since(offset):
+            self._outbox.append((node, Batch(stream, start, records, punctuation, path)))
 
     def _on_ack(self, src: str, ack: Ack, now: int) -> None:
         hosted = self.hosted.get(ack.stream.source)
@@ -397,7 +407,9 @@ class NodeCore:
                                     query.order_sensitive(name))
         else:
             raise QueryError(f"node {self.name}: cannot deploy {replica}: {name!r} is not in the query")
-        self.hosted[replica] = _Hosted(replica, kind, logic, entry, message.peers)
+        hosted = self.hosted[replica] = _Hosted(replica, kind, logic, entry, message.peers)
+        if self.options.trace_paths:
+            hosted.hop = (f"{replica}@{self.name}",)
         self._elect(now)
 
     def _remove(self, src: str, message: RemoveReplica, now: int) -> None:
@@ -420,8 +432,8 @@ class NodeCore:
             source.routes[stream] = message.target_node
             source.floor = None
             if message.target_node == self.name:
-                for start, records, punctuation in source.log.since(0):
-                    self._local.append((stream, start, records, punctuation))
+                for start, records, punctuation, path in source.log.since(0):
+                    self._local.append((stream, start, records, punctuation, path))
             elif message.target_node in self._connected:
                 self._replay(source, stream, 0)      # a new downstream replica gets the retained log
 

@@ -14,21 +14,22 @@ from operators.record import Record
 
 
 class OutputLog:
-    """Batches ``(offset, records, punctuation)`` from offset :attr:`base` to :attr:`end`."""
+    """Batches ``(offset, records, punctuation, path)`` from offset :attr:`base` to :attr:`end`
+    (``path``: the batch's provenance, :mod:`engine.messages` rule 5)."""
 
     def __init__(self) -> None:
         self.base = 0
         self.end = 0
-        self._batches: deque[tuple[int, list[Record], int | None]] = deque()
+        self._batches: deque[tuple[int, list[Record], int | None, tuple[str, ...]]] = deque()
 
-    def append(self, records: list[Record], punctuation: int | None) -> int:
+    def append(self, records: list[Record], punctuation: int | None, path: tuple[str, ...] = ()) -> int:
         """Add one batch; returns its offset."""
         offset = self.end
-        self._batches.append((offset, records, punctuation))
+        self._batches.append((offset, records, punctuation, path))
         self.end += len(records) + (punctuation is not None)
         return offset
 
-    def since(self, offset: int) -> list[tuple[int, list[Record], int | None]]:
+    def since(self, offset: int) -> list[tuple[int, list[Record], int | None, tuple[str, ...]]]:
         """The retained batches that hold items at or after ``offset``."""
         return [b for b in self._batches if b[0] + len(b[1]) + (b[2] is not None) > offset]
 
@@ -36,7 +37,7 @@ class OutputLog:
         """Forget every batch that lies wholly below ``offset``."""
         batches = self._batches
         while batches:
-            start, records, punctuation = batches[0]
+            start, records, punctuation, _ = batches[0]
             end = start + len(records) + (punctuation is not None)
             if end > offset:
                 break

@@ -24,7 +24,7 @@ No operator, routing or placement logic lives here: the core does all of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import simpy
@@ -50,7 +50,8 @@ class SourcePayload:
 class Observer:
     """What the simulation reports to (the recorder); the defaults ignore everything."""
 
-    def delivered(self, node: str, event: Delivered, via: Any) -> None: ...
+    def delivered(self, node: str, event: Delivered) -> None:
+        """``event.path`` is the replicas the records came through, entry point first."""
     def sent(self, src: str, dst: str, messages: list, now: int) -> None:
         """``messages`` leave ``src`` for ``dst`` at ``now`` as one frame (one link item)."""
     def dead_letter(self, node: str, event: DeadLetter) -> None: ...
@@ -65,7 +66,6 @@ class SimNode:
         self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical), now=now)
         self.alive = True
         self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
-        self.hosts_apps = any(r.name in sim.query.applications for r in self.core.hosted)
         self._timer_when: int | None = None
         self._timer_generation = 0
         self._transmit()
@@ -96,16 +96,14 @@ class SimNode:
 
     def _receive(self, src: str, items: list) -> None:
         now, core = self.sim.env.now, self.core
-        if not self.hosts_apps and len(items) == 1 and type(items[0]) is not SourcePayload:
-            core.receive(src, items[0], now=now)    # the common case: one message, no application
+        if len(items) == 1 and type(items[0]) is not SourcePayload:
+            core.receive(src, items[0], now=now)    # the common case: one message
         else:
             for item in items:
                 if type(item) is SourcePayload:
                     core.on_source(item.stream, item.payload, now=now)
                 else:
                     core.receive(src, item, now=now)
-                    if self.hosts_apps:
-                        self._events(via=(src, item))
         self._transmit()
 
     def on_peer_up(self, peer: str) -> None:
@@ -149,7 +147,7 @@ class SimNode:
                 size = sum(len(encode(message)) for message in messages) if sizes else 0
                 if not network.send(name, node, messages, now, size):
                     sim.drop_connection(name, node)   # drop-mode outage: the connection breaks
-        self._events(via=None)
+        self._events()
         when = self.core.next_timer()
         if when != self._timer_when:
             self._timer_when = when
@@ -157,10 +155,10 @@ class SimNode:
             generation = self._timer_generation
             sim.env.timeout(max(0, when - now)).callbacks.append(lambda event: self._on_timer(generation))
 
-    def _events(self, via: Any) -> None:
+    def _events(self) -> None:
         for event in self.core.events():
             if type(event) is Delivered:
-                self.sim.observer.delivered(self.name, event, via)
+                self.sim.observer.delivered(self.name, event)
             elif type(event) is DeadLetter:
                 self.sim.observer.dead_letter(self.name, event)
             elif type(event) is PeerTimedOut:
@@ -179,6 +177,8 @@ class Simulation:
                  options: NodeOptions = NodeOptions(), start_us: int = 0, outage: str = "hold",
                  bandwidth_bps: float | None = None, processing: Processing | None = None,
                  observer: Observer | None = None, origin_us: int | None = None):
+        # Paths are the recorder's ``path`` column (engine.messages rule 5): always traced here.
+        options = replace(options, trace_paths=True)
         self.query, self.placement, self.options = query, placement, options
         self.env = LinkEnvironment(initial_time=start_us)
         self.network = Network(self.env, trace, servers, self._deliver, outage=outage, bandwidth_bps=bandwidth_bps,

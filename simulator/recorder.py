@@ -1,14 +1,15 @@
 """What a simulation run records: deliveries, bandwidth and network cost (issue 5 §4, §V-A).
 
 * ``deliveries.parquet`` — one row per record delivered to an application: ``app, ts, arrival,
-  latency_us`` (§VI-B: arrival − ts) and ``via``: the stream replica whose batch delivered it
-  first, as ``upstream-replica@node`` (the last hop of the fastest path; the core does not carry
-  per-record path baggage).
+  latency_us`` (§VI-B: arrival − ts) and ``path``: the replicas the record came through on the
+  way that delivered it first, entry point to application, as ``replica@node > … > app#0@node``
+  (the batches' provenance, :mod:`engine.messages` rule 5: each replica's output batch carries the
+  path of the input batch that caused it, so a path is the chain of first arrivals).
 * ``bandwidth.parquet`` — per time bucket and stream replica: records, bytes, and the network cost
   ``rate × latency`` (records/s × one-way ms, §V-A); control traffic (acks, heartbeats) is counted
   per bucket under ``stream = "control"``.
 
-Delivery columns are kept as compact arrays (int64 times; ``app`` and ``via`` as codes into small
+Delivery columns are kept as compact arrays (int64 times; ``app`` and ``path`` as codes into small
 dictionaries), about 24 bytes per delivered record, so a month-long run fits in memory; they become
 Arrow tables once, at the end.
 """
@@ -46,9 +47,9 @@ class Recorder(Observer):
         self.app_col = array("i")          # codes into self._apps / self._vias
         self.ts_col = array("q")
         self.arrival_col = array("q")
-        self.via_col = array("i")
+        self.path_col = array("i")
         self._apps: dict[str, int] = {}
-        self._vias: dict[str, int] = {}
+        self._paths: dict[tuple[str, ...], int] = {}
         self.closed: set[str] = set()
         self.done = done
         self.dead_letters = 0
@@ -59,16 +60,15 @@ class Recorder(Observer):
         self._bucket, self._row = -1, {}    # the current bucket's part of traffic, by stream id
 
     # -- Observer -------------------------------------------------------------------------------
-    def delivered(self, node: str, event: Delivered, via: Any) -> None:
+    def delivered(self, node: str, event: Delivered) -> None:
         n = len(event.records)
         if n:
             app = self._apps.setdefault(event.app, len(self._apps))
-            hop = _via(node, via)
-            hop = self._vias.setdefault(hop, len(self._vias))
+            path = self._paths.setdefault(event.path, len(self._paths))
             self.app_col.extend(repeat(app, n))
             self.ts_col.extend([r[0] for r in event.records])
             self.arrival_col.extend(repeat(event.now, n))
-            self.via_col.extend(repeat(hop, n))
+            self.path_col.extend(repeat(path, n))
             if self.keep_records:
                 self.outputs[event.app].extend(event.records)
         if event.punctuation == CLOSED and event.app not in self.closed:
@@ -114,7 +114,7 @@ class Recorder(Observer):
         arrival = pa.array(np.frombuffer(self.arrival_col, np.int64))
         return pa.table({"app": _dictionary(self.app_col, self._apps), "ts": ts,
                          "arrival": arrival, "latency_us": pc.subtract(arrival, ts),
-                         "via": _dictionary(self.via_col, self._vias)})
+                         "path": _dictionary(self.path_col, {" > ".join(p): i for p, i in self._paths.items()})})
 
     def bandwidth(self) -> pa.Table:
         name = {key: _stream_name(stream) for key, stream in self._streams.items()}
@@ -139,14 +139,6 @@ def _dictionary(codes: array, values: dict[str, int]) -> pa.DictionaryArray:
     """A string column from codes; a value gets its code at its first delivered row, so this is
     what ``dictionary_encode`` of the plain strings gives."""
     return pa.DictionaryArray.from_arrays(pa.array(np.frombuffer(codes, np.int32)), pa.array(list(values), pa.string()))
-
-
-def _via(node: str, via: Any) -> str:
-    if via is None:
-        return f"@{node}"
-    src, message = via
-    stream = getattr(message, "stream", None)
-    return f"{stream.source}@{src}" if stream is not None else f"{type(message).__name__}@{src}"
 
 
 def _stream_name(stream: Any) -> str:

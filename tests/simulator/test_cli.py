@@ -22,7 +22,7 @@ def test_simulate_writes_outputs_and_checks_reference(tmp_path, capsys):
     assert runs[2]["bandwidth_ratio"] > 1 and runs[2]["cost_ratio"] > 1
     deliveries = pq.read_table(out / "k2" / "deliveries.parquet")
     assert deliveries.num_rows == runs[2]["delivered"] > 0
-    assert set(deliveries.column_names) == {"app", "ts", "arrival", "latency_us", "via"}
+    assert set(deliveries.column_names) == {"app", "ts", "arrival", "latency_us", "path"}
     assert (out / "latency.png").stat().st_size > 10_000
     bandwidth = pq.read_table(out / "k2" / "bandwidth.parquet").to_pandas()
     assert bandwidth[bandwidth.stream != "control"].records.sum() == runs[2]["records_sent"]

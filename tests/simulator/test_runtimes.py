@@ -68,7 +68,7 @@ class Collect(Observer):
     def __init__(self):
         self.outputs, self.closed = defaultdict(list), set()
 
-    def delivered(self, node, event, via):
+    def delivered(self, node, event):
         self.outputs[event.app].extend(event.records)
         if event.punctuation == CLOSED:
             self.closed.add(event.app)
