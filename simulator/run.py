@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,8 +112,14 @@ def build_sources(scenario: Scenario, query: Query, servers: dict[str, int]) -> 
 
 
 def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: bool = False,
-        desc: str = "") -> RunResult:
-    """Simulate ``prepared`` at degree ``kmax``; see the module docstring."""
+        desc: str = "", on_progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Simulate ``prepared`` at degree ``kmax``; see the module docstring.
+
+    ``progress`` shows a tqdm bar in simulated seconds.  ``on_progress(done_s, total_s)``, if given,
+    is called after each of the ~200 slices of the event loop and once at the end with
+    ``done_s == total_s``; it may raise to abort the run (``replicast simulate`` forwards it from
+    worker processes to the parent's bars and stops the other runs this way after an error).
+    """
     scenario, query = prepared.scenario, prepared.query
     placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax)
     options = NodeOptions(punctuation_us=round(scenario.punctuation_ms * 1000),
@@ -132,27 +139,32 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     _schedule_faults(sim, scenario, placement, processing, prepared.start)
     limit = prepared.end + round(scenario.drain_s * 1e6)
     wall = time.perf_counter()
-    _run(sim, done, limit, progress, desc or f"kmax={kmax}")
+    _run(sim, done, limit, progress, desc or f"kmax={kmax}", on_progress)
     wall = time.perf_counter() - wall
     result = RunResult(kmax, placement, recorder, inputs)
     result.summary = summarise(result, sim, prepared, wall, completed=done.triggered)
     return result
 
 
-def _run(sim: Simulation, done, limit: int, progress: bool, desc: str) -> None:
+def _run(sim: Simulation, done, limit: int, progress: bool, desc: str,
+         on_progress: Callable[[int, int], None] | None) -> None:
     from tqdm import tqdm
 
     env = sim.env
-    total = (limit - env.now) / 1e6
+    begin, total = env.now, round((limit - env.now) / 1e6)
     step = max(1, (limit - env.now) // 200)
-    with tqdm(total=round(total), desc=desc, unit="sim s", disable=not progress, leave=True) as bar:
+    with tqdm(total=total, desc=desc, unit="sim s", disable=not progress, leave=True) as bar:
         shown = env.now
         while not done.triggered and env.now < limit:
             env.run(until=min(limit, env.now + step))
             bar.update(round((env.now - shown) / 1e6))
             shown = env.now - (env.now - shown) % 1_000_000
+            if on_progress is not None:
+                on_progress(min(total, round((env.now - begin) / 1e6)), total)
         if done.triggered:
             bar.update(bar.total - bar.n)          # the drain allowance was not needed
+    if on_progress is not None:
+        on_progress(total, total)
 
 
 def _start_source(sim: Simulation, prepared: Prepared, source: Source, inputs: dict | None) -> None:
