@@ -52,8 +52,9 @@ class Observer:
 
     def delivered(self, node: str, event: Delivered) -> None:
         """``event.path`` is the replicas the records came through, entry point first."""
-    def sent(self, src: str, dst: str, messages: list, now: int) -> None:
-        """``messages`` leave ``src`` for ``dst`` at ``now`` as one frame (one link item)."""
+    def sent(self, src: str, dst: str, messages: list, now: int, delay: int | None) -> None:
+        """``messages`` leave ``src`` for ``dst`` at ``now`` as one frame (one link item); ``delay``
+        is the link's one-way delay at ``now`` (None: in an outage)."""
     def dead_letter(self, node: str, event: DeadLetter) -> None: ...
 
 
@@ -143,9 +144,10 @@ class SimNode:
             for node, messages in frames.items():
                 if node not in up:
                     continue                          # replayed by on_peer_up when the link returns
-                sim.observer.sent(name, node, messages, now)
                 size = sum(len(encode(message)) for message in messages) if sizes else 0
-                if not network.send(name, node, messages, now, size):
+                taken = network.send(name, node, messages, now, size)
+                sim.observer.sent(name, node, messages, now, network.sent_delay)
+                if not taken:
                     sim.drop_connection(name, node)   # drop-mode outage: the connection breaks
         self._events()
         when = self.core.next_timer()

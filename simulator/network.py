@@ -156,6 +156,9 @@ class Network:
         # without scripted faults); empty until the first lookup, and always for traces without frames.
         self._table_start = self._table_end = -1
         self._table: list[list[int | None]] = []
+        #: The one-way delay the link had when :meth:`send` was last called (None: an outage), for
+        #: an observer that accounts bandwidth × delay (it would otherwise look the delay up again).
+        self.sent_delay: int | None = None
 
     # -- scripted faults ------------------------------------------------------------------------
     def cut(self, a: str, b: str, t1: int, t2: int) -> None:
@@ -266,6 +269,7 @@ class Network:
             delay = link.delay
         else:
             delay = self._delay(link, now)
+        self.sent_delay = delay
         start = now
         if delay is None:
             if self.outage == "drop":

@@ -76,11 +76,11 @@ class Recorder(Observer):
             if self.done is not None and len(self.closed) == len(self.apps) and not self.done.triggered:
                 self.done.succeed()
 
-    def sent(self, src: str, dst: str, messages: list, now: int) -> None:
+    def sent(self, src: str, dst: str, messages: list, now: int, delay: int | None) -> None:
         bucket = now // self.bucket_us
         if bucket != self._bucket:
             self._bucket, self._row = bucket, {}
-        row, delay = self._row, None
+        row, delay = self._row, delay or 0
         for message in messages:
             if type(message) is Batch:
                 # Keyed by identity: the core reuses one StreamReplica object per route, and hashing
@@ -88,22 +88,21 @@ class Recorder(Observer):
                 key = id(message.stream)
                 entry = row.get(key)
                 if entry is None:
-                    entry = row[key] = self.traffic[(bucket, key)]
                     if key not in self._streams:    # kept alive here, so the id stays this stream's
                         self._streams[key] = message.stream
                         self._header[key] = batch_header_size(message.stream)
-                entry[1] += batch_frame_size(self._header[key], message)
+                    entry = row[key] = (self.traffic[(bucket, key)], self._header[key])
+                counts, header = entry
+                counts[1] += batch_frame_size(header, message)
                 n = len(message.records)
                 if n:
-                    entry[0] += n
-                    if delay is None:               # one lookup per frame: same link, same time
-                        delay = self.network.delay_us(src, dst, now) or 0
-                    entry[2] += n * delay / 1000.0
+                    counts[0] += n
+                    counts[2] += n * delay / 1000.0
             else:
                 entry = row.get("control")
                 if entry is None:
-                    entry = row["control"] = self.traffic[(bucket, "control")]
-                entry[1] += len(encode(message))
+                    entry = row["control"] = (self.traffic[(bucket, "control")], 0)
+                entry[0][1] += len(encode(message))
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
         self.dead_letters += 1
