@@ -10,14 +10,15 @@
   per bucket under ``stream = "control"``.
 
 Delivery columns are kept as compact arrays (int64 times; ``app`` and ``path`` as codes into small
-dictionaries), about 24 bytes per delivered record, so a month-long run fits in memory; they become
-Arrow tables once, at the end.
+dictionaries), about 24 bytes per delivered record; the bandwidth rows of a time bucket are compact
+arrays too once the bucket is over (36 bytes per stream replica and bucket, not ~250 in a dict of
+lists).  A month of sim-fig1 at kmax 3 (~155 M deliveries, ~14 M bandwidth rows) thus needs about
+4.3 GB for its outputs; the arrays become Arrow tables once, at the end.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import defaultdict
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,14 @@ class Recorder(Observer):
         self.closed: set[str] = set()
         self.done = done
         self.dead_letters = 0
-        # (bucket, stream replica or "control") -> [records, bytes, record-weighted one-way ms]
-        self.traffic: dict[tuple[int, Any], list] = defaultdict(lambda: [0, 0, 0.0])
+        # The current bucket's traffic: id(stream replica) or "control" -> ([records, bytes,
+        # record-weighted one-way ms], batch header size); earlier buckets' rows are in the columns.
+        self._bucket, self._row = -1, {}
         self._streams: dict[int, Any] = {}
         self._header: dict[int, int] = {}  # id(stream) -> wire.batch_header_size
-        self._bucket, self._row = -1, {}    # the current bucket's part of traffic, by stream id
+        self._code: dict[Any, int] = {}    # id(stream) or "control" -> code in stream_col
+        self.bucket_col, self.stream_col = array("q"), array("i")
+        self.records_col, self.bytes_col, self.cost_col = array("q"), array("q"), array("d")
 
     # -- Observer -------------------------------------------------------------------------------
     def delivered(self, node: str, event: Delivered) -> None:
@@ -79,7 +83,8 @@ class Recorder(Observer):
     def sent(self, src: str, dst: str, messages: list, now: int, delay: int | None) -> None:
         bucket = now // self.bucket_us
         if bucket != self._bucket:
-            self._bucket, self._row = bucket, {}
+            self._flush()
+            self._bucket = bucket
         row, delay = self._row, delay or 0
         for message in messages:
             if type(message) is Batch:
@@ -91,7 +96,7 @@ class Recorder(Observer):
                     if key not in self._streams:    # kept alive here, so the id stays this stream's
                         self._streams[key] = message.stream
                         self._header[key] = batch_header_size(message.stream)
-                    entry = row[key] = (self.traffic[(bucket, key)], self._header[key])
+                    entry = row[key] = ([0, 0, 0.0], self._header[key])
                 counts, header = entry
                 counts[1] += batch_frame_size(header, message)
                 n = len(message.records)
@@ -101,7 +106,7 @@ class Recorder(Observer):
             else:
                 entry = row.get("control")
                 if entry is None:
-                    entry = row["control"] = (self.traffic[(bucket, "control")], 0)
+                    entry = row["control"] = ([0, 0, 0.0], 0)
                 entry[0][1] += len(encode(message))
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
@@ -115,17 +120,39 @@ class Recorder(Observer):
                          "arrival": arrival, "latency_us": pc.subtract(arrival, ts),
                          "path": _dictionary(self.path_col, {" > ".join(p): i for p, i in self._paths.items()})})
 
+    def _flush(self) -> None:
+        """Move the current bucket's rows into the columns."""
+        code = self._code
+        for key, (counts, _) in self._row.items():
+            self.bucket_col.append(self._bucket)
+            self.stream_col.append(code.setdefault(key, len(code)))
+            self.records_col.append(counts[0])
+            self.bytes_col.append(counts[1])
+            self.cost_col.append(counts[2])
+        self._row = {}
+
     def bandwidth(self) -> pa.Table:
-        name = {key: _stream_name(stream) for key, stream in self._streams.items()}
-        name["control"] = "control"
-        keys = sorted(self.traffic, key=lambda k: (k[0], name[k[1]]))
+        """One row per time bucket and stream replica that carried something, by time then name."""
+        code, row = self._code, self._row
+        for key in row:                     # the current bucket's rows, without closing it
+            code.setdefault(key, len(code))
+        bucket = np.concatenate([np.frombuffer(self.bucket_col, np.int64), np.full(len(row), self._bucket, np.int64)])
+        stream = np.concatenate([np.frombuffer(self.stream_col, np.int32),
+                                 np.array([code[key] for key in row], np.int32)])
+        columns = [np.concatenate([np.frombuffer(column, dtype), np.array([c[i] for c, _ in row.values()], dtype)])
+                   for i, (column, dtype) in enumerate([(self.records_col, np.int64), (self.bytes_col, np.int64),
+                                                        (self.cost_col, np.float64)])]
+        names = np.array([key if key == "control" else _stream_name(self._streams[key]) for key in code] or [""],
+                         dtype=object)
+        rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")    # code -> place in name order
+        order = np.lexsort((rank[stream], bucket))
         seconds = self.bucket_us / 1e6
         return pa.table({
-            "t_us": pa.array([k[0] * self.bucket_us for k in keys], pa.int64()),
-            "stream": pa.array([name[k[1]] for k in keys], pa.string()).dictionary_encode(),
-            "records": pa.array([self.traffic[k][0] for k in keys], pa.int64()),
-            "bytes": pa.array([self.traffic[k][1] for k in keys], pa.int64()),
-            "cost": pa.array([self.traffic[k][2] / seconds for k in keys], pa.float64()),
+            "t_us": pa.array(bucket[order] * self.bucket_us),
+            "stream": pa.array(names[stream[order]], pa.string()).dictionary_encode(),
+            "records": pa.array(columns[0][order]),
+            "bytes": pa.array(columns[1][order]),
+            "cost": pa.array(columns[2][order] / seconds),
         })
 
     def write(self, out_dir: Path) -> None:
