@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.cluster_cli import node_ready  # noqa: E402
+from cluster.readiness import node_ready  # noqa: E402
 from engine.messages import Ack, Batch, Hello  # noqa: E402
 from engine.wire import FrameDecoder, decode, encode, proof  # noqa: E402
 from operators.plan import ReplicaId, StreamReplica  # noqa: E402

@@ -20,7 +20,7 @@ COMMAND_MODULES = (
     "engine.replay_cli",
     "traces.cli",
     "engine.node_cli",
-    "engine.cluster_cli",
+    "cluster.cli",
     "simulator.cli",
 )
 

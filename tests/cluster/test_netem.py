@@ -1,10 +1,11 @@
-"""Wide-area emulation (``replicast cluster up --emulate-wan TRACE``): nodes in their own network
-namespaces with the trace's one-way delays between them (tc netem).
+"""Wide-area emulation with netem (``replicast cluster up --emulate-wan TRACE --wan-via netem``): nodes
+in their own network namespaces with the trace's one-way delays between them.
 
 Where the kernel has no netem (``CONFIG_NET_SCH_NETEM`` unset, as on the machine this was written
-on), the command must fail in one clear line with exit status 2 and leave nothing behind, and the
-delay test skips with the probe's reason; the namespace topology itself (bridge, veths, HTB classes
-and u32 filters per destination) is still built, used and torn down."""
+on), ``--wan-via netem`` must fail in one clear line with exit status 2 and leave nothing behind
+(``auto`` takes the relays then: tests/cluster/test_relay_cluster.py), and the delay test skips
+with the probe's reason; the namespace topology itself (bridge, veths, HTB classes and u32 filters
+per destination) is still built, used and torn down."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from engine import wan
+from cluster import netem as wan
 from tests.integration.helpers import free_ports, replicast
 
 QUERY = """
@@ -84,7 +85,7 @@ def test_plan_takes_one_way_delays_from_the_trace_frame():
 @pytest.mark.skipif(REASON is None, reason="netem works here: the full emulation test runs instead")
 def test_without_netem_cluster_up_says_so_in_one_line_and_leaves_nothing(tmp_path):
     before = set(wan.namespaces())
-    result = replicast("cluster", "up", str(write_cluster(tmp_path)), "--emulate-wan", "seattle",
+    result = replicast("cluster", "up", str(write_cluster(tmp_path)), "--emulate-wan", "seattle", "--wan-via", "netem",
                        "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"replicast cluster: error: {REASON}"], result.stderr
@@ -124,7 +125,8 @@ def test_three_nodes_in_namespaces_see_the_trace_delays_and_down_removes_them(tm
     from traces.store import TraceStore
     trace = TraceStore.open("seattle")
     path, run = write_cluster(tmp_path), tmp_path / "run"
-    up = replicast("cluster", "up", str(path), "--emulate-wan", "seattle", "--trace-time", "0", "--run-dir", str(run))
+    up = replicast("cluster", "up", str(path), "--emulate-wan", "seattle", "--wan-via", "netem", "--trace-time", "0",
+                   "--run-dir", str(run))
     tag = wan.run_tag(run)
     try:
         assert up.returncode == 0, up.stderr

@@ -1,0 +1,126 @@
+"""Process supervision for ``replicast cluster``: start, watch and stop the processes of a cluster.
+
+A started process is a dict ``{name, pid, command, log}`` (what ``RUN_DIR/state.json`` keeps), its
+output going to ``RUN_DIR/<name>.log``.  ``cluster down`` may run in another process than ``up``, so
+a process counts as ours only while its ``/proc`` command line is the one we started (pids are
+reused).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from operators.errors import ReplicastError
+
+#: Processes started by this command, by pid: right after fork /proc still shows our own command line.
+_POPEN: dict[int, subprocess.Popen] = {}
+
+
+class ClusterError(ReplicastError):
+    """The local cluster cannot be started or stopped."""
+
+
+def env() -> dict[str, str]:
+    """The environment of started processes: ours, with this checkout first on ``PYTHONPATH``."""
+    root = str(Path(__file__).resolve().parents[1])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+
+
+def spawn(name: str, command: list[str], run_dir: Path, wrap: list[str] | None = None) -> dict:
+    """Start ``command`` (prefixed by ``wrap``, e.g. ``ip netns exec NS``, which execs it, so the
+    recorded pid and command line are the command's own), output to ``RUN_DIR/<name>.log``."""
+    log_path = run_dir / f"{name}.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen([*(wrap or []), *command], stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True, env=env())
+    _POPEN[process.pid] = process
+    return {"name": name, "pid": process.pid, "command": command, "log": str(log_path)}
+
+
+def running(process: dict) -> bool:
+    popen = _POPEN.get(process["pid"])
+    return popen.poll() is None if popen is not None else alive(process)
+
+
+def exit_status(process: dict) -> int | None:
+    """The exit status of a process this command started, None while it runs (or if not ours)."""
+    popen = _POPEN.get(process["pid"])
+    return None if popen is None else popen.poll()
+
+
+def last_log_line(process: dict) -> str:
+    """The last non-empty line of the process's log; for a JSON log line its message (and
+    exception's last line), so a node that died says why in one line."""
+    try:
+        lines = Path(process["log"]).read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    if not lines:
+        return "(no output)"
+    line = lines[-1].strip()
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line
+    if isinstance(entry, dict) and "message" in entry:
+        exception = str(entry.get("exception", "")).strip().splitlines()
+        return str(entry["message"]) + (f": {exception[-1]}" if exception else "")
+    return line
+
+
+def blame_dead(processes: dict[str, dict]) -> None:
+    """Raise naming the first of ``processes`` (``{"node n2": process}``) that has exited, with the
+    last line of its log: the process that failed, not whichever one waited for it."""
+    for name, process in processes.items():
+        if not running(process):
+            status = exit_status(process)
+            raise ClusterError(f"{name} exited at start" + (f" with status {status}" if status is not None else "")
+                               + f": {last_log_line(process)} (log: {process['log']})")
+
+
+def alive(process: dict) -> bool:
+    """Whether ``process`` still runs *and* is the process we started (pids are reused)."""
+    try:
+        cmdline = Path(f"/proc/{process['pid']}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{process['pid']}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and [c.decode() for c in cmdline if c] == process["command"]
+
+
+def stop(processes: list[dict], grace: float) -> int:
+    """SIGTERM every running process (last started first), SIGKILL after ``grace`` s; returns how many."""
+    live = [p for p in reversed(processes) if running(p)]
+    for process in live:
+        os.kill(process["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(running(p) for p in live):
+        for p in live:
+            _reap(p)
+        time.sleep(0.05)
+    for process in live:
+        if running(process):
+            os.kill(process["pid"], signal.SIGKILL)
+        _reap(process)
+    return len(live)
+
+
+def _reap(process: dict) -> None:
+    try:
+        os.waitpid(process["pid"], os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def write_state(path: Path, processes: list[dict], **extra) -> None:
+    """``RUN_DIR/state.json``: the processes and whatever else ``down`` must undo (namespaces)."""
+    path.write_text(json.dumps({"processes": processes, **extra}, indent=1))
+
+
+def read_state(path: Path) -> dict:
+    return json.loads(path.read_text())
