@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "engine.node_cli",
     "cluster.cli",
     "simulator.cli",
+    "experiments.plot_cli",
 )
 
 

@@ -52,5 +52,9 @@ def parse_events(lines: Iterable[str], query: Query, source: str = "<events>") -
     return streams
 
 
-def record_to_json(app: str, names: tuple[str, ...], record: Record) -> str:
-    return json.dumps({"app": app, "ts": record[0], **dict(zip(names, record[1:]))}, ensure_ascii=False)
+def record_to_json(app: str, names: tuple[str, ...], record: Record, arrival: int | None = None) -> str:
+    """One output line ``{"app", "ts", fields…}``, with ``"arrival"`` (µs) when given (a live sink)."""
+    line = {"app": app, "ts": record[0], **dict(zip(names, record[1:]))}
+    if arrival is not None:
+        line["arrival"] = arrival
+    return json.dumps(line, ensure_ascii=False)

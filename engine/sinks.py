@@ -3,7 +3,9 @@
 A sink is called with each :class:`~engine.node.Delivered` event.  Output formats match the
 input formats, so one cluster's output can feed another's input:
 
-* :class:`FileSink` — JSON lines ``{"app", "ts", fields…}``, the format of ``replicast replay``;
+* :class:`FileSink` — JSON lines ``{"app", "ts", fields…, "arrival"}``: ``replicast replay``'s format
+  plus the delivery time (µs, the node's clock), so latency = arrival − ts can be plotted later
+  (``replicast plot latency``);
 * :func:`mqtt_items` — the MQTT payload on ``replicast/out/<app>``: a JSON list of records
   ``{"ts", fields…}`` followed, if any, by ``{"punctuation": p}``;
 * :class:`CallbackSink` — a Python callable, for embedding.
@@ -39,7 +41,7 @@ class FileSink:
 
     def __call__(self, event: Delivered) -> None:
         if event.records:
-            self._file.write("".join(record_to_json(self.app, self.names, r) + "\n" for r in event.records))
+            self._file.write("".join(record_to_json(self.app, self.names, r, event.now) + "\n" for r in event.records))
             self._file.flush()
 
     def close(self) -> None:
