@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from cluster import netem
-from cluster.emulation import VIAS, Emulation, NetemEmulation, RelayEmulation, choose, open_trace
+from cluster.emulation import VIAS, Emulation, NetemEmulation, RelayEmulation, choose, open_trace, trace_nodes
 from cluster.preflight import check_ports
 from cluster.processes import (ClusterError, alive, blame_dead, exit_status, last_log_line, read_state, running,
                                spawn, stop, write_state)
@@ -49,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "time; needs nothing) or 'auto': netem where it works, else relays (default)")
     up.add_argument("--trace-time", type=float, default=0.0, metavar="SECONDS",
                     help="with --emulate-wan: the trace time at start (default 0)")
+    up.add_argument("--trace-nodes", default="reliable", metavar="reliable|first|NAME,…",
+                    help="with --emulate-wan: which trace node each cluster node is: 'reliable' (the trace's nodes "
+                         "with the fewest missing samples, as the simulator picks servers; default), 'first' "
+                         "(node k is trace node k) or trace node names, one per node in file order")
     up.set_defaults(run=run_up)
     down = commands.add_parser("down", help="stop the cluster started by 'cluster up'")
     down.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
@@ -66,6 +70,7 @@ def run_up(args: argparse.Namespace) -> int:
     via = trace = None
     if args.emulate_wan is not None:
         trace, t_us = open_trace(args.emulate_wan, args.trace_time)
+        indexes = trace_nodes(config, trace, args.trace_nodes)
         via, reason = choose(args.wan_via)
     check_ports(config, bind=via != "netem")        # netem nodes listen inside their namespaces
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -74,9 +79,9 @@ def run_up(args: argparse.Namespace) -> int:
     processes: list[dict] = []
     try:
         if via == "netem":
-            wan = NetemEmulation(config, trace, t_us, run_dir, state_file)
+            wan = NetemEmulation(config, trace, indexes, t_us, run_dir, state_file)
         elif via == "relay":
-            wan = RelayEmulation(config, args.emulate_wan, trace, t_us, run_dir, args.timeout, reason)
+            wan = RelayEmulation(config, trace, indexes, t_us, run_dir, args.timeout, reason)
             processes.extend(wan.processes)
         extra = wan.state() if wan else {}
         node_config = wan.config if isinstance(wan, NetemEmulation) else config
@@ -98,7 +103,7 @@ def run_up(args: argparse.Namespace) -> int:
         if via == "netem":
             wan.wait_ready(args.timeout, {**nodes, **_broker(processes)})
         else:
-            _wait_ready(config, args.timeout, nodes, _broker(processes))
+            _wait_ready(config, args.timeout, nodes, _broker(processes), wan.hint if wan else "")
         sources = []
         for i, source in enumerate(config.sources):
             command = [_expand(a, node_config, source.node, source_dir) for a in source.command]
@@ -117,6 +122,7 @@ def run_up(args: argparse.Namespace) -> int:
     if wan is not None:
         lines = wan.describe()
         print(f"  wide-area emulation ({args.emulate_wan} via {wan.via}): {lines[0]}")
+        print("  trace nodes: " + ", ".join(f"{name} = {trace.nodes[i]}" for name, i in indexes.items()))
         for line in lines[1:]:
             print(f"  {line}")
     if not isinstance(wan, NetemEmulation):
@@ -149,7 +155,8 @@ def _wait_port(host: str, port: int, timeout: float, process: dict[str, dict]) -
     raise ClusterError(f"{what} did not listen on {host}:{port} within {timeout:.0f} s; see {p['log']}")
 
 
-def _wait_ready(config: ClusterConfig, timeout: float, nodes: dict[str, dict], others: dict[str, dict]) -> None:
+def _wait_ready(config: ClusterConfig, timeout: float, nodes: dict[str, dict], others: dict[str, dict],
+                hint: str = "") -> None:
     """Wait for every node at once; a process that exits meanwhile is blamed at once, by name."""
     deadline = time.monotonic() + timeout
     waiting = dict(zip(config.nodes, nodes.items()))
@@ -167,7 +174,8 @@ def _wait_ready(config: ClusterConfig, timeout: float, nodes: dict[str, dict], o
                 del waiting[name]
         if waiting and time.monotonic() > deadline:
             lines = "; ".join(f"{label}: {last_log_line(p)}" for label, p in waiting.values())
-            raise ClusterError(f"not ready within {timeout:.0f} s: {', '.join(waiting)} (last log lines: {lines})")
+            raise ClusterError(f"not ready within {timeout:.0f} s: {', '.join(waiting)} (last log lines: {lines})"
+                               + (f"; {hint}" if hint else ""))
         if waiting:
             time.sleep(0.1)
 

@@ -8,7 +8,8 @@ Two ways, chosen by ``--wan-via``:
   crosses a user-space relay that follows the trace over time.  Needs nothing from the kernel.
 
 ``auto`` (the default) takes netem where :func:`cluster.netem.probe` says it works, relays
-otherwise.  Both map node ``k`` of the cluster file to node ``k`` of the trace.
+otherwise.  Which trace node each cluster node is comes from ``--trace-nodes``
+(:func:`trace_nodes`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Emulation:
 
     via: str
     processes: list[dict]
+    hint: str                       # why nodes may never be ready (links in an outage), or ""
 
     def config_path(self, node: str) -> Path: ...
     def wrap(self, node: str | None) -> list[str] | None: ...
@@ -54,6 +56,38 @@ def open_trace(name: str, trace_time_s: float):
     return trace, t_us
 
 
+def trace_nodes(config: ClusterConfig, trace, spec: str) -> dict[str, int]:
+    """Cluster node -> trace node index: ``first`` (node k is trace node k), ``reliable`` (the nodes
+    with the fewest missing samples, as the simulator's ``servers = n``, in trace order) or a
+    comma-separated list of trace node names, one per cluster node in file order."""
+    nodes = list(config.nodes)
+    if len(nodes) > trace.n_nodes:
+        raise ClusterError(f"the cluster has {len(nodes)} nodes but the trace has {trace.n_nodes}")
+    if spec == "first":
+        return {name: i for i, name in enumerate(nodes)}
+    if spec == "reliable":
+        return dict(zip(nodes, trace.reliable_nodes(len(nodes))))
+    names = [n.strip() for n in spec.split(",")]
+    index = {name: i for i, name in enumerate(trace.nodes)}
+    unknown = [n for n in names if n not in index]
+    if unknown or len(names) != len(nodes) or len(set(names)) != len(names):
+        raise ClusterError(f"--trace-nodes {spec}: expected first, reliable or {len(nodes)} distinct trace node "
+                           f"names (e.g. {', '.join(trace.nodes[:3])})" + (f"; unknown: {unknown}" if unknown else ""))
+    return {name: index[n] for name, n in zip(nodes, names)}
+
+
+def outages_at_start(trace, indexes: dict[str, int], t_us: int) -> str:
+    """The links in an outage at trace time ``t_us`` and when each comes back, or ""."""
+    cut = []
+    for a, i in indexes.items():
+        for b, j in indexes.items():
+            if a != b and trace.one_way_us(i, j, t_us) is None:
+                ends = [end for start, end in trace.outages(i, j) if start <= t_us < end]
+                cut.append(f"{a}>{b} until {ends[0] / 1e6:g} s" if ends else f"{a}>{b}")
+    return "" if not cut else ("the trace has links in an outage at the start: " + ", ".join(cut[:6])
+                               + (" …" if len(cut) > 6 else "") + " (try --trace-nodes reliable or another --trace-time)")
+
+
 def choose(via: str) -> tuple[str, str | None]:
     """``(netem or relay, why relays were chosen or None)``; ``--wan-via netem`` without netem fails."""
     if via == "relay":
@@ -69,8 +103,11 @@ def choose(via: str) -> tuple[str, str | None]:
 class NetemEmulation(Emulation):
     via = "netem"
 
-    def __init__(self, config: ClusterConfig, trace, t_us: int, run_dir: Path, state_file: Path):
-        self.plan = netem.plan(list(config.nodes), lambda i, j: trace.one_way_us(i, j, t_us), trace.n_nodes,
+    def __init__(self, config: ClusterConfig, trace, indexes: dict[str, int], t_us: int, run_dir: Path,
+                 state_file: Path):
+        self.hint = outages_at_start(trace, indexes, t_us)
+        k = list(indexes.values())
+        self.plan = netem.plan(list(config.nodes), lambda i, j: trace.one_way_us(k[i], k[j], t_us), trace.n_nodes,
                                netem.run_tag(run_dir))
         self.path = netem.emulated_cluster_file(config.path, self.plan, run_dir / "cluster-wan.toml")
         self.config = load_cluster(self.path)
@@ -122,21 +159,21 @@ class NetemEmulation(Emulation):
         if checker.returncode != 0:
             blame_dead(nodes)
             raise ClusterError(f"nodes not ready within {timeout:.0f} s ({checker.stderr.read().strip()}); "
-                               f"see the logs in {Path(next(iter(nodes.values()))['log']).parent}")
+                               f"see the logs in {Path(next(iter(nodes.values()))['log']).parent}"
+                               + (f"; {self.hint}" if self.hint else ""))
 
 
 class RelayEmulation(Emulation):
     via = "relay"
 
-    def __init__(self, config: ClusterConfig, trace_name: str, trace, t_us: int, run_dir: Path, timeout: float,
-                 reason: str | None):
+    def __init__(self, config: ClusterConfig, trace, indexes: dict[str, int], t_us: int, run_dir: Path,
+                 timeout: float, reason: str | None):
         nodes = list(config.nodes)
-        if len(nodes) > trace.n_nodes:
-            raise ClusterError(f"the cluster has {len(nodes)} nodes but the trace {trace_name} has {trace.n_nodes}")
-        self.reason, self.trace_name, self.t_us = reason, trace_name, t_us
+        self.reason, self.t_us = reason, t_us
+        self.hint = outages_at_start(trace, indexes, t_us)
         specs = config.nodes
-        links = [RelayLink(a, b, i, j, specs[b].host, specs[b].host, specs[b].port)
-                 for i, a in enumerate(nodes) for j, b in enumerate(nodes) if a != b]
+        links = [RelayLink(a, b, indexes[a], indexes[b], specs[b].host, specs[b].host, specs[b].port)
+                 for a in nodes for b in nodes if a != b]
         plan_path = RelayPlan(str(trace.path), t_us, links).write(run_dir / "relays.json")
         ports_file = ports_path(plan_path)
         ports_file.unlink(missing_ok=True)

@@ -73,12 +73,7 @@ def choose_servers(trace: Any, scenario: Scenario) -> dict[str, int]:
     if scenario.servers > trace.n_nodes:
         raise ScenarioError(f"{scenario.path}: servers = {scenario.servers} but trace {scenario.trace!r} has "
                             f"{trace.n_nodes} nodes")
-    # "30 distant servers that reliably communicate with others": fewest missing samples in the
-    # first frames (one chunk), ties by node order.
-    frames = np.stack([trace.frame(f) for f in range(min(trace.n_frames, 360))])
-    missing = np.isnan(frames).sum(axis=(0, 2)) + np.isnan(frames).sum(axis=(0, 1))
-    chosen = sorted(np.argsort(missing, kind="stable")[:scenario.servers].tolist())
-    return {trace.nodes[i]: i for i in chosen}
+    return {trace.nodes[i]: i for i in trace.reliable_nodes(scenario.servers)}
 
 
 def build_sources(scenario: Scenario, query: Query, servers: dict[str, int]) -> list[Source]:

@@ -89,6 +89,16 @@ class TraceStore:
         for number in range((self.n_frames + self.chunk_frames - 1) // self.chunk_frames):
             yield number * self.chunk_frames, self._chunk(number)
 
+    def reliable_nodes(self, n: int, frames: int = 360) -> list[int]:
+        """The ``n`` nodes with the fewest missing samples (to and from) in the first ``frames``
+        frames, ties by node order, in node order: "distant servers that reliably communicate with
+        others" (§VI-A)."""
+        if not 0 < n <= self.n_nodes:
+            raise ValueError(f"cannot pick {n} of the trace's {self.n_nodes} nodes")
+        window = np.stack([self.frame(f) for f in range(min(self.n_frames, frames))])
+        missing = np.isnan(window).sum(axis=(0, 2)) + np.isnan(window).sum(axis=(0, 1))
+        return sorted(np.argsort(missing, kind="stable")[:n].tolist())
+
     def outages(self, src: int, dst: int) -> list[tuple[int, int]]:
         """Outages of ``src -> dst`` as ``[t_start_us, t_end_us)`` intervals, in time order.
 

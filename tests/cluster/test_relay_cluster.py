@@ -81,11 +81,11 @@ def test_a_cluster_through_relays_sees_the_trace_and_delivers_the_reference(tmp_
     trace = TraceStore.open("seattle")
     path, metrics, broker_port = write_cluster(tmp_path)
     run = tmp_path / "run"
-    up = replicast("cluster", "up", str(path), "--emulate-wan", "seattle", "--wan-via", "relay",
+    up = replicast("cluster", "up", str(path), "--emulate-wan", "seattle", "--wan-via", "relay", "--trace-nodes", "first",
                    "--trace-time", str(TRACE_TIME_S), "--run-dir", str(run))
     try:
         assert up.returncode == 0, up.stderr + "".join(p.read_text()[-2000:] for p in run.glob("*.log"))
-        assert "via relay" in up.stdout, up.stdout
+        assert "via relay" in up.stdout and f"n2 = {trace.nodes[2]}" in up.stdout, up.stdout
         origin = json.loads((run / "relays.ports").read_text())["origin_unix_us"] / 1e6
         time.sleep(1.0)                                   # a few heartbeats on every link
         for a, i in zip(NODES, range(3)):
@@ -114,3 +114,25 @@ def test_a_cluster_through_relays_sees_the_trace_and_delivers_the_reference(tmp_
     latencies = sorted(arrived - i["ts"] / 1e6 for arrived, i in arrivals)
     print(f"latency min {latencies[0] * 1e3:.0f} ms, median {latencies[len(latencies) // 2] * 1e3:.0f} ms")
     assert latencies[0] >= fastest - 0.002
+
+
+def test_trace_nodes_are_the_first_the_reliable_or_the_named_ones(tmp_path):
+    from cluster.emulation import ClusterError, outages_at_start, trace_nodes
+    from engine.cluster_config import load_cluster
+    trace = TraceStore.open("seattle")
+    config = load_cluster(write_cluster(tmp_path)[0])
+    assert trace_nodes(config, trace, "first") == {"n0": 0, "n1": 1, "n2": 2}
+    reliable = trace_nodes(config, trace, "reliable")
+    assert list(reliable.values()) == trace.reliable_nodes(3) and len(set(reliable.values())) == 3
+    named = ",".join(trace.nodes[i] for i in (7, 3, 5))
+    assert trace_nodes(config, trace, named) == {"n0": 7, "n1": 3, "n2": 5}
+    for bad in ("nosuchnode,a,b", named.rsplit(",", 1)[0], ",".join([trace.nodes[1]] * 3)):
+        try:
+            trace_nodes(config, trace, bad)
+            raise AssertionError(bad)
+        except ClusterError as error:
+            assert "--trace-nodes" in str(error)
+    # seattle nodes 0 and 6 cannot reach each other at first: said when the cluster cannot get ready
+    hint = outages_at_start(trace, {"app": 0, "n6": 6}, 0)
+    assert "app>n6 until 10 s" in hint and "n6>app until 60 s" in hint
+    assert outages_at_start(trace, reliable, 0) == ""
