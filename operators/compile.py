@@ -19,6 +19,8 @@ from operators.errors import QueryError
 from operators.expressions import FieldRef, check_expression, compile_expression, compile_tuple
 from operators.filter import Filter
 from operators.join import Join
+from operators.join_keys import split_join_keys
+from operators.keyed_join import KeyedJoin, key_getter
 from operators.map import Map
 from operators.record import Schema
 from operators.summaries import FUNCTIONS, Summary
@@ -93,13 +95,21 @@ def compile_join(name: str, params: Mapping, inputs: list[Schema], where: str, i
     if left == right:
         raise QueryError(f"{where} (inputs): a self-join needs two differently named inputs (add a map)")
     window_us = milliseconds_to_us(params.get("window_ms"), f"{where} (window_ms)")
-    predicate = None
-    if params.get("on") is not None:
-        scope = {**scope_of(inputs[0], 0, f"{left}."), **scope_of(inputs[1], 1, f"{right}.")}
-        predicate = compile_expression(params["on"], scope, where=f"{where} (on)", arity=2).function
     schema = Schema(tuple(f"{left}.{n}" for n in inputs[0].names) + tuple(f"{right}.{n}" for n in inputs[1].names),
                     inputs[0].types + inputs[1].types)
-    return Compiled(partial(Join, window_us, predicate), schema, False)
+    on = params.get("on")
+    if on is None:
+        return Compiled(partial(Join, window_us, None), schema, False)
+    scope = {**scope_of(inputs[0], 0, f"{left}."), **scope_of(inputs[1], 1, f"{right}.")}
+    predicate = compile_expression(on, scope, where=f"{where} (on)", arity=2).function   # checks all of it
+    keys = split_join_keys(on, scope)
+    if keys is None:
+        return Compiled(partial(Join, window_us, predicate), schema, False)
+    # Equalities between the sides become buffer keys; only the rest is evaluated per pair (issue 12).
+    residual = None if keys.residual is None else \
+        compile_expression(keys.residual, scope, where=f"{where} (on)", arity=2).function
+    factory = partial(KeyedJoin, window_us, (key_getter(keys.left), key_getter(keys.right)), residual)
+    return Compiled(factory, schema, False)
 
 
 _COMPUTE = re.compile(r"^\s*(\w+)\s*\(\s*([\w.]*)\s*\)\s*$")

@@ -39,6 +39,9 @@ class Join(Operator):
             raise ValueError(f"join window must be positive, got {window_us} µs")
         self.window_us = window_us
         self.predicate = predicate
+        self._clear()
+
+    def _clear(self) -> None:
         self.buffers = (SortedKeyList(key=_by_ts), SortedKeyList(key=_by_ts))
 
     def on_batch(self, port: int, records: list[Record]) -> list[Record]:
@@ -72,8 +75,12 @@ class Join(Operator):
         del other[: other.bisect_key_right(p + 1 - self.window_us)]   # Alg. 2 line 6
         return []
 
+    def buffered(self, port: int) -> list[Record]:
+        """The records buffered for ``port`` (they may still match the other side), in timestamp order."""
+        return list(self.buffers[port])
+
     def snapshot_state(self) -> Any:
-        return [[list(r) for r in buffer] for buffer in self.buffers]
+        return [[list(r) for r in self.buffered(port)] for port in (0, 1)]
 
     def restore_state(self, state: Any) -> None:
         self.buffers = tuple(SortedKeyList((tuple(r) for r in side), key=_by_ts) for side in state)
