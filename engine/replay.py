@@ -14,11 +14,21 @@ at or after ``n·P``), and finally :data:`~operators.record.CLOSED`.
 
 The replicas themselves are the same pure :class:`~operators.replica.OperatorReplica` objects the
 node hosts; only this scheduler is specific to replay.
+
+With one replica and no crash (the reference run) there is nothing adversarial to schedule, so
+:func:`replay` runs the plan straight through instead (:class:`_StraightThrough`): each source
+sends one batch per punctuation interval, and every batch goes depth-first through the plan the
+moment it is emitted — no per-record messages, delays or heap (issue 12: the scheduled reference
+run was 25–70× slower than the operators).  That is one particular schedule with zero delays, so
+by replication transparency its output is the scheduled run's: the same multiset per application,
+and the same list for ordered ones (``tests/engine/test_replay.py`` checks it against
+:func:`scheduled_replay` with ``replicas=1``).
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -59,6 +69,35 @@ def source_messages(records: list[Record], punctuation_us: int) -> list[tuple[in
     end = records[-1][0] + 1 if records else 0
     messages.append((end, [], CLOSED))
     return messages
+
+
+def source_batches(records: list[Record], punctuation_us: int,
+                   stream: str = "stream") -> list[tuple[int, list[Record], int]]:
+    """:func:`source_messages` with each interval's records in one batch, sent with the punctuation after them.
+
+    ``(send time, records, punctuation)``: first ``(t, [], p0)``, then each interval's records with
+    the punctuation that closes the interval, sent when the source learns it (its next record), and
+    the last interval's records with :data:`~operators.record.CLOSED`.  ``records`` must be in
+    timestamp order (:func:`~engine.events.read_events` checks it too; ``stream`` names them in the
+    error); an interval ends at the first record at or after the next multiple of
+    ``punctuation_us``, found by bisection.
+    """
+    stamps = [record[0] for record in records]
+    if stamps != sorted(stamps):
+        raise InputError(f"{stream}: records are not in timestamp order")
+    if not stamps:
+        return [(0, [], CLOSED)]
+    first = stamps[0]
+    batches: list[tuple[int, list[Record], int]] = [(first, [], (first // punctuation_us) * punctuation_us - 1)]
+    start = 0
+    while True:
+        end = bisect_left(stamps, (stamps[start] // punctuation_us + 1) * punctuation_us, start)
+        if end == len(stamps):
+            batches.append((stamps[-1] + 1, records[start:], CLOSED))
+            return batches
+        ts = stamps[end]                       # all later records have ts > the boundary before ts
+        batches.append((ts, records[start:end], (ts // punctuation_us) * punctuation_us - 1))
+        start = end
 
 
 def choose_crashes(physical: PhysicalPlan, n: int, rng: random.Random) -> list[ReplicaId]:
@@ -170,9 +209,73 @@ class _Replay:
             self.send(downstream, now, out, forwarded)
 
 
+class _StraightThrough:
+    """One replica of everything, no crash: batches go depth-first through the plan, no schedule."""
+
+    def __init__(self, query: Query, punctuation_us: int):
+        self.query = query
+        self.punctuation_us = punctuation_us
+        self.physical = plan(query, 1)
+        self.nodes: dict[str, OperatorReplica] = {}
+        self.routes: dict[str, list[tuple[str, int]]] = {}      # producer -> (consumer, port)
+        for name in self.physical.replicas:
+            kind = self.physical.kind(name)
+            if kind == "entry":
+                self.nodes[name] = entry_point()
+            elif kind == "application":
+                self.nodes[name] = application_sink(1, query.applications[name].ordered)
+            else:
+                ports = [1] * self.physical.n_ports(name)
+                self.nodes[name] = OperatorReplica(query.new_operator(name), ports, self.physical.sorts_input(name))
+            for port, producer in enumerate(query.inputs_of(name)):
+                self.routes.setdefault(producer, []).append((name, port))
+        self.outputs: dict[str, list[Record]] = {app: [] for app in query.applications}
+        self.messages = 0
+
+    def run(self, streams: dict[str, list[Record]]) -> ReplayResult:
+        # The sources' batches in the order they are sent (ties: stream order), each pushed through
+        # the whole plan before the next one is sent.
+        order = list(streams)
+        sent = sorted(((when, order.index(name), name, records, punctuation)
+                       for name, stream in streams.items()
+                       for when, records, punctuation in source_batches(stream, self.punctuation_us, name)),
+                      key=lambda message: message[:2])
+        for _, _, name, records, punctuation in sent:
+            self.deliver(name, 0, records, punctuation)
+        filters = [f for node in self.nodes.values() for f in node.filters]
+        return ReplayResult(self.outputs, [], self.messages,
+                            sum(f.duplicates + f.below_punctuation for f in filters),
+                            sum(node.operator.errors for node in self.nodes.values()))
+
+    def deliver(self, name: str, port: int, records: list[Record], punctuation: int | None) -> None:
+        self.messages += 1
+        out, forwarded = self.nodes[name].on_batch(port, 0, records, punctuation)
+        if not out and forwarded is None:
+            return
+        if name in self.outputs:
+            self.outputs[name].extend(out)
+            return
+        for consumer, consumer_port in self.routes.get(name, ()):
+            self.deliver(consumer, consumer_port, out, forwarded)
+
+
 def replay(query: Query, streams: dict[str, list[Record]], *, replicas: int = 1, seed: int = 0,
            crash: int = 0, punctuation_us: int = 1_000_000) -> ReplayResult:
-    """Run ``query`` on ``streams`` with ``replicas`` replicas of everything; see the module docstring."""
+    """Run ``query`` on ``streams`` with ``replicas`` replicas of everything; see the module docstring.
+
+    ``replicas=1, crash=0`` (the reference) runs straight through the plan, which ignores ``seed``;
+    anything else runs :func:`scheduled_replay`.
+    """
+    if punctuation_us <= 0:
+        raise InputError(f"punctuation interval must be positive, got {punctuation_us} µs")
+    if replicas == 1 and crash == 0:
+        return _StraightThrough(query, punctuation_us).run(streams)
+    return scheduled_replay(query, streams, replicas=replicas, seed=seed, crash=crash, punctuation_us=punctuation_us)
+
+
+def scheduled_replay(query: Query, streams: dict[str, list[Record]], *, replicas: int = 1, seed: int = 0,
+                     crash: int = 0, punctuation_us: int = 1_000_000) -> ReplayResult:
+    """The adversarial schedule of the module docstring, also for ``replicas=1, crash=0``."""
     if punctuation_us <= 0:
         raise InputError(f"punctuation interval must be positive, got {punctuation_us} µs")
     return _Replay(query, replicas, seed, punctuation_us).run(streams, crash)

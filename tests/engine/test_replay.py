@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from engine.events import read_events
-from engine.replay import replay, source_messages
+from engine.replay import replay, scheduled_replay, source_batches, source_messages
 from operators.errors import InputError
 from operators.query import QueryBuilder
 from operators.query_file import load_query
@@ -96,11 +96,54 @@ def test_replicated_replay_with_crashes_equals_the_reference(data):
     seed = data.draw(st.integers(0, 2**32))
     punctuation_us = data.draw(st.sampled_from([250_000, 333_333, 1_000_000]))
     reference = replay(query, streams, replicas=1, punctuation_us=punctuation_us)
-    result = replay(query, streams, replicas=k, seed=seed, crash=crash, punctuation_us=punctuation_us)
+    result = scheduled_replay(query, streams, replicas=k, seed=seed, crash=crash, punctuation_us=punctuation_us)
     for app, spec in query.applications.items():
         assert Counter(result.outputs[app]) == Counter(reference.outputs[app]), app
         if spec.ordered:
             assert result.outputs[app] == reference.outputs[app], app
+
+
+@settings(max_examples=150)
+@given(st.data())
+def test_the_straight_through_reference_equals_the_scheduled_run_with_one_replica(data):
+    """``replay(replicas=1)`` skips the schedule (issue 12); its output must be the scheduled run's."""
+    query = data.draw(random_queries())
+    streams = data.draw(random_inputs(query))
+    punctuation_us = data.draw(st.sampled_from([250_000, 333_333, 1_000_000]))
+    straight = replay(query, streams, replicas=1, punctuation_us=punctuation_us)
+    scheduled = scheduled_replay(query, streams, replicas=1, seed=data.draw(st.integers(0, 2**32)),
+                                 punctuation_us=punctuation_us)
+    for app, spec in query.applications.items():
+        assert Counter(straight.outputs[app]) == Counter(scheduled.outputs[app]), app
+        if spec.ordered:
+            assert straight.outputs[app] == scheduled.outputs[app], app
+
+
+def test_the_reference_run_sends_batches_not_records():
+    query = load_query(FIG1)
+    streams = read_events(FIG1_EVENTS, query)
+    straight, scheduled = replay(query, streams), scheduled_replay(query, streams, replicas=1, seed=3)
+    for app, spec in query.applications.items():
+        assert Counter(straight.outputs[app]) == Counter(scheduled.outputs[app]), app
+        if spec.ordered:
+            assert straight.outputs[app] == scheduled.outputs[app], app
+    # Dense input: one message per punctuation interval through each node, not one per record.
+    q = QueryBuilder()
+    q.stream("s", FIELDS)
+    q.filter("f", "s", where="v > 0")
+    q.application("app", "f")
+    dense = {"s": [(i * 1000, i % 3, float(i)) for i in range(3000)]}          # 3 s of event time
+    result = replay(q.build(), dense)
+    assert len(result.outputs["app"]) == 2999
+    assert result.messages <= 3 * (3 + 2)                # 3 nodes; 3 intervals, the first punctuation, CLOSED
+
+
+def test_source_batches_carry_the_source_messages_in_order():
+    records = [(5, "a"), (1_500_000, "b"), (1_600_000, "c"), (3_200_001, "d"), (3_200_001, "e")]
+    flat = lambda messages: [item for _, batch, p in messages for item in (*batch, *([p] if p is not None else []))]  # noqa: E731
+    assert flat(source_batches(records, 1_000_000)) == flat(source_messages(records, 1_000_000))
+    assert [len(batch) for _, batch, _ in source_batches(records, 1_000_000)] == [0, 1, 2, 2]
+    assert flat(source_batches([], 1_000_000)) == flat(source_messages([], 1_000_000)) == [2**63 - 1]
 
 
 def test_fig1_with_three_replicas_and_two_crashes_matches_for_50_seeds():
