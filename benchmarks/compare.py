@@ -284,7 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; best of them is kept (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of keys and values (default 0)")
     args = parser.parse_args(argv)
-    import bytewax  # noqa: F401  (fail early, with the install hint, if the bench extra is missing)
+    try:
+        import bytewax  # noqa: F401
+    except ImportError:
+        print("compare.py needs Bytewax 0.21.1: pip install -e '.[bench]' (it has wheels for Python 3.8-3.12 only)",
+              file=sys.stderr)
+        return 2
 
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{args.records} records per workload, batches of {BATCH}, best CPU s of {args.rounds} alternating rounds")
