@@ -97,10 +97,18 @@ class Relay:
         self.connections = 0
         self.bytes = {"forward": 0, "backward": 0}
         self.server: asyncio.base_events.Server | None = None
+        self.port: int | None = None
 
     async def start(self) -> int:
+        """Listen on a fresh port of ``listen_host``; returns it."""
         self.server = await asyncio.start_server(self._accept, self.link.listen_host, 0)
-        return self.server.sockets[0].getsockname()[1]
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self.port
+
+    def close(self) -> None:
+        """Stop accepting (connections in progress end with the event loop or their peers)."""
+        if self.server is not None:
+            self.server.close()
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:
@@ -173,27 +181,34 @@ class Relay:
             sender.cancel()
 
 
-async def serve(plan: RelayPlan, ports_file: Path | None = None, stop: asyncio.Event | None = None,
-                trace=None) -> None:
-    """Run the relays of ``plan`` until ``stop`` is set (or SIGTERM when run as a process)."""
+async def start_relays(plan: RelayPlan, trace=None) -> tuple[Clock, list[Relay]]:
+    """Start listening for every link of ``plan`` (ports: ``relay.port``); the trace is opened by
+    name unless given (any object with ``one_way_us``, ``outages`` and ``duration_us``)."""
     if trace is None:
         from traces.store import TraceStore
         trace = TraceStore.open(plan.trace)
-    loop = asyncio.get_running_loop()
-    clock = Clock(loop)
+    clock = Clock(asyncio.get_running_loop())
     relays = [Relay(link, LinkDelay(trace, link.src_index, link.dst_index, plan.trace_time_us),
                     LinkDelay(trace, link.dst_index, link.src_index, plan.trace_time_us), clock) for link in plan.links]
-    ports = {relay.link.key: await relay.start() for relay in relays}
+    for relay in relays:
+        await relay.start()
+    return clock, relays
+
+
+async def serve(plan: RelayPlan, ports_file: Path | None = None, stop: asyncio.Event | None = None,
+                trace=None) -> None:
+    """Run the relays of ``plan`` until ``stop`` is set (or SIGTERM when run as a process)."""
+    clock, relays = await start_relays(plan, trace)
     if ports_file is not None:
         partial = ports_file.with_suffix(".partial")
         partial.write_text(json.dumps({"origin_unix_us": clock.origin_unix_us, "trace_time_us": plan.trace_time_us,
-                                       "ports": ports}), encoding="utf-8")
+                                       "ports": {r.link.key: r.port for r in relays}}), encoding="utf-8")
         os.replace(partial, ports_file)            # readers never see half a file
     log.info("relaying %d links of trace %s from trace time %.3f s", len(relays), plan.trace, plan.trace_time_us / 1e6)
     stop = stop or asyncio.Event()
     await stop.wait()
     for relay in relays:
-        relay.server.close()
+        relay.close()
     log.info("stopped; connections %s", {r.link.key: r.connections for r in relays})
 
 

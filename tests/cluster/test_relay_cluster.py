@@ -87,17 +87,23 @@ def test_a_cluster_through_relays_sees_the_trace_and_delivers_the_reference(tmp_
         assert up.returncode == 0, up.stderr + "".join(p.read_text()[-2000:] for p in run.glob("*.log"))
         assert "via relay" in up.stdout and f"n2 = {trace.nodes[2]}" in up.stdout, up.stdout
         origin = json.loads((run / "relays.ports").read_text())["origin_unix_us"] / 1e6
-        time.sleep(1.0)                                   # a few heartbeats on every link
-        for a, i in zip(NODES, range(3)):
-            read_at = time.time()
-            rtts = peer_rtts(metrics[a])
-            t_us = round((TRACE_TIME_S + read_at - origin) * 1e6)
-            for b, j in zip(NODES, range(3)):
-                if a == b:
-                    continue
-                expected = (trace.one_way_us(i, j, t_us) + trace.one_way_us(j, i, t_us)) / 1e6
-                print(f"{a}->{b}: trace RTT {expected * 1e3:.0f} ms, heartbeat RTT {rtts[b] * 1e3:.1f} ms")
-                assert expected - 0.002 <= rtts[b] <= expected + NOISE_S, (a, b, expected, rtts[b])
+        # Heartbeats every 200 ms: six readings per node. None may beat the trace; scheduling on a
+        # loaded machine only adds, so the best reading must be within NOISE_S of it.
+        readings: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for _ in range(6):
+            time.sleep(0.3)
+            for a, i in zip(NODES, range(3)):
+                t_us = round((TRACE_TIME_S + time.time() - origin) * 1e6)
+                for b, rtt in peer_rtts(metrics[a]).items():
+                    j = NODES.index(b)
+                    expected = (trace.one_way_us(i, j, t_us) + trace.one_way_us(j, i, t_us)) / 1e6
+                    readings.setdefault((a, b), []).append((expected, rtt))
+        assert len(readings) == 6
+        for (a, b), pairs in readings.items():
+            print(f"{a}->{b}: trace RTT {pairs[0][0] * 1e3:.0f} ms, heartbeat RTT "
+                  + " ".join(f"{rtt * 1e3:.1f}" for _, rtt in pairs) + " ms")
+            assert all(rtt >= expected - 0.002 for expected, rtt in pairs), (a, b, pairs)
+            assert min(rtt - expected for expected, rtt in pairs) <= NOISE_S, (a, b, pairs)
         published, arrivals = asyncio.run(publish_and_collect(broker_port))
     finally:
         down = replicast("cluster", "down", "--run-dir", str(run), "--grace", "5")

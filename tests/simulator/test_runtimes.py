@@ -4,9 +4,11 @@ same as the one-process replay reference.
 
 The TCP side is the real thing: a private mosquitto carries the source payloads, one
 :class:`engine.aio.driver.NodeDriver` per node runs in this process's event loop, and every node
-pair's connection goes through a delay proxy (each chunk is forwarded ``one-way delay`` after it was
-read, FIFO per direction).  The proxy sits in the dialer's configuration only: each driver gets a
-copy of the cluster configuration in which the peers it dials listen on their proxy's port.
+pair's connection goes through a delay relay of ``replicast cluster up --emulate-wan``
+(:mod:`cluster.relay`, here with the fixed delays as its trace: each chunk is forwarded one-way
+delay after it was read, FIFO per direction).  The relay sits in the dialer's configuration only:
+each driver gets a copy of the cluster configuration in which the peers it dials listen on their
+relay's port.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import aiomqtt
 
+from cluster.relay import RelayLink, RelayPlan, start_relays
 from engine.aio.driver import NodeDriver
 from engine.cluster_config import ClusterConfig, NodeSpec
 from engine.events import read_events
@@ -88,56 +91,12 @@ def run_simulator(query, publications):
 
 
 # -- the asyncio driver on loopback TCP ----------------------------------------------------------------
-async def delay_proxy(listen_port: int, target_port: int, one_way_s: float, carried: Counter):
-    """Forward connections on ``listen_port`` to ``target_port``, each chunk ``one_way_s`` late;
-    counts connections and bytes in ``carried``."""
-    loop = asyncio.get_running_loop()
-
-    async def pump(reader, writer):
-        queue: asyncio.Queue = asyncio.Queue()
-
-        async def send():
-            while True:
-                due, data = await queue.get()
-                if data is None:
-                    writer.close()
-                    return
-                await asyncio.sleep(max(0.0, due - loop.time()))
-                writer.write(data)
-                await writer.drain()
-        sender = asyncio.create_task(send())
-        try:
-            while data := await reader.read(65536):
-                queue.put_nowait((loop.time() + one_way_s, data))
-                carried["bytes"] += len(data)
-        except OSError:
-            pass
-        queue.put_nowait((0.0, None))
-        await asyncio.gather(sender, return_exceptions=True)
-
-    async def accept(client_reader, client_writer):
-        try:
-            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
-        except OSError:
-            client_writer.close()
-            return
-        carried["connections"] += 1
-        try:
-            await asyncio.gather(pump(client_reader, server_writer), pump(server_reader, client_writer))
-        except (asyncio.CancelledError, OSError):
-            pass            # shutdown: the event loop cancels open connections
-
-    return await asyncio.start_server(accept, "127.0.0.1", listen_port, reuse_address=True)
-
-
 async def run_tcp(query, publications, broker_port: int):
     ports = dict(zip(NODES, free_ports(len(NODES))))
     pairs = [(a, b) for a in NODES for b in NODES if a < b]          # the first name dials
-    proxy_ports = dict(zip(pairs, free_ports(len(pairs))))
-    delays = FixedDelays(RTT_MS)
-    carried = {pair: Counter() for pair in pairs}
-    proxies = [await delay_proxy(proxy_ports[(a, b)], ports[b], delays.one_way_us(NODES.index(a), NODES.index(b), 0) / 1e6,
-                                 carried[(a, b)]) for a, b in pairs]
+    links = [RelayLink(a, b, NODES.index(a), NODES.index(b), "127.0.0.1", "127.0.0.1", ports[b]) for a, b in pairs]
+    _, relays = await start_relays(RelayPlan("fixed", 0, links), trace=FixedDelays(RTT_MS, NODES))
+    relay_ports = {(r.link.src, r.link.dst): r.port for r in relays}
     base = ClusterConfig(path=Path("runtimes.toml"), query_path=EXAMPLES / "fig1.toml", nodes={}, placement=PLACEMENT,
                          secret=secrets.token_bytes(32), broker_port=broker_port, _query=query)
     outputs, closed = defaultdict(list), set()
@@ -149,7 +108,7 @@ async def run_tcp(query, publications, broker_port: int):
 
     drivers = []
     for name in NODES:
-        nodes = {n: NodeSpec(n, "127.0.0.1", ports[n] if n <= name else proxy_ports[(name, n)], None) for n in NODES}
+        nodes = {n: NodeSpec(n, "127.0.0.1", ports[n] if n <= name else relay_ports[(name, n)], None) for n in NODES}
         config = dataclasses.replace(base, nodes=nodes)
         apps = [app for app in query.applications if PLACEMENT[app] == [name]]
         drivers.append(NodeDriver(config, name, callbacks={app: collect for app in apps}))
@@ -161,14 +120,15 @@ async def run_tcp(query, publications, broker_port: int):
                 await client.publish(f"replicast/in/{stream}", body, qos=1)
         await wait(lambda: closed == set(query.applications), 60, "every application to close")
         assert all(d.refused == 0 for d in drivers)
-        # Every node pair's single connection went through its delay proxy (and carried data).
-        assert all(c["connections"] == 1 and c["bytes"] > 10_000 for c in carried.values()), carried
+        # Every node pair's single connection went through its delay relay (and carried data).
+        carried = {r.link.key: (r.connections, r.bytes) for r in relays}
+        assert all(n == 1 and sum(b.values()) > 10_000 for n, b in carried.values()), carried
     finally:
         for d in drivers:
             d.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for proxy in proxies:
-            proxy.close()
+        for relay in relays:
+            relay.close()
     return outputs
 
 
