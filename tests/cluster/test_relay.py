@@ -78,3 +78,40 @@ async def _exercise(trace, tmp_path):
     for (back, reply), (arrived, line) in zip(replies, received):
         assert reply == b"re " + line
         assert 0.048 <= back - arrived <= 0.05 + LATE_S, (reply, back - arrived)
+
+
+def test_a_relay_whose_receiver_does_not_read_stops_reading_from_the_sender():
+    """Like TCP's window: a direction holds at most MAX_BUFFERED bytes (plus socket buffers), so a
+    stalled or cut link pushes back on the sender instead of growing the relay's memory."""
+    from cluster.relay import MAX_BUFFERED, start_relays
+    from simulator.network import FixedDelays
+
+    async def exercise():
+        stalled = asyncio.Event()
+
+        async def never_reads(reader, writer):
+            await stalled.wait()
+            writer.close()
+
+        target = await asyncio.start_server(never_reads, "127.0.0.1", 0)
+        link = RelayLink("a", "b", 0, 1, "127.0.0.1", "127.0.0.1", target.sockets[0].getsockname()[1])
+        _, (relay,) = await start_relays(RelayPlan("fixed", 0, [link]), trace=FixedDelays({"a": {"b": 2.0}}))
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+        chunk = b"x" * (1 << 20)
+        for _ in range(64):                           # 64 MiB offered
+            writer.write(chunk)
+        try:
+            await asyncio.wait_for(writer.drain(), 3)
+            drained = True
+        except asyncio.TimeoutError:
+            drained = False
+        taken = relay.bytes["forward"]
+        stalled.set()
+        writer.close()
+        relay.close()
+        target.close()
+        return drained, taken
+
+    drained, taken = asyncio.run(exercise())
+    print(f"relay read {taken / 2**20:.1f} MiB of 64 MiB offered")
+    assert not drained and MAX_BUFFERED <= taken < 64 << 20
