@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cluster.readiness import node_ready  # noqa: E402
-from engine.messages import Ack, Batch, Hello  # noqa: E402
+from engine.messages import Ack, Batch, Hello, Resume, StreamHead  # noqa: E402
+from operators.base import NO_PUNCTUATION  # noqa: E402
 from engine.wire import FrameDecoder, decode, encode, proof  # noqa: E402
 from operators.plan import ReplicaId, StreamReplica  # noqa: E402
 from operators.record import CLOSED  # noqa: E402
@@ -114,6 +115,11 @@ async def upstream(name: str, port: int, frames: list[bytes], last_offset: int) 
         if got and not answered:
             writer.write(encode(proof(SECRET.encode(), got[0].nonce, name, "t")))
             answered = True
+    got = got[2:]
+    while not any(isinstance(m, Resume) for m in got):      # the node asks for the stream first
+        got += [decode(b) for b in decoder.feed(await reader.read(65536))]
+    resume = next(m for m in got if isinstance(m, Resume))
+    writer.write(encode(StreamHead(resume.stream, 0, 0, NO_PUNCTUATION)))
     for i in range(0, len(frames), 64):
         writer.write(b"".join(frames[i:i + 64]))
         await writer.drain()
@@ -141,7 +147,7 @@ def tcp_run(k: int, records: int, batch: int) -> float:
                 for start in range(0, records, batch):
                     chunk = rows[start:start + batch]
                     p = CLOSED if start + batch >= records else chunk[-1][0]
-                    out.append(encode(Batch(stream, offset, chunk, p)))
+                    out.append(encode(Batch(stream, 0, offset, chunk, p)))
                     offset += len(chunk) + 1
                 frames.append(out)
                 offsets.append(offset)

@@ -5,12 +5,14 @@ Rules of this module:
 1. A message names replicas and stream replicas by value (:class:`~operators.plan.ReplicaId`,
    :class:`~operators.plan.StreamReplica`), never by socket or connection: the node core addresses
    a message to a *node name* and the driver (TCP or simulated) carries it.
-2. Data messages are :class:`Batch` and :class:`Ack`.  Every stream replica is a sequence of
-   *items* (records and punctuations) numbered from 0; a batch carries consecutive items starting
-   at ``offset`` — its records, then maybe one punctuation.  Offsets let a receiver drop a replayed
-   prefix it already has, so replay after a reconnect never creates duplicates on a stream replica
-   (the duplicate filter counts multiplicities per stream replica, §IV-B, so a re-sent record would
-   otherwise count as a second occurrence).
+2. Data messages are :class:`Batch` and :class:`Ack`.  Every *incarnation* of a replica (its
+   ``epoch``: the time it was deployed, µs) emits one sequence of *items* (records and
+   punctuations) numbered from 0, carried alike by all its stream replicas; a batch carries
+   consecutive items starting at ``offset`` — its records, then maybe one punctuation.  Offsets let
+   a receiver drop a replayed prefix it already has, so replay after a reconnect never creates
+   duplicates on a stream replica (the duplicate filter counts multiplicities per stream replica,
+   §IV-B, so a re-sent record would otherwise count as a second occurrence).  A restarted or
+   rejoined replica is a new epoch: receivers treat it as a new stream replica, explicitly.
 3. An :class:`Ack` is cumulative: "I hold every item below ``offset``".  Receivers send one after
    each batch that carries a punctuation (§II-B: entry points buffer until downstream replicas have
    the tuples; acks by punctuation keep that buffer to about one punctuation interval).
@@ -20,6 +22,13 @@ Rules of this module:
    batch): the replicas whose emissions led to it, oldest first, as ``replica@node``.  Only cores
    that trace paths (``NodeOptions.trace_paths``, the simulator) fill it; it is not part of the
    wire format nor of a batch's equality.
+6. Stream positioning is receiver-driven: a sender sends nothing on a stream replica until its
+   receiver said where to start (:class:`Resume`) or asked it to keep its log (:class:`Hold`, while
+   the receiving replica joins).  The sender answers a Resume with a :class:`StreamHead` and then
+   the items from there on.
+7. A replica that starts mid-stream takes a :class:`Snapshot` from a live peer replica
+   (:class:`SnapshotRequest`; :class:`NoSnapshot` if the peer cannot give one).  See
+   ``docs/lifecycle.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ class Batch:
     """Items ``offset …`` of ``stream``: ``records`` in order, then ``punctuation`` if not None."""
 
     stream: StreamReplica
+    epoch: int
     offset: int
     records: Sequence[Record]
     punctuation: int | None = None
@@ -49,10 +59,78 @@ class Batch:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """The receiver of ``stream`` holds every item below ``offset``."""
+    """The receiver of ``stream`` holds every item below ``offset`` of the sender's incarnation ``epoch``."""
 
     stream: StreamReplica
+    epoch: int
     offset: int
+
+
+# -- stream positioning (rule 6) --------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Receiver → sender: send ``stream`` from item ``offset`` of incarnation ``epoch``; ``epoch``
+    None: the receiver holds nothing of the sender's stream (start wherever the log starts)."""
+
+    stream: StreamReplica
+    epoch: int | None
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Receiver → sender: keep your log from where it now starts, and send nothing on ``stream``
+    until I send :class:`Resume` (the receiving replica is joining and does not know its position)."""
+
+    stream: StreamReplica
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Sender → receiver: the log of incarnation ``epoch`` is kept for ``stream`` from now on."""
+
+    stream: StreamReplica
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamHead:
+    """Sender → receiver, before the items it replays: ``stream`` continues with item ``offset`` of
+    incarnation ``epoch``; what came before is no longer kept.  From ``offset`` on, the stream
+    carries every record with ``ts > frontier`` — a receiver that lacks items before ``offset``
+    may trust this stream's punctuations only once its input has reached ``frontier`` (§IV-B)."""
+
+    stream: StreamReplica
+    epoch: int
+    offset: int
+    frontier: int
+
+
+# -- replica lifecycle (rule 7) ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    """Joining replica ``joiner`` asks its peer ``donor`` (a replica of the same operator) for a snapshot."""
+
+    joiner: ReplicaId
+    donor: ReplicaId
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """``donor``'s state for ``joiner``, consistent at one point: see :mod:`engine.core.snapshot`."""
+
+    joiner: ReplicaId
+    donor: ReplicaId
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NoSnapshot:
+    """``donor`` cannot give a snapshot (not hosted here, or not live itself)."""
+
+    joiner: ReplicaId
+    donor: ReplicaId
+    reason: str
 
 
 # -- control --------------------------------------------------------------------------------------
@@ -121,6 +199,7 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
+Message = (Batch | Ack | Resume | Hold | Held | StreamHead | SnapshotRequest | Snapshot | NoSnapshot
+           | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Hello | Proof)
 CONTROL = (DeployReplica, RemoveReplica, ConnectStream, DisconnectStream)

@@ -31,8 +31,9 @@ from typing import Any, Callable
 
 import msgpack
 
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello,
-                             Message, Proof, RemoveReplica, Statistics, StatisticsRequest)
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello,
+                             Hold, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest,
+                             Statistics, StatisticsRequest, StreamHead)
 from operators.errors import ReplicastError
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import Record
@@ -55,6 +56,10 @@ def _replica(name: Any, index: Any) -> ReplicaId:
     return ReplicaId(name, index)
 
 
+def _replica_fields(r: ReplicaId) -> list:
+    return [r.name, r.index]
+
+
 def _stream_fields(s: StreamReplica) -> list:
     return [s.source.name, s.source.index, s.target.name, s.target.index, s.port]
 
@@ -72,10 +77,10 @@ def _int(value: Any, what: str, optional: bool = False) -> Any:
 
 
 def _batch(f: tuple) -> Batch:
-    if type(f[6]) is not bytes:
-        raise WireError(f"batch records must be msgpack bytes, got {type(f[6]).__name__}")
-    return Batch(_stream(f), _int(f[5], "offset"), PackedRecords(f[6]),
-                 _int(f[7], "punctuation", optional=True))
+    if type(f[7]) is not bytes:
+        raise WireError(f"batch records must be msgpack bytes, got {type(f[7]).__name__}")
+    return Batch(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset"), PackedRecords(f[7]),
+                 _int(f[8], "punctuation", optional=True))
 
 
 def _records_bytes(records: Sequence[Record]) -> bytes:
@@ -94,16 +99,18 @@ def _str(value: Any, what: str) -> str:
     return value
 
 
-def _dict(value: Any) -> dict:
+def _dict(value: Any, what: str = "statistics") -> dict:
     if type(value) is not dict:
-        raise WireError(f"statistics must be a map, got {type(value).__name__}")
+        raise WireError(f"{what} must be a map, got {type(value).__name__}")
     return value
 
 
 # code, class, fields of a message, message from fields (after the code)
 _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message], int]] = [
-    (1, Batch, lambda m: [*_stream_fields(m.stream), m.offset, _records_bytes(m.records), m.punctuation], _batch, 8),
-    (2, Ack, lambda m: [*_stream_fields(m.stream), m.offset], lambda f: Ack(_stream(f), _int(f[5], "offset")), 6),
+    (1, Batch, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset, _records_bytes(m.records), m.punctuation],
+     _batch, 9),
+    (2, Ack, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset],
+     lambda f: Ack(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset")), 7),
     (3, Heartbeat, lambda m: [m.sent_us, m.echo_us],
      lambda f: Heartbeat(_int(f[0], "sent_us"), _int(f[1], "echo_us", True)), 2),
     (4, DeployReplica, lambda m: [m.replica.name, m.replica.index, list(m.peers)],
@@ -116,6 +123,18 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
     (9, Statistics, lambda m: [m.node, m.data], lambda f: Statistics(_str(f[0], "node"), _dict(f[1])), 2),
     (10, Hello, lambda m: [m.node, m.nonce], lambda f: Hello(_str(f[0], "node"), _bytes(f[1], "nonce")), 2),
     (11, Proof, lambda m: [m.mac], lambda f: Proof(_bytes(f[0], "mac")), 1),
+    (12, Resume, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset],
+     lambda f: Resume(_stream(f), _int(f[5], "epoch", True), _int(f[6], "offset")), 7),
+    (13, Hold, lambda m: _stream_fields(m.stream), lambda f: Hold(_stream(f)), 5),
+    (14, Held, lambda m: [*_stream_fields(m.stream), m.epoch], lambda f: Held(_stream(f), _int(f[5], "epoch")), 6),
+    (15, StreamHead, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset, m.frontier],
+     lambda f: StreamHead(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset"), _int(f[7], "frontier")), 8),
+    (16, SnapshotRequest, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor)],
+     lambda f: SnapshotRequest(_replica(f[0], f[1]), _replica(f[2], f[3])), 4),
+    (17, Snapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.state],
+     lambda f: Snapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _dict(f[4], "snapshot state")), 5),
+    (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],
+     lambda f: NoSnapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _str(f[4], "reason")), 5),
 ]
 _ENCODERS = {cls: (code, fields) for code, cls, fields, _, _ in _CODECS}
 _DECODERS = {code: (build, n) for code, _, _, build, n in _CODECS}
@@ -225,17 +244,18 @@ def encode(message: Message) -> bytes:
 
 
 def batch_header_size(stream: StreamReplica) -> int:
-    """Bytes of a :class:`Batch` frame on ``stream`` other than its offset, records and punctuation
+    """Bytes of a :class:`Batch` frame on ``stream`` other than its epoch, offset, records and punctuation
     fields: msgpack writes a short array as a one-byte header followed by its elements, so a
     frame's size is this plus each field's own encoding (see :func:`batch_frame_size`)."""
-    return len(encode(Batch(stream, 0, (), None))) - len(_packb(0)) - len(_packb(_packb(()))) - len(_packb(None))
+    return (len(encode(Batch(stream, 0, 0, (), None))) - 2 * len(_packb(0)) - len(_packb(_packb(())))
+            - len(_packb(None)))
 
 
 def batch_frame_size(header: int, batch: Batch) -> int:
     """``len(encode(batch))`` given ``header = batch_header_size(batch.stream)``, without building
     the frame (the simulator sizes every message it moves)."""
-    return (header + len(_packb(batch.offset)) + len(_packb(_records_bytes(batch.records)))
-            + len(_packb(batch.punctuation)))
+    return (header + len(_packb(batch.epoch)) + len(_packb(batch.offset))
+            + len(_packb(_records_bytes(batch.records))) + len(_packb(batch.punctuation)))
 
 
 def decode(body: bytes) -> Message:

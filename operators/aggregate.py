@@ -59,8 +59,15 @@ class TimeWindowAggregate(Operator):
         windows = self.windows
         while windows and windows.peekitem(0)[0] <= p + 1:
             end, groups = windows.popitem(0)
-            out.extend(summarise(end, group, self.summaries, rows) for group, rows in groups.items())
+            if end > self.suppress_through:
+                out.extend(summarise(end, group, self.summaries, rows) for group, rows in groups.items())
         return out
+
+    def rebuild(self, frontiers: list[int]) -> int:
+        """A window ``[a, a + size)`` is complete iff ``a`` is above the adopted frontier ``f``, i.e.
+        its end (the output timestamp) is above ``f + size``; the others are never emitted."""
+        self.suppress_through = frontiers[0] + self.size_us
+        return self.suppress_through
 
     def snapshot_state(self) -> Any:
         return [[end, [[list(g), [list(r) for r in rows]] for g, rows in groups.items()]]

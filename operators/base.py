@@ -16,9 +16,14 @@ port's punctuation in :meth:`Operator.on_port_punctuation` (join buffers are pru
 Declared properties (used by the planner, the node and coordination analysis):
 ``order_sensitive`` (needs sorted input, §IV-C), ``stateful``, ``partition_key``, and
 ``complete_input_required``: each output summarises *every* input record of a window, so a replica
-that missed part of its input (a restarted or newly started replica joining mid-stream) would emit
-wrong records and must stay silent instead.  A Join is stateful but not such an operator: each of
-its outputs is one correct pair, whatever it missed.
+that missed part of its input would emit wrong records.  A Join is stateful but not such an
+operator: each of its outputs is one correct pair, whatever it missed.
+
+Rebuilding without a live peer (``docs/lifecycle.md``): a replica whose every peer is lost starts
+empty from what upstream logs still hold.  Each port *adopts* a frontier (:meth:`Operator.adopt`):
+the input at or below it is lost.  :meth:`Operator.rebuild` then says above which timestamp the
+outputs are complete (the *horizon*) and makes the operator drop any output it cannot prove
+complete (``suppress_through``): missing output is possible then, wrong output never.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class Operator:
         #: Records whose expression evaluation failed (e.g. division by zero); dropped, counted.
         self.errors = 0
         self.last_error: str | None = None
+        #: Outputs with ``ts`` at or below this are dropped: they may summarise lost input (rebuild).
+        self.suppress_through = NO_PUNCTUATION
 
     # -- inputs ---------------------------------------------------------------------------------
     def on_batch(self, port: int, records: list[Record]) -> list[Record]:
@@ -76,15 +83,38 @@ class Operator:
         """All ports promised ``ts > p``: emit what can no longer change."""
         return []
 
+    # -- rebuilding without a live peer ---------------------------------------------------------
+    def adopt(self, port: int, frontier: int) -> list[Record]:
+        """Port ``port`` starts above ``frontier``: what lies at or below it is lost.  Like a
+        punctuation, except that the frontier is only recorded — no window closes on lost input."""
+        if frontier <= self.port_punctuations[port]:
+            return []
+        self.port_punctuations[port] = frontier
+        out = self.on_port_punctuation(port, frontier)
+        self.frontier = max(self.frontier, min(self.port_punctuations))
+        return out
+
+    def rebuild(self, frontiers: list[int]) -> int:
+        """Every port has adopted its frontier: returns the horizon above which this operator's
+        outputs are complete, and suppresses the outputs at or below it that it cannot vouch for.
+        The default fits operators whose output timestamp is an input timestamp (stateless ones)."""
+        return max(frontiers)
+
+    def vouch(self, records: list[Record]) -> list[Record]:
+        """``records`` without those at or below :attr:`suppress_through` (operators that suppress call it)."""
+        through = self.suppress_through
+        return [r for r in records if r[0] > through] if through > NO_PUNCTUATION else records
+
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         return {"port_punctuations": list(self.port_punctuations), "frontier": self.frontier,
-                "errors": self.errors, "state": self.snapshot_state()}
+                "errors": self.errors, "suppress_through": self.suppress_through, "state": self.snapshot_state()}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         self.port_punctuations = list(snapshot["port_punctuations"])
         self.frontier = snapshot["frontier"]
         self.errors = snapshot["errors"]
+        self.suppress_through = snapshot.get("suppress_through", NO_PUNCTUATION)
         self.restore_state(snapshot["state"])
 
     def snapshot_state(self) -> Any:

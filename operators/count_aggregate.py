@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from operators.base import Operator
-from operators.record import Record
+from operators.record import CLOSED, Record
 from operators.summaries import Summary, group_key_function, summarise
 
 
@@ -47,7 +47,14 @@ class CountWindowAggregate(Operator):
                 window.append(record)
             if state[1] and len(state[1][0]) == self.size:
                 out.append(summarise(record[0], group, self.summaries, state[1].pop(0)))
-        return out
+        return self.vouch(out)
+
+    def rebuild(self, frontiers: list[int]) -> int:
+        """Which records share a window depends on every record since the stream began: a replica
+        that lost any input can never vouch for a window again (it stays silent; its peers, or a
+        later snapshot from one, carry the output)."""
+        self.suppress_through = CLOSED
+        return CLOSED
 
     def snapshot_state(self) -> Any:
         return [[list(g), n, [[list(r) for r in w] for w in windows]] for g, (n, windows) in self.groups.items()]

@@ -36,6 +36,15 @@ punctuation covers a run, its key is kept (the newest runs' keys, up to ``COVERE
 records' worth), so the copies lagging replicas send later are dropped as below the punctuation
 (line 2) without being read; otherwise memory stays bounded by one punctuation interval.
 
+Stream replicas that start mid-stream (a restarted or rejoined upstream, a revived stream replica,
+a gap after the sender's log was trimmed) carry every record above some *base* frontier but not
+everything below it.  Their punctuations only promise that much, so a punctuation from such a
+replica counts (line 8) only once this port's ``max_punctuation`` has reached its base; until then
+it is held, and applied as soon as another replica's punctuation gets the port there.  A replica
+rebuilding without a live peer *adopts* a frontier instead (:meth:`DuplicateFilter.adopt`): it
+declares the input below it lost, and its operator emits only what it can prove complete above it
+(``docs/lifecycle.md``).
+
 With a single stream replica (k = 1) Algorithm 1 passes every record above the punctuation — each
 copy is a new occurrence — so the filter only checks timestamps, in C, and keeps the records passed
 since the last punctuation in a list; :meth:`DuplicateFilter.add_replica` rebuilds exact counts
@@ -115,12 +124,15 @@ class DuplicateFilter:
         self._recent: list[Record] | None = [] if k == 1 else None   # single-replica mode
         self._rank_counts = [[0] * k for _ in range(k)]
         self._unranked: list[list[int]] = [[] for _ in range(k)]   # masks of later copies, per replica
+        self._bases: dict[int, int] = {}        # replica -> base frontier not yet reached by the port
+        self._held: dict[int, int] = {}         # replica -> largest punctuation held until its base is reached
         self.passed = 0
         self.duplicates = 0
         self.below_punctuation = 0
 
-    def add_replica(self) -> int:
-        """Accept one more stream replica (a revived or newly connected upstream); returns its index."""
+    def add_replica(self, base: int = NO_PUNCTUATION) -> int:
+        """Accept one more stream replica (a revived or newly connected upstream, a new incarnation of
+        one); returns its index.  It carries every record above ``base`` (see the module docstring)."""
         if self._recent is not None:            # leave single-replica mode with exact counts
             self._recent, recent = None, self._recent
             self.on_batch(0, recent)
@@ -132,7 +144,26 @@ class DuplicateFilter:
             counts.append(0)
         self._rank_counts.append([0] * self.k)
         self._unranked.append([])
+        self.rebase(self.k - 1, base)
         return self.k - 1
+
+    def rebase(self, i: int, base: int) -> None:
+        """Replica ``i`` lost items (a gap) and from now on carries every record above ``base``."""
+        self._held.pop(i, None)
+        if base > self.max_punctuation:
+            self._bases[i] = base
+        else:
+            self._bases.pop(i, None)
+
+    def adopt(self, frontier: int) -> None:
+        """Rebuilding without a live peer: take ``frontier`` as this port's ``max_punctuation`` —
+        the input at or below it is lost, and the caller emits only what is complete above it."""
+        if frontier > self.max_punctuation:
+            self._advance(frontier)
+
+    def waiting(self, i: int) -> bool:
+        """Whether replica ``i``'s punctuations are held until the port reaches its base."""
+        return i in self._bases
 
     @property
     def rank_counts(self) -> list[list[int]]:
@@ -314,19 +345,48 @@ class DuplicateFilter:
     # -- punctuations ---------------------------------------------------------------------------
     def on_punctuation(self, i: int, p: int) -> int | None:
         """Punctuation ``p`` from replica ``i``; returns the punctuation to forward, if any (lines 7-11)."""
+        if self._bases and i in self._bases:
+            if self.max_punctuation < self._bases[i]:   # it does not promise what lies below its base
+                if p > self._held.get(i, NO_PUNCTUATION):
+                    self._held[i] = p
+                return None
+            del self._bases[i]
         if p <= self.max_punctuation:
             return None
+        self._advance(p)
+        if self._held:
+            self._release_held()
+        return self.max_punctuation
+
+    def _release_held(self) -> None:
+        """Punctuations held from replicas whose base the port has now reached count at last."""
+        while True:
+            ready = [i for i in self._held if self._bases[i] <= self.max_punctuation]
+            if not ready:
+                return
+            p = max(self._held.pop(i) for i in ready)
+            for i in ready:
+                del self._bases[i]
+            if p <= self.max_punctuation:
+                return
+            self._advance(p)
+
+    def _advance(self, p: int) -> None:
+        """Lines 9 and 11: ``max_punctuation ← p`` and forget every count at or below it."""
         self.max_punctuation = p
+        if self._bases:
+            for i in [i for i, base in self._bases.items() if base <= p and i not in self._held]:
+                del self._bases[i]
         if self._recent is not None:                    # single-replica mode
             self._recent = [] if self._newest <= p else [r for r in self._recent if r[0] > p]
-            return p
+            return
         if self._multiple:
             self._multiple = {r: e for r, e in self._multiple.items() if r[0] > p}
         if self._runs:
             self._forget_runs(p)
         if self._newest <= p:                           # line 11, for every record at once
             self._slots, self._masks, self._stragglers = {}, [], []
-            return p
+            return
         slots = self._slots
         forgotten = []
         for record in slots:                            # the oldest first, up to the first newer than p
@@ -347,7 +407,6 @@ class DuplicateFilter:
             masks = self._masks
             self._masks = [masks[s] for s in slots.values()]
             self._slots = dict(zip(slots, count()))
-        return p
 
     def _forget_runs(self, p: int) -> None:
         """Line 11 for runs: they are in timestamp order, so only the oldest few are touched.  A run
@@ -393,7 +452,8 @@ class DuplicateFilter:
                 "counts": counts,
                 "multiple": [[list(r), e] for r, e in self._multiple.items()],
                 "recent": None if self._recent is None else [list(r) for r in self._recent],
-                "rank_counts": [list(c) for c in self.rank_counts]}
+                "rank_counts": [list(c) for c in self.rank_counts],
+                "bases": [[i, b] for i, b in self._bases.items()], "held": [[i, p] for i, p in self._held.items()]}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.__init__(state["k"], min_run=self.min_run)
@@ -405,3 +465,5 @@ class DuplicateFilter:
         self._multiple = {tuple(r): list(e) for r, e in state["multiple"]}
         self._recent = None if state["recent"] is None else [tuple(r) for r in state["recent"]]
         self._rank_counts = [list(c) for c in state["rank_counts"]]
+        self._bases = {i: b for i, b in state.get("bases", ())}
+        self._held = {i: p for i, p in state.get("held", ())}

@@ -79,6 +79,12 @@ class Join(Operator):
         """The records buffered for ``port`` (they may still match the other side), in timestamp order."""
         return list(self.buffers[port])
 
+    def rebuild(self, frontiers: list[int]) -> int:
+        """Each pair this replica emits is a correct one; it has every pair whose two records are
+        above both adopted frontiers, i.e. (with ``|t1.ts − t2.ts| < w``) every pair with
+        ``max(ts) > max(frontiers) + w − 1``."""
+        return max(frontiers) + self.window_us - 1
+
     def snapshot_state(self) -> Any:
         return [[list(r) for r in self.buffered(port)] for port in (0, 1)]
 

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import simpy
 
 from engine.messages import Batch, ConnectStream
-from engine.node import DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, configure, placement_plan
+from engine.node import (DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
+                         placement_plan)
 from engine.wire import encode
 from operators.query import Query
 from simulator.network import LinkEnvironment, Network, Processing
@@ -163,7 +164,7 @@ class SimNode:
                 self.sim.observer.delivered(self.name, event)
             elif type(event) is DeadLetter:
                 self.sim.observer.dead_letter(self.name, event)
-            elif type(event) is PeerTimedOut:
+            elif type(event) is PeerTimedOut or type(event) is ProtocolError:
                 self.sim.drop_connection(self.name, event.node)
 
 
@@ -197,8 +198,10 @@ class Simulation:
         self.pairs = {frozenset((m.source_node, m.target_node)) for name in hosts
                       for m in configure(query, placement, name, options.entry_modes, self.physical)
                       if isinstance(m, ConnectStream) and m.source_node != m.target_node}
-        for pair in sorted(self.pairs, key=sorted):
-            self._connect(*sorted(pair))
+        # The links come up once the run starts, as a real cluster's do after its processes start
+        # (and after the caller has attached its observer: the first messages are the nodes').
+        self.env.timeout(0).callbacks.append(
+            lambda event: [self._connect(*sorted(pair)) for pair in sorted(self.pairs, key=sorted)])
 
     def _costs(self, processing: Processing | None) -> dict[str, float]:
         table = processing.cost_us if processing is not None else {}

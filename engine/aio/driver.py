@@ -35,7 +35,8 @@ from engine.aio.metrics import NodeMetrics
 from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
 from engine.messages import Hello, Proof
-from engine.node import DeadLetter, Delivered, NodeCore, PeerTimedOut, configure
+from engine.node import (DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError, ReplicaChanged, StreamCutOff,
+                         configure)
 from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
 from operators.record import CLOSED
 from engine.wire import FrameDecoder, WireError, decode, encode, proof, verify
@@ -324,6 +325,19 @@ class NodeDriver:
             log.warning("no heartbeat from %s; dropping the link", event.node, extra={"event": "peer_timeout"})
             if writer is not None:
                 writer.close()
+        elif isinstance(event, ProtocolError):
+            writer = self.links.get(event.node)
+            log.warning("dropping the link to %s: %s", event.node, event.reason,
+                        extra={"event": "protocol_error", "peer": event.node})
+            if writer is not None:
+                writer.close()
+        elif isinstance(event, ReplicaChanged):
+            log.info("replica %s: %s -> %s (%s)", event.replica, event.old, event.new, event.reason,
+                     extra={"event": "replica_state", "replica": str(event.replica), "state": event.new})
+        elif isinstance(event, StreamCutOff):
+            log.warning("stream replica %s -> %s on %s lagged past the retention limit (%d items kept); "
+                        "its log no longer waits for it", event.stream.source, event.stream.target, event.node,
+                        event.retained, extra={"event": "stream_cut", "peer": event.node})
 
     # -- sources --------------------------------------------------------------------------------
     def _on_source_line(self, stream: str, payload: bytes) -> None:
@@ -382,7 +396,8 @@ class NodeDriver:
     # -- readiness and metrics ------------------------------------------------------------------
     def is_ready(self) -> bool:
         peers = set(self.config.nodes) - {self.name}
-        return peers <= set(self.links) and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps))
+        return peers <= set(self.links) and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps)) \
+            and self.core.ready()
 
     async def _refresh_metrics(self) -> None:
         while True:

@@ -28,6 +28,6 @@ def test_node_core_closure_is_pure():
             continue
         seen.add(path)
         todo += engine_imports(path)
-    assert {p.name for p in seen} >= {"node.py", "entry.py", "messages.py", "output_log.py"}
+    assert {p.name for p in seen} >= {"node.py", "entry.py", "messages.py", "output_log.py", "lifecycle.py"}
     for path in seen:
         assert not imported_modules(path) & FORBIDDEN, f"{path} imports {imported_modules(path) & FORBIDDEN}"

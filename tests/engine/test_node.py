@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from engine.events import read_events
-from engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics
-from engine.node import DeadLetter, NodeCore, NodeOptions, configure
+from engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics, StreamHead
+from engine.node import DeadLetter, NodeCore, NodeOptions, ProtocolError, ReplicaState, configure
+from operators.base import NO_PUNCTUATION
 from engine.wire import PackedRecords, decode, encode
 from engine.replay import replay
 from operators.plan import ReplicaId, StreamReplica
@@ -90,18 +91,39 @@ def test_k2_six_nodes_equals_reference(seed):
     assert_same(net)
 
 
+def started_core(place: dict, name: str) -> tuple[NodeCore, int]:
+    """The core of ``place[name][0]`` with every peer connected and every replica past its start:
+    no peer answers, so joins time out and replicas rebuild; every inbound stream replica is then
+    positioned at offset 0 of incarnation 0 with a whole log (frontier −∞), as at a cluster start."""
+    core = NodeCore(place[name][0], QUERY, now=0)
+    core.apply(configure(QUERY, place, core.name), now=0)
+    for node in {n for nodes in place.values() for n in nodes} - {core.name}:
+        core.on_peer_up(node, now=0)
+    now = 0
+    while any(h.state is ReplicaState.JOINING for h in core.hosted.values()):
+        now = core.next_timer()
+        core.handle_timer(now=now)
+    for stream, inbound in list(core.inbound.items()):
+        core.receive(inbound.node, StreamHead(stream, 0, 0, NO_PUNCTUATION), now=now)
+    core.messages_to_send(), core.events()
+    return core, now
+
+
+def upstream_node(core: NodeCore, stream: StreamReplica) -> str:
+    return core.inbound[stream].node
+
+
 def test_byte_identical_batches_from_replicas_are_taken_without_decoding():
     """Two upstream replicas send the same batch as the same bytes (wire rule 4): the second copy
     is recognised by its bytes and never decoded (operators/dedup.py runs); the first passes once."""
     place = placement(2, ["n1", "n2", "n3"])
-    core = NodeCore(place["load"][0], QUERY, now=0)
-    core.apply(configure(QUERY, place, core.name), now=0)
+    core, now = started_core(place, "load")
     target = next(r for r in core.hosted if r.name == "load")
     records = [(ts, "s1", 0.5) for ts in range(100, 140)]
-    copies = [decode(encode(Batch(StreamReplica(ReplicaId("cpu_a", i), target, 0), 0, records, None))[4:])
-              for i in range(2)]
-    for message in copies:
-        core.receive("n1", message, now=1)
+    streams = [StreamReplica(ReplicaId("cpu_a", i), target, 0) for i in range(2)]
+    copies = [decode(encode(Batch(stream, 0, 0, records, None))[4:]) for stream in streams]
+    for stream, message in zip(streams, copies):
+        core.receive(upstream_node(core, stream), message, now=now)
     assert core.counters["known_batches"] == 1
     assert copies[1].records._records is None          # the second copy's bytes were never decoded
     assert core.hosted[target].records_out == len(records)
@@ -109,14 +131,19 @@ def test_byte_identical_batches_from_replicas_are_taken_without_decoding():
 
 def test_record_bytes_that_are_not_records_are_counted_not_fatal():
     place = placement(1, ["n1", "n2", "n3"])
-    core = NodeCore(place["load"][0], QUERY, now=0)
-    core.apply(configure(QUERY, place, core.name), now=0)
-    target = next(r for r in core.hosted if r.name == "load")
-    good = StreamReplica(ReplicaId("cpu_a", 0), target, 0)
+    core, now = started_core(place, "load")
+    good = next(s for s, i in core.inbound.items() if s.target.name == "load" and i.node != core.name)
+    target, src = good.target, upstream_node(core, good)
     for garbage in (b"\x92\x01\x02", b"\x91\x90", b"\x91\xc1"):       # ints, an empty record, bad msgpack
-        core.receive("n1", Batch(good, 0, PackedRecords(garbage), None), now=1)
+        core.receive(src, Batch(good, 0, 0, PackedRecords(garbage), None), now=now)
     assert core.counters["malformed_batches"] == 3
     assert core.hosted[target].records_in == 0
+    # each is a protocol error: the driver drops the link, and the stream resumes where it was
+    assert [type(e) for e in core.events()] == [ProtocolError] * 3
+    core.on_peer_down(src, now=now)
+    core.on_peer_up(src, now=now)
+    resumes = [m for dst, m in core.messages_to_send() if dst == src and getattr(m, "stream", None) == good]
+    assert [(type(m).__name__, m.epoch, m.offset) for m in resumes] == [("Resume", 0, 0)]
 
 
 def test_crash_of_a_node_changes_nothing():
@@ -157,13 +184,12 @@ def test_dead_letters_late_malformed_unknown():
 
 def test_batches_for_unknown_or_malformed_streams_are_counted_not_fatal():
     place = placement(1, ["n1", "n2", "n3"])
-    core = NodeCore(place["load"][0], QUERY, now=0)
-    core.apply(configure(QUERY, place, core.name), now=0)
+    core, now = started_core(place, "load")
     stream = StreamReplica(ReplicaId("nope", 0), ReplicaId("load", 0), 0)
-    core.receive("n1", Batch(stream, 0, [(1, "a")], None), now=1)
+    core.receive("n1", Batch(stream, 0, 0, [(1, "a")], None), now=now)
     target = next(r for r in core.hosted if r.name == "load")
     good = StreamReplica(ReplicaId("cpu_a", 0), target, 0)
-    core.receive("n1", Batch(good, 0, [(1, "a")], None), now=1)    # wrong width
+    core.receive(upstream_node(core, good), Batch(good, 0, 0, [(1, "a")], None), now=now)    # wrong width
     assert core.counters["stale_batches"] == 1 and core.counters["malformed_batches"] == 1
 
 

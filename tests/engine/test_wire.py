@@ -6,8 +6,9 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello, Proof,
-                             RemoveReplica, Statistics, StatisticsRequest)
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello, Hold,
+                             NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
+                             StatisticsRequest, StreamHead)
 from engine.wire import (EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode,
                          proof, verify)
 from operators.plan import ReplicaId, StreamReplica
@@ -17,10 +18,14 @@ fields = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False), s
 records = st.lists(st.tuples(st.integers(-2**62, 2**62), fields, fields), max_size=20)
 
 EXAMPLES = [
-    Batch(S, 7, ((1, "a", 0.5), (2, "b", 1.5)), 3), Batch(S, 0, (), None), Ack(S, 42), Heartbeat(5, None),
+    Batch(S, 12, 7, ((1, "a", 0.5), (2, "b", 1.5)), 3), Batch(S, 0, 0, (), None), Ack(S, 12, 42), Heartbeat(5, None),
     Heartbeat(5, 3), DeployReplica(ReplicaId("cpu_a", 0), ("n1", "n2")), RemoveReplica(ReplicaId("x", 2)),
     ConnectStream(S, "n1", "n2"), DisconnectStream(S), StatisticsRequest(), Statistics("n1", {"a": 1}),
     Hello("n1", b"\x00" * 16), Proof(b"m" * 32),
+    Resume(S, 12, 40), Resume(S, None, 0), Hold(S), Held(S, 12), StreamHead(S, 12, 40, -(2**63)),
+    SnapshotRequest(ReplicaId("join", 1), ReplicaId("join", 0)),
+    Snapshot(ReplicaId("join", 1), ReplicaId("join", 0), {"kind": "operator", "positions": ((b"x", 1),)}),
+    NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), "it is joining"),
 ]
 
 
@@ -32,7 +37,7 @@ def test_round_trip(message):
 
 @given(records, st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)), st.lists(st.integers(1, 50), max_size=30))
 def test_batches_survive_any_chunking(recs, punctuation, cuts):
-    batch = Batch(S, 0, tuple(recs), punctuation)
+    batch = Batch(S, 3, 0, tuple(recs), punctuation)
     data = encode(batch) * 2
     decoder, bodies, at = FrameDecoder(), [], 0
     for cut in cuts + [len(data)]:
@@ -41,13 +46,13 @@ def test_batches_survive_any_chunking(recs, punctuation, cuts):
     assert [decode(b) for b in bodies] == [batch, batch]
 
 
-@given(st.text(max_size=300), st.integers(0, 2**31), st.integers(0, 3), records,
+@given(st.text(max_size=300), st.integers(0, 2**31), st.integers(0, 3), records, st.integers(0, 2**64 - 1),
        st.integers(0, 2**64 - 1), st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)), st.integers(0, 300))
-def test_batch_frame_size_is_the_encoded_length(name, index, port, recs, offset, punctuation, padding):
+def test_batch_frame_size_is_the_encoded_length(name, index, port, recs, epoch, offset, punctuation, padding):
     """The simulator's bandwidth accounting sizes batches without encoding them: the same bytes."""
     stream = StreamReplica(ReplicaId(name, index), ReplicaId("target", index // 2), port)
     for records in (tuple(recs), EncodedRecords(recs + [(0, "x" * padding, 0)])):
-        batch = Batch(stream, offset, records, punctuation)
+        batch = Batch(stream, epoch, offset, records, punctuation)
         assert batch_frame_size(batch_header_size(stream), batch) == len(encode(batch))
 
 
@@ -60,7 +65,7 @@ def test_garbage_bodies_raise_only_wire_error(data):
 
 
 @given(st.lists(st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=4), st.binary(max_size=4), st.none(), st.booleans(),
-                          st.lists(st.integers(-5, 5), max_size=3)), max_size=10), st.integers(0, 12))
+                          st.lists(st.integers(-5, 5), max_size=3)), max_size=10), st.integers(0, 20))
 def test_well_formed_msgpack_with_wrong_fields_raises_only_wire_error(fields_, code):
     try:
         decode(msgpack.packb([code, *fields_]))

@@ -1,0 +1,123 @@
+"""The control plane of a node core: deploy and remove replicas, connect and disconnect stream replicas.
+
+Rules of this module:
+
+1. Control messages come from the node's own configuration, a coordinator, or a peer node; they are
+   applied the same way, mid-stream or at start (messages rule 4).
+2. A deployed replica starts joining (:mod:`engine.core.lifecycle`); a connected stream replica
+   starts pending at both ends — the sender keeps its log from where it starts, the receiver asks
+   for the stream when its replica can take it.
+3. Removing a replica tells the nodes at the other end of each of its stream replicas
+   (:class:`~engine.messages.DisconnectStream`), so upstream logs stop waiting for it; a node that
+   is not connected is told when it comes back.
+4. A message that names what this node does not host, or a replica it cannot build, is counted and
+   ignored: a control frame can never stop a node.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.core.hosted import Hosted, Inbound, Route
+from engine.core.states import ReplicaState
+from engine.entry import EntryPoint
+from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
+from operators.plan import ReplicaId
+from operators.replica import OperatorReplica, application_sink
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+
+class Control:
+    """Applies control messages to ``core``."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+        self.to_tell: dict[str, list[DisconnectStream]] = {}    # rule 3: for nodes not connected now
+
+    def new_logic(self, replica: ReplicaId) -> OperatorReplica | None:
+        """Fresh input machinery for a replica of ``replica.name`` (None for an entry point)."""
+        query, name = self.core.query, replica.name
+        if name in query.applications:
+            return application_sink(0, query.applications[name].ordered)
+        if name in query.operators:
+            return OperatorReplica(query.new_operator(name), [0] * len(query.inputs_of(name)),
+                                   query.order_sensitive(name))
+        return None
+
+    def deploy(self, src: str, message: DeployReplica, now: int) -> None:
+        core, replica = self.core, message.replica
+        if replica in core.hosted:
+            return
+        name, query = replica.name, core.query
+        if name in query.streams:
+            kind = "entry"
+            entry = EntryPoint(query.streams[name], core.options.entry_modes.get(name, "source"))
+        elif name in query.applications or name in query.operators:
+            kind = "application" if name in query.applications else "operator"
+            entry = None
+        else:
+            self._refuse(f"cannot deploy {replica}: {name!r} is not in the query")
+            return
+        hosted = core.hosted[replica] = Hosted(replica, kind, self.new_logic(replica), entry, message.peers, now)
+        if core.options.trace_paths:
+            hosted.hop = (f"{replica}@{core.name}",)
+        core.lifecycle.start(hosted, now)
+        core.stamping.elect(now)
+
+    def remove(self, src: str, message: RemoveReplica, now: int) -> None:
+        core = self.core
+        hosted = core.hosted.pop(message.replica, None)
+        if hosted is None:
+            self._refuse(f"cannot remove {message.replica}: it is not hosted here")
+            return
+        hosted.state = ReplicaState.REMOVED
+        for stream in [s for s in core.inbound if s.target == message.replica]:
+            self._tell(core.inbound.pop(stream).node, DisconnectStream(stream))
+        for stream, route in hosted.routes.items():
+            self._tell(route.node, DisconnectStream(stream))
+        core.stamping.elect(now)
+
+    def connect(self, src: str, message: ConnectStream, now: int) -> None:
+        core, stream = self.core, message.stream
+        if message.source_node == core.name:
+            source = core.hosted.get(stream.source)
+            if source is None:
+                self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.source} is not hosted here")
+            elif stream not in source.routes:
+                source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
+                core.sender.retrim(source)
+        if message.target_node == core.name and stream not in core.inbound:
+            target = core.hosted.get(stream.target)
+            if target is None:
+                self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.target} is not hosted here")
+                return
+            if target.logic is not None and stream.port >= len(target.logic.filters):
+                self._refuse(f"cannot connect {stream.source} -> {stream.target}: no input port {stream.port}")
+                return
+            inbound = core.inbound[stream] = Inbound(message.source_node)
+            core.receiver.request(stream, inbound, target)
+
+    def disconnect(self, src: str, message: DisconnectStream, now: int) -> None:
+        core, stream = self.core, message.stream
+        core.inbound.pop(stream, None)
+        source = core.hosted.get(stream.source)
+        if source is not None and source.routes.pop(stream, None) is not None:
+            source.parked.pop(stream, None)
+            core.sender.retrim(source)
+
+    def on_peer_up(self, node: str) -> None:
+        for message in self.to_tell.pop(node, ()):
+            self.core.send(node, message)
+
+    def _tell(self, node: str, message: DisconnectStream) -> None:
+        core = self.core
+        if node == core.name or node in core.connected:
+            core.send(node, message)
+        else:
+            self.to_tell.setdefault(node, []).append(message)
+
+    def _refuse(self, reason: str) -> None:
+        self.core.counters["refused_control"] += 1
+        self.core.last_refusal = f"node {self.core.name}: {reason}"

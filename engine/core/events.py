@@ -1,0 +1,87 @@
+"""What a node core tells its driver (drained with :meth:`~engine.core.node.NodeCore.events`), and its options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.plan import ReplicaId, StreamReplica
+from operators.record import Record
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """Timing and limits of a node.  ``entry_modes`` maps a stream to ``source`` or ``entry`` (default ``source``)."""
+
+    punctuation_us: int = 100_000
+    heartbeat_us: int = 500_000
+    peer_timeout_us: int = 3_000_000
+    entry_modes: dict[str, str] = field(default_factory=dict)
+    #: Fill batches' and deliveries' ``path`` (engine.messages rule 5): which replicas' emissions led
+    #: to each delivery — the fastest path, since the first copy is the one that passes (§IV-B).
+    trace_paths: bool = False
+    #: How long a joining replica waits for links to its upstream and peer nodes, and for each answer.
+    join_timeout_us: int = 3_000_000
+    #: Items an output log keeps for a lagging downstream before cutting it off (it must then rejoin
+    #: from what is retained; its port may have to rebuild): memory never grows with what a peer fails to do.
+    retention_items: int = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Records (then maybe a punctuation) delivered to application ``app`` at ``now``."""
+
+    app: str
+    records: list[Record]
+    punctuation: int | None
+    now: int
+    path: tuple[str, ...] = ()       # replicas from entry point to application (NodeOptions.trace_paths)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A rejected input item: published to ``replicast/dead-letter`` by the driver."""
+
+    stream: str
+    reason: str
+    item: Any
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTimedOut:
+    """No heartbeat from ``node`` within the time-out: the driver should drop the connection."""
+
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolError:
+    """``node`` sent something no correct peer sends (a malformed batch, a gap): the driver drops the
+    connection (logged, counted); on reconnect the receiver resumes from what it holds."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaChanged:
+    """A hosted replica changed state (``docs/lifecycle.md``); ``reason`` says why, for the logs."""
+
+    replica: ReplicaId
+    old: str
+    new: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCutOff:
+    """The output log stopped waiting for ``stream``'s receiver on ``node``: it lagged past the
+    retention limit.  It keeps receiving while connected; after a disconnection it resumes from what
+    the log still holds."""
+
+    stream: StreamReplica
+    node: str
+    retained: int
+
+
+Event = Delivered | DeadLetter | PeerTimedOut | ProtocolError | ReplicaChanged | StreamCutOff

@@ -1,0 +1,73 @@
+"""What a node core keeps per hosted replica, per route and per inbound stream replica (plain data).
+
+The behaviour lives in the modules that change these: :mod:`engine.core.sender` (routes, the output
+log), :mod:`engine.core.receiver` (inbound positions), :mod:`engine.core.lifecycle` (replica states).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.core.output_log import OutputLog
+from engine.core.states import InboundState, ReplicaState, RouteState
+from operators.plan import ReplicaId, StreamReplica
+
+if TYPE_CHECKING:
+    from engine.core.lifecycle import Joining
+    from engine.entry import EntryPoint
+    from operators.replica import OperatorReplica
+
+KINDS = ("entry", "operator", "application")
+
+
+class Route:
+    """The sender's side of one stream replica: where it goes and what the receiver acknowledged."""
+
+    __slots__ = ("node", "state", "acked")
+
+    def __init__(self, node: str, acked: int):
+        self.node = node
+        self.state = RouteState.PENDING
+        self.acked = acked            # the receiver holds every item of this incarnation below it
+
+
+class Inbound:
+    """The receiver's side of one stream replica: which incarnation, from which item on."""
+
+    __slots__ = ("node", "state", "epoch", "next", "index")
+
+    def __init__(self, node: str):
+        self.node = node
+        self.state = InboundState.UNPOSITIONED
+        self.epoch: int | None = None     # the sender's incarnation we follow
+        self.next = 0                     # offset of the next item we do not hold
+        self.index: int | None = None     # the stream replica's number in its port's duplicate filter
+
+
+class Hosted:
+    """One replica hosted here: its logic, state, incarnation, output log and routes."""
+
+    def __init__(self, replica: ReplicaId, kind: str, logic: "OperatorReplica | None", entry: "EntryPoint | None",
+                 peers: tuple[str, ...], epoch: int):
+        self.replica, self.kind, self.logic, self.entry, self.peers = replica, kind, logic, entry, peers
+        self.epoch = epoch                             # this incarnation (messages rule 2)
+        self.state = ReplicaState.JOINING
+        self.hop: tuple[str, ...] = ()                 # (replica@node,) when the core traces paths
+        self.log = OutputLog(frontier=None)            # the frontier is known once the replica is placed
+        self.routes: dict[StreamReplica, Route] = {}   # downstream stream replica -> route
+        # The log is trimmed to the lowest retained acknowledgement (the floor); ``lagging`` counts
+        # the routes still at the floor, so an ack rescans the routes only when the floor can rise
+        # (amortised O(1) per ack).  ``floor`` None: rescan on the next ack or emit.
+        self.floor: int | None = None
+        self.lagging = 0
+        self.retained = True                           # some route waits for the log
+        self.records_in = 0
+        self.records_out = 0
+        self.stamping = False                          # entry-stamped mode: this replica stamps
+        self.joining: "Joining | None" = None          # progress of a join (lifecycle)
+        self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier
+        self.horizon: int | None = None                # rebuilding: outputs complete above it
+        self.parked: dict[StreamReplica, int | None] = {}   # Resume requests waiting for the log's frontier
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.replica} {self.state.value} epoch {self.epoch}>"

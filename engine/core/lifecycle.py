@@ -1,0 +1,283 @@
+"""Replica lifecycle: joining from a live peer's snapshot, rebuilding without one, rejoining (DESIGN.md §6a).
+
+Rules of this module (``docs/lifecycle.md`` has the walk-through):
+
+1. A replica deployed mid-stream — a restart, a revival, a new replica — starts ``JOINING``.  It asks
+   every upstream node to hold its log (:class:`~engine.messages.Hold`), and once they have
+   (:class:`~engine.messages.Held`; or the join time-out passed for unreachable ones) asks a peer
+   replica of the same operator for a snapshot.  Holding first makes the snapshot's input positions
+   still retained upstream when the joiner resumes from them.
+2. A :class:`~engine.messages.Snapshot` is consistent at one point (Falkirk Wheel: restore at a
+   frontier, then re-execute what follows): the donor's operator state, every port's duplicate-filter
+   memory and punctuation, sorter contents, its position on each inbound stream replica, and its
+   retained output log.  The joiner restores it, resumes every inbound stream from the donor's
+   position, and starts a new incarnation whose stream begins with the donor's retained output: its
+   frontier is the donor's, which every receiver that acknowledged it has reached, so the joiner's
+   punctuations count at once and it can be the only survivor of its operator right away.
+3. With no live peer the replica rebuilds (``REBUILDING``, event + counter): it resumes every inbound
+   stream from wherever the upstream log starts, each port adopts the first frontier it is offered,
+   and the operator says above which horizon its outputs are complete, suppressing what it cannot
+   vouch for (:meth:`operators.base.Operator.rebuild`).  Its stream's frontier is that horizon.  At
+   a cluster's start every log is whole, the frontiers are −∞, and rebuilding is simply starting.
+   It is ``LIVE`` once its frontier passes the horizon.
+4. A replica whose port can no longer advance — every positioned input is complete only above where
+   the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.
+5. Entry points have no input state: a restarted one with a live peer starts its stream at the first
+   punctuation it emits (sources publish every record before any punctuation above its timestamp,
+   §IV-A as the sources here do); with no live peer, at −∞.  Applications are not replicated: they
+   rebuild.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from engine.core.events import ReplicaChanged
+from engine.core.hosted import Hosted
+from engine.core.output_log import OutputLog
+from engine.core.states import InboundState, ReplicaState, RouteState, advance
+from engine.messages import Held, NoSnapshot, Snapshot, SnapshotRequest
+from operators.base import NO_PUNCTUATION
+from operators.plan import ReplicaId
+from operators.record import CLOSED
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+
+class JoinPhase(Enum):
+    HOLDING = "holding"          # waiting for upstream nodes to hold their logs
+    ASKING = "asking"            # waiting for a peer's snapshot
+
+
+@dataclass
+class Joining:
+    """Progress of one join (rule 1)."""
+
+    deadline: int
+    donors: list[tuple[ReplicaId, str]]             # peers still to ask, in index order
+    phase: JoinPhase = JoinPhase.HOLDING
+    waiting: set = field(default_factory=set)       # streams whose Held has not come
+    asked: tuple[ReplicaId, str] | None = None
+
+
+class Lifecycle:
+    """Replica states of ``core``'s hosted replicas."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+
+    # -- starting ---------------------------------------------------------------------------------
+    def start(self, hosted: Hosted, now: int) -> None:
+        """A replica was just deployed (or rejoins): join (rule 1) or, without peers, rebuild (rule 3)."""
+        donors = [(ReplicaId(hosted.replica.name, i), node) for i, node in enumerate(hosted.peers)
+                  if i != hosted.replica.index]
+        if not donors:
+            self.rebuild(hosted, now, "it has no peer replicas", lost=False)
+            return
+        hosted.joining = Joining(now + self.core.options.join_timeout_us, donors)
+        self.core.receiver.request_all(hosted)
+        self.step(hosted, now)
+
+    def step(self, hosted: Hosted, now: int) -> None:
+        """Move a join forward as far as what has been heard allows."""
+        core, join = self.core, hosted.joining
+        if hosted.state is not ReplicaState.JOINING or join is None:
+            return
+        if join.phase is JoinPhase.HOLDING:
+            waiting_links = [s for s, i in core.inbound.items() if s.target == hosted.replica
+                             and i.node != core.name and i.node not in core.connected]
+            waiting_links += [d for d in join.donors if d[1] != core.name and d[1] not in core.connected]
+            if (join.waiting or waiting_links) and now < join.deadline:
+                return
+            join.phase, join.waiting = JoinPhase.ASKING, set()
+        while join.asked is None:
+            reachable = [d for d in join.donors if d[1] == core.name or d[1] in core.connected]
+            if not reachable:
+                if now < join.deadline and join.donors:
+                    return                            # a peer's node may still connect
+                self.rebuild(hosted, now, "no live peer replica answered", lost=True)
+                return
+            join.asked = reachable[0]
+            join.donors.remove(join.asked)
+            join.deadline = now + core.options.join_timeout_us
+            core.send(join.asked[1], SnapshotRequest(hosted.replica, join.asked[0]))
+        if now >= join.deadline:                      # the asked peer did not answer in time
+            join.asked = None
+            self.step(hosted, now)
+
+    def on_held(self, src: str, message: Held, now: int) -> None:
+        hosted = self.core.hosted.get(message.stream.target)
+        if hosted is not None and hosted.joining is not None:
+            hosted.joining.waiting.discard(message.stream)
+            self.step(hosted, now)
+
+    def held_requested(self, hosted: Hosted, stream) -> None:
+        if hosted.joining is not None and hosted.joining.phase is JoinPhase.HOLDING:
+            hosted.joining.waiting.add(stream)
+
+    def on_peer_change(self, node: str, now: int) -> None:
+        for hosted in list(self.core.hosted.values()):
+            join = hosted.joining
+            if join is None or hosted.state is not ReplicaState.JOINING:
+                continue
+            if join.asked is not None and join.asked[1] == node and node not in self.core.connected:
+                join.asked = None
+            join.waiting = {s for s in join.waiting if self.core.inbound[s].node != node}
+            self.step(hosted, now)
+
+    def next_deadline(self) -> int | None:
+        deadlines = [h.joining.deadline for h in self.core.hosted.values()
+                     if h.state is ReplicaState.JOINING and h.joining is not None]
+        return min(deadlines, default=None)
+
+    def on_timer(self, now: int) -> None:
+        for hosted in list(self.core.hosted.values()):
+            if hosted.state is ReplicaState.JOINING and hosted.joining is not None and now >= hosted.joining.deadline:
+                self.step(hosted, now)
+
+    # -- snapshots (rule 2) -----------------------------------------------------------------------
+    def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> None:
+        core = self.core
+        donor = core.hosted.get(message.donor)
+        if donor is None or donor.state is not ReplicaState.LIVE:
+            reason = "not hosted here" if donor is None else f"it is {donor.state.value}"
+            core.send(src, NoSnapshot(message.joiner, message.donor, reason))
+            return
+        core.counters["snapshots_given"] += 1
+        core.send(src, Snapshot(message.joiner, message.donor, self.snapshot(donor)))
+
+    def snapshot(self, donor: Hosted) -> dict[str, Any]:
+        """``donor``'s state at this instant (rule 2), as plain data."""
+        if donor.kind == "entry":
+            return {"kind": "entry"}
+        positions = [[s.source.name, s.source.index, s.port, i.epoch, i.next, i.index]
+                     for s, i in self.core.inbound.items()
+                     if s.target == donor.replica and i.state is InboundState.FOLLOWING]
+        return {"kind": donor.kind, "logic": donor.logic.snapshot(), "positions": positions,
+                "log": donor.log.snapshot()}
+
+    def on_snapshot(self, src: str, message: Snapshot, now: int) -> None:
+        core = self.core
+        hosted = core.hosted.get(message.joiner)
+        join = hosted.joining if hosted is not None else None
+        if hosted is None or hosted.state is not ReplicaState.JOINING or join is None or join.asked is None \
+                or join.asked[0] != message.donor:
+            return                                    # stale: removed, or asked another since
+        state = message.state
+        if hosted.kind == "entry":                    # rule 5: from the first punctuation it emits
+            hosted.log.frontier = next((b[2] for b in hosted.log.since(0) if b[2] is not None), None)
+        else:
+            hosted.logic.restore(state["logic"])
+            hosted.log = OutputLog.restore(state["log"])
+            positions = {(name, index, port): (epoch, offset, i) for name, index, port, epoch, offset, i
+                         in state["positions"]}
+            for stream, inbound in core.inbound.items():
+                if stream.target != hosted.replica:
+                    continue
+                position = positions.get((stream.source.name, stream.source.index, stream.port))
+                if position is None:
+                    inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                    inbound.epoch, inbound.index = None, None
+                else:
+                    inbound.epoch, inbound.next, inbound.index = position
+                    inbound.state = advance(inbound.state, InboundState.FOLLOWING)
+        core.counters["snapshots_taken"] += 1
+        self._change(hosted, ReplicaState.LIVE, f"restored from {message.donor}'s snapshot")
+        hosted.joining = None
+        core.receiver.request_all(hosted)
+        if hosted.log.frontier is not None:
+            core.sender.serve_parked(hosted)
+
+    def on_no_snapshot(self, src: str, message: NoSnapshot, now: int) -> None:
+        hosted = self.core.hosted.get(message.joiner)
+        join = hosted.joining if hosted is not None else None
+        if join is not None and join.asked is not None and join.asked[0] == message.donor:
+            join.asked = None
+            self.step(hosted, now)
+
+    # -- rebuilding without a peer (rule 3) -------------------------------------------------------
+    def rebuild(self, hosted: Hosted, now: int, reason: str, *, lost: bool) -> None:
+        """Rule 3; ``lost``: peers exist but none was live (said with an event and a counter)."""
+        core = self.core
+        hosted.joining = None
+        for stream, inbound in core.inbound.items():
+            if stream.target == hosted.replica and inbound.state is InboundState.HOLDING:
+                inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+        if hosted.kind == "entry":                    # rule 5: nothing was before us
+            hosted.log.frontier = NO_PUNCTUATION
+            self._change(hosted, ReplicaState.LIVE, reason)
+            core.sender.serve_parked(hosted)
+        else:
+            if lost:
+                core.counters["rebuilt_without_peer"] += 1
+            hosted.adopted, hosted.horizon = {}, None
+            self._change(hosted, ReplicaState.REBUILDING, reason)
+        core.receiver.request_all(hosted)
+
+    def adopt(self, hosted: Hosted, port: int, frontier: int, now: int) -> None:
+        """Port ``port`` of a rebuilding replica starts above ``frontier`` (rule 3)."""
+        logic = hosted.logic
+        hosted.adopted[port] = frontier
+        logic.filters[port].adopt(frontier)
+        self.core.sender.emit(hosted, logic.operator.adopt(port, frontier), None, now)
+        if len(hosted.adopted) < len(logic.filters):
+            return
+        frontiers = [hosted.adopted[p] for p in range(len(logic.filters))]
+        if max(frontiers) == NO_PUNCTUATION:
+            horizon = NO_PUNCTUATION                  # nothing was lost: a plain start
+        else:
+            horizon = min(CLOSED, logic.operator.rebuild(frontiers))
+        hosted.horizon = horizon
+        hosted.log.frontier = horizon if hosted.log.frontier is None else max(hosted.log.frontier, horizon)
+        self.core.sender.serve_parked(hosted)
+        self.check_horizon(hosted, now)
+
+    def check_horizon(self, hosted: Hosted, now: int) -> None:
+        if hosted.horizon is not None and hosted.logic.operator.frontier >= hosted.horizon:
+            reason = "started" if hosted.horizon == NO_PUNCTUATION else f"complete past horizon {hosted.horizon}"
+            self._change(hosted, ReplicaState.LIVE, reason)
+
+    # -- rejoining (rule 4) -----------------------------------------------------------------------
+    def check_port(self, hosted: Hosted, port: int, now: int) -> None:
+        """After a stream head on ``port``: rejoin if nothing can advance the port any more."""
+        core = self.core
+        dedup = hosted.logic.filters[port]
+        for stream, inbound in core.inbound.items():
+            if stream.target != hosted.replica or stream.port != port:
+                continue
+            if inbound.state is InboundState.FOLLOWING and not dedup.waiting(inbound.index):
+                return
+            if inbound.state is not InboundState.FOLLOWING and (inbound.node == core.name
+                                                                 or inbound.node in core.connected):
+                return
+        self.rejoin(hosted, now, f"port {port}: every input is complete only above where the port is")
+
+    def rejoin(self, hosted: Hosted, now: int, reason: str) -> None:
+        """Start a new incarnation of ``hosted`` from scratch (rule 4)."""
+        core = self.core
+        core.counters["rejoins"] += 1
+        hosted.epoch = max(now, hosted.epoch + 1)
+        hosted.logic = core.control.new_logic(hosted.replica)
+        hosted.log = OutputLog(frontier=None)
+        hosted.parked = {}
+        for stream, route in hosted.routes.items():
+            route.state, route.acked = advance(route.state, RouteState.PENDING), 0
+            if route.node == core.name or route.node in core.connected:
+                hosted.parked[stream] = (None, 0)     # announce the new incarnation once placed
+        core.sender.retrim(hosted)
+        for stream, inbound in core.inbound.items():
+            if stream.target == hosted.replica:
+                inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                inbound.epoch, inbound.index, inbound.next = None, None, 0
+        self._change(hosted, ReplicaState.JOINING, reason)
+        self.start(hosted, now)
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _change(self, hosted: Hosted, new: ReplicaState, reason: str) -> None:
+        old = hosted.state
+        hosted.state = advance(old, new)
+        if new is not old:
+            self.core.event(ReplicaChanged(hosted.replica, old.value, new.value, reason))

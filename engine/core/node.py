@@ -1,0 +1,198 @@
+"""The node core: replicas, entry points and applications of one server, with no I/O (DESIGN.md §6, §6a).
+
+Rules of this module (h11 style):
+
+1. No clock, socket, thread, asyncio, simpy, time or random.  Time enters as ``now`` (int µs,
+   keyword-only) on every call; the core never asks for it.
+2. Inputs are calls: :meth:`NodeCore.receive` (a message from a node, by name),
+   :meth:`~NodeCore.apply` (control from the node's own configuration),
+   :meth:`~NodeCore.on_source` (a payload from an external source), :meth:`~NodeCore.on_peer_up` /
+   :meth:`~NodeCore.on_peer_down` (the driver's connection state) and :meth:`~NodeCore.handle_timer`.
+3. Outputs are drained: :meth:`~NodeCore.messages_to_send` (``(node, message)`` pairs, in order per
+   node), :meth:`~NodeCore.events` (deliveries, dead letters, protocol errors, state changes …) and
+   :meth:`~NodeCore.next_timer`.  After any input call the driver drains all three.
+4. The core assumes per-node FIFO delivery and nothing else: messages to a disconnected node are
+   not queued; after :meth:`on_peer_up` each receiver asks for what it lacks (messages rule 6).
+   Messages a core addresses to itself never leave it.
+5. The work is split by job: :mod:`~engine.core.sender` (output logs, routes, acks, retention),
+   :mod:`~engine.core.receiver` (inbound positions, batches), :mod:`~engine.core.lifecycle`
+   (joining, rebuilding, snapshots), :mod:`~engine.core.control` (deploy, remove, connect,
+   disconnect), :mod:`~engine.core.stamping` (sources, entry-stamped mode), :mod:`~engine.core.stats`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Iterable
+
+from engine.core.control import Control
+from engine.core.events import Delivered, Event, NodeOptions, PeerTimedOut
+from engine.core.hosted import Hosted, Inbound
+from engine.core.lifecycle import Lifecycle
+from engine.core.receiver import Receiver
+from engine.core.sender import Sender
+from engine.core.stamping import Stamping
+from engine.core.states import InboundState, ReplicaState
+from engine.core.stats import COUNTERS, Latency, statistics
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hold,
+                             Message, NoSnapshot, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
+                             StatisticsRequest, StreamHead)
+from operators.plan import ReplicaId, StreamReplica
+from operators.query import Query
+from operators.record import Record
+
+
+class NodeCore:
+    """The pure node: see the module docstring for its contract."""
+
+    def __init__(self, name: str, query: Query, options: NodeOptions = NodeOptions(), *, now: int):
+        self.name = name
+        self.query = query
+        self.options = options
+        self.hosted: dict[ReplicaId, Hosted] = {}
+        self.inbound: dict[StreamReplica, Inbound] = {}
+        self.connected: set[str] = set()
+        self._last_heard: dict[str, int] = {}
+        self.rtt_us: dict[str, int] = {}
+        self.outbox: list[tuple[str, Message]] = []
+        self._events: list[Event] = []
+        # Messages to this node itself, in order: batch tuples (stream, epoch, offset, records,
+        # punctuation, path) on the hot path, (src, message) pairs otherwise.
+        self.local: deque = deque()
+        self._heartbeat_at = now
+        self._punctuate_at = now + options.punctuation_us
+        self.latency: dict[str, Latency] = {app: Latency() for app in query.applications}
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.last_refusal: str | None = None
+        self.sender, self.receiver = Sender(self), Receiver(self)
+        self.lifecycle, self.control, self.stamping = Lifecycle(self), Control(self), Stamping(self)
+        self._handlers: dict[type, Callable[[str, Any, int], None]] = {
+            Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head,
+            Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
+            Held: self.lifecycle.on_held, SnapshotRequest: self.lifecycle.on_snapshot_request,
+            Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,
+            Heartbeat: self._on_heartbeat, StatisticsRequest: self._on_statistics_request,
+            Statistics: lambda src, m, now: None,
+            DeployReplica: self.control.deploy, RemoveReplica: self.control.remove,
+            ConnectStream: self.control.connect, DisconnectStream: self.control.disconnect,
+        }
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def receive(self, src: str, message: Message, *, now: int) -> None:
+        """A message from node ``src`` (control messages may come from the node itself)."""
+        self._last_heard[src] = now
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            self.counters["protocol_errors"] += 1       # a handshake frame: the driver's, never ours
+        else:
+            handler(src, message, now)
+        self._drain_local(now)
+
+    def apply(self, messages: Iterable[Message], *, now: int) -> None:
+        """Apply control messages from the node's own configuration."""
+        for message in messages:
+            self._handlers[type(message)](self.name, message, now)
+        self._drain_local(now)
+
+    def on_source(self, stream: str, payload: bytes, *, now: int) -> bool:
+        """A payload for ``stream`` from an external source; returns whether an entry point here took it."""
+        taken = self.stamping.on_source(stream, payload, now)
+        self._drain_local(now)
+        return taken
+
+    def on_peer_up(self, node: str, *, now: int) -> None:
+        """The driver has a (new) authenticated connection to ``node``: ask it for what we lack."""
+        self.connected.add(node)
+        self._last_heard[node] = now
+        self.control.on_peer_up(node)
+        self.receiver.on_peer_up(node)
+        self.lifecycle.on_peer_change(node, now)
+        self.stamping.elect(now)
+        self._drain_local(now)
+
+    def on_peer_down(self, node: str, *, now: int) -> None:
+        """The connection to ``node`` is gone; nothing is sent to it until :meth:`on_peer_up`."""
+        self.connected.discard(node)
+        self.sender.on_peer_down(node)
+        self.lifecycle.on_peer_change(node, now)
+        self.stamping.elect(now)
+        self._drain_local(now)
+
+    def handle_timer(self, *, now: int) -> None:
+        """Heartbeats, peer time-outs, join deadlines and entry-stamped punctuations due at ``now``."""
+        if now >= self._heartbeat_at:
+            self._heartbeat_at = now + self.options.heartbeat_us
+            for node in sorted(self.connected):
+                self.outbox.append((node, Heartbeat(now)))
+                if now - self._last_heard.get(node, now) > self.options.peer_timeout_us:
+                    self._events.append(PeerTimedOut(node))
+        if now >= self._punctuate_at:
+            self._punctuate_at = now + self.options.punctuation_us
+            self.stamping.punctuate(now)
+        self.lifecycle.on_timer(now)
+        self._drain_local(now)
+
+    # -- outputs --------------------------------------------------------------------------------
+    def messages_to_send(self) -> list[tuple[str, Message]]:
+        """``(node, message)`` pairs to send, in order; drains the outbox."""
+        out, self.outbox = self.outbox, []
+        return out
+
+    def events(self) -> list[Event]:
+        """Deliveries, dead letters, protocol errors, state changes since the last call; drains them."""
+        out, self._events = self._events, []
+        return out
+
+    def next_timer(self) -> int:
+        """When :meth:`handle_timer` must next be called (µs)."""
+        when = min(self._heartbeat_at, self._punctuate_at) if self.stamping.any else self._heartbeat_at
+        deadline = self.lifecycle.next_deadline()
+        return when if deadline is None else min(when, deadline)
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters per replica and application (plain data, for reports and metrics)."""
+        return statistics(self)
+
+    def ready(self) -> bool:
+        """Whether every hosted replica is live (a node that says so is processing)."""
+        return all(h.state is ReplicaState.LIVE for h in self.hosted.values())
+
+    # -- for the parts (rule 5) -----------------------------------------------------------------
+    def send(self, node: str, message: Message) -> None:
+        """Address ``message`` to ``node``: itself through the local queue, a connected peer through the outbox."""
+        if node == self.name:
+            self.local.append((node, message))
+        elif node in self.connected:
+            self.outbox.append((node, message))
+
+    def event(self, event: Event) -> None:
+        self._events.append(event)
+
+    def deliver(self, hosted: Hosted, records: list[Record], punctuation: int | None, now: int,
+                path: tuple[str, ...]) -> None:
+        self.latency[hosted.replica.name].add(now, records)
+        self._events.append(Delivered(hosted.replica.name, records, punctuation, now, path))
+
+    def _drain_local(self, now: int) -> None:
+        local, inbound_of, accept = self.local, self.inbound.get, self.receiver.accept
+        while local:
+            item = local.popleft()
+            if len(item) == 2:
+                src, message = item
+                self._handlers[type(message)](src, message, now)
+                continue
+            stream, epoch, offset, records, punctuation, path = item
+            inbound = inbound_of(stream)
+            if inbound is not None and inbound.epoch == epoch and inbound.state is InboundState.FOLLOWING \
+                    and offset <= inbound.next:
+                accept(stream, inbound, self.hosted[stream.target], offset, records, punctuation, now, path)
+
+    # -- statistics -----------------------------------------------------------------------------
+    def _on_heartbeat(self, src: str, message: Heartbeat, now: int) -> None:
+        if message.echo_us is None:
+            self.outbox.append((src, Heartbeat(now, message.sent_us)))
+        else:
+            self.rtt_us[src] = now - message.echo_us
+
+    def _on_statistics_request(self, src: str, message: StatisticsRequest, now: int) -> None:
+        self.outbox.append((src, Statistics(self.name, self.statistics())))

@@ -1,0 +1,159 @@
+"""The receiving side of a node core: stream positions, stream heads and batches (§III, §IV-B).
+
+Rules of this module:
+
+1. A receiver follows one incarnation (``epoch``) of each inbound stream replica from a known offset.
+   It asks for it (messages rule 6): :class:`~engine.messages.Resume` with what it holds when its
+   replica can take input, :class:`~engine.messages.Hold` while its replica joins.
+2. A :class:`~engine.messages.StreamHead` that continues what the receiver holds changes nothing.
+   One that starts a new incarnation makes the stream replica a new one in its port's duplicate
+   filter; one that skips items it lacks (the sender's log was trimmed past it) is a gap.  Both
+   carry the frontier above which the stream is complete: the filter holds that stream replica's
+   punctuations until the port reaches it (operators/dedup.py), so nothing is dropped on a promise
+   the stream never made.  A replica rebuilding without a peer adopts the first frontier per port.
+3. Batches of another incarnation, or of a stream not positioned yet, are stale and dropped; a batch
+   that is malformed or skips offsets without a head is a protocol error: the driver drops the
+   connection and the stream resumes from what the receiver holds.  A batch is never half-taken.
+4. After a batch that carries a punctuation the receiver acknowledges, cumulatively (messages rule 3).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.core.events import ProtocolError
+from engine.core.hosted import Hosted, Inbound
+from engine.core.states import InboundState, ReplicaState, advance
+from engine.messages import Ack, Batch, Hold, Resume, StreamHead
+from engine.wire import EncodedRecords, PackedRecords, WireError
+from operators.plan import StreamReplica
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+_KEYED = (EncodedRecords, PackedRecords)      # records that may carry their bytes as a content key
+_TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)
+
+
+class Receiver:
+    """Inbound stream replicas of the replicas hosted by ``core``."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+
+    # -- asking for streams (rule 1) --------------------------------------------------------------
+    def request(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted) -> None:
+        """Ask ``stream``'s sender for what ``hosted`` needs now, if its node is reachable."""
+        core = self.core
+        if inbound.node != core.name and inbound.node not in core.connected:
+            return
+        if hosted.state is ReplicaState.JOINING:
+            if inbound.state is not InboundState.HOLDING:
+                inbound.state = advance(inbound.state, InboundState.HOLDING)
+                core.lifecycle.held_requested(hosted, stream)
+                core.send(inbound.node, Hold(stream))
+        elif hosted.state in _TAKING:
+            epoch = inbound.epoch if inbound.state is InboundState.FOLLOWING else None
+            core.send(inbound.node, Resume(stream, epoch, inbound.next if epoch is not None else 0))
+
+    def request_all(self, hosted: Hosted) -> None:
+        for stream, inbound in self.core.inbound.items():
+            if stream.target is hosted.replica or stream.target == hosted.replica:
+                self.request(stream, inbound, hosted)
+
+    def on_peer_up(self, node: str) -> None:
+        core = self.core
+        for stream, inbound in core.inbound.items():
+            if inbound.node == node:
+                hosted = core.hosted[stream.target]
+                if inbound.state is InboundState.HOLDING:
+                    inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)   # ask again
+                self.request(stream, inbound, hosted)
+
+    # -- stream heads (rule 2) --------------------------------------------------------------------
+    def on_head(self, src: str, head: StreamHead, now: int) -> None:
+        core = self.core
+        inbound = core.inbound.get(head.stream)
+        if inbound is None or inbound.node != src:
+            core.counters["stale_requests"] += 1
+            return
+        hosted = core.hosted[head.stream.target]
+        if hosted.state not in _TAKING or inbound.state is InboundState.HOLDING:
+            return                                     # joining: positions come from the snapshot
+        following = inbound.state is InboundState.FOLLOWING
+        if following and inbound.epoch == head.epoch and inbound.next >= head.offset:
+            return                                     # continues what we hold
+        port = head.stream.port
+        if hosted.logic is not None:
+            dedup = hosted.logic.filters[port]
+            if hosted.state is ReplicaState.REBUILDING and port not in hosted.adopted:
+                if inbound.index is None or not following or inbound.epoch != head.epoch:
+                    inbound.index = dedup.add_replica()
+                core.lifecycle.adopt(hosted, port, head.frontier, now)
+            elif following and inbound.epoch == head.epoch:
+                core.counters["gaps"] += 1             # its log was trimmed past what we hold
+                dedup.rebase(inbound.index, head.frontier)
+            else:
+                inbound.index = dedup.add_replica(head.frontier)   # a new incarnation: a new stream replica
+        inbound.epoch, inbound.next = head.epoch, head.offset
+        inbound.state = advance(inbound.state, InboundState.FOLLOWING)
+        if hosted.logic is not None and hosted.state in _TAKING:
+            core.lifecycle.check_port(hosted, port, now)
+
+    # -- batches (rules 3, 4) ---------------------------------------------------------------------
+    def on_batch(self, src: str, batch: Batch, now: int) -> None:
+        core = self.core
+        inbound = core.inbound.get(batch.stream)
+        if inbound is None or inbound.node != src:
+            core.counters["stale_batches"] += 1        # removed, or never connected here
+            return
+        if batch.epoch != inbound.epoch or inbound.state is not InboundState.FOLLOWING:
+            core.counters["stale_batches"] += 1        # an older incarnation, or not positioned yet
+            return
+        hosted = core.hosted[batch.stream.target]
+        records, stream = batch.records, batch.stream
+        logic = hosted.logic
+        if type(records) is EncodedRecords:
+            pass                                       # another node core's output, in this process
+        elif type(records) is PackedRecords and logic is not None and logic.knows(stream.port, records.key):
+            core.counters["known_batches"] += 1        # bytes a duplicate filter knows: not read
+        else:                                          # (they were checked when they first came)
+            width = len(core.query.schemas[stream.source.name]) + 1
+            try:
+                malformed = any(len(r) != width for r in records)
+            except WireError:
+                malformed = True
+            if malformed:
+                core.counters["malformed_batches"] += 1
+                core.event(ProtocolError(src, f"malformed batch on {stream.source} -> {stream.target} "
+                                              f"at offset {batch.offset}"))
+                return
+        if batch.offset > inbound.next:
+            core.counters["protocol_errors"] += 1
+            core.event(ProtocolError(src, f"batch on {stream.source} -> {stream.target} skips offsets "
+                                          f"{inbound.next}..{batch.offset - 1}"))
+            return
+        self.accept(stream, inbound, hosted, batch.offset, records, batch.punctuation, now, batch.path)
+        if batch.punctuation is not None and src != core.name:
+            core.outbox.append((src, Ack(stream, inbound.epoch, inbound.next)))   # cumulative, by punctuation
+
+    def accept(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted, offset: int, records,
+               punctuation: int | None, now: int, path: tuple[str, ...]) -> None:
+        """Items ``offset …`` of a positioned stream replica: skip what we hold, process the rest."""
+        skip = inbound.next - offset
+        n = len(records) + (punctuation is not None)
+        if skip >= n:
+            return
+        inbound.next = offset + n
+        key = records.key if type(records) in _KEYED else None
+        if skip:
+            records, key = records[skip:], None
+        core = self.core
+        hosted.records_in += len(records)
+        if hosted.kind == "entry":                     # entry-stamped: the stamper's output
+            core.stamping.on_stamped(hosted, stream, records, punctuation, now, path)
+            return
+        out, forwarded = hosted.logic.on_batch(stream.port, inbound.index, records, punctuation, key)
+        core.sender.emit(hosted, out, forwarded, now, path)
+        if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
+            core.lifecycle.check_horizon(hosted, now)

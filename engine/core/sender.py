@@ -1,0 +1,179 @@
+"""The sending side of a node core: emitting into output logs, serving routes, acks and retention (§II-B).
+
+Rules of this module:
+
+1. Every upstream replica feeds every downstream replica (§III): an emitted batch is appended once
+   to the replica's :class:`~engine.core.output_log.OutputLog` and sent on each route that is
+   sending (``ACTIVE`` or ``CUT``), as one :class:`~engine.messages.Batch` per remote route.
+2. A route sends nothing until its receiver says where to start (messages rule 6): a
+   :class:`~engine.messages.Resume` is answered with a :class:`~engine.messages.StreamHead` and the
+   retained items from there; a :class:`~engine.messages.Hold` pins the log and stops sending.
+3. The log is kept from the lowest acknowledgement of the routes that retain (remote sending routes
+   and pending ones); a route that lags past ``retention_items`` is cut off (it stops retaining,
+   logged and counted), so memory never grows with what a peer fails to do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.core.events import StreamCutOff
+from engine.core.hosted import Hosted, Route
+from engine.core.states import ReplicaState, RouteState, advance
+from engine.messages import Ack, Batch, Hold, Held, Resume, StreamHead
+from engine.wire import EncodedRecords
+from operators.plan import StreamReplica
+from operators.record import Record
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+_SENDING = (RouteState.ACTIVE, RouteState.CUT)
+
+
+class Sender:
+    """Routes and output logs of the replicas hosted by ``core``."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+
+    # -- emitting ---------------------------------------------------------------------------------
+    def emit(self, hosted: Hosted, records: list[Record], punctuation: int | None, now: int,
+             path: tuple[str, ...] = ()) -> None:
+        """``hosted`` outputs ``records`` then ``punctuation``, caused by a batch that came along ``path``."""
+        if not records and punctuation is None:
+            return
+        core = self.core
+        hosted.records_out += len(records)
+        if hosted.hop:
+            path += hosted.hop
+        if hosted.kind == "application":
+            core.deliver(hosted, records, punctuation, now, path)
+            return
+        records = EncodedRecords(records)          # one encoding for every stream replica (wire rule 4)
+        log = hosted.log
+        offset = log.append(records, punctuation, path)
+        epoch, name, local, outbox, connected = hosted.epoch, core.name, core.local, core.outbox, core.connected
+        for stream, route in hosted.routes.items():
+            if route.state in _SENDING:
+                node = route.node
+                if node == name:
+                    local.append((stream, epoch, offset, records, punctuation, path))
+                elif node in connected:
+                    outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
+        if log.frontier is None and punctuation is not None and hosted.kind == "entry" \
+                and hosted.state is ReplicaState.LIVE:
+            log.frontier = punctuation                 # a restarted entry point: lifecycle rule 5
+            self.serve_parked(hosted)
+        if not hosted.retained:
+            log.trim(log.end)
+        elif len(log) > core.options.retention_items:
+            self._cut_laggards(hosted)
+
+    # -- the receiver says where to start (rule 2) ------------------------------------------------
+    def on_resume(self, src: str, message: Resume, now: int) -> None:
+        hosted, route = self._route(src, message.stream)
+        if route is None:
+            return
+        if hosted.log.frontier is None or hosted.state is ReplicaState.JOINING:
+            hosted.parked[message.stream] = (message.epoch, message.offset)
+            return
+        self.serve(hosted, message.stream, route, message.epoch, message.offset)
+
+    def serve(self, hosted: Hosted, stream: StreamReplica, route: Route, epoch: int | None, offset: int) -> None:
+        """Start sending ``stream`` from ``offset`` of incarnation ``epoch`` (or from the log's start)."""
+        log = hosted.log
+        start = offset if epoch == hosted.epoch and log.base <= offset <= log.end else log.base
+        route.state = advance(route.state, RouteState.ACTIVE)
+        route.acked = start
+        self.retrim(hosted)
+        send = self.core.send
+        send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier))
+        for first, records, punctuation, path, _, _ in log.since(start):
+            send(route.node, Batch(stream, hosted.epoch, first, records, punctuation, path))
+
+    def serve_parked(self, hosted: Hosted) -> None:
+        """The log's frontier is known now: answer the Resume requests that waited for it."""
+        parked, hosted.parked = hosted.parked, {}
+        for stream, (epoch, offset) in parked.items():
+            route = hosted.routes.get(stream)
+            if route is not None:
+                self.serve(hosted, stream, route, epoch, offset)
+
+    def on_hold(self, src: str, message: Hold, now: int) -> None:
+        hosted, route = self._route(src, message.stream)
+        if route is None:
+            return
+        hosted.parked.pop(message.stream, None)
+        route.state = advance(route.state, RouteState.PENDING)
+        route.acked = hosted.log.base               # keep everything retained now, until it resumes
+        self.retrim(hosted)
+        self.core.send(src, Held(message.stream, hosted.epoch))
+
+    def _route(self, src: str, stream: StreamReplica) -> tuple[Hosted | None, Route | None]:
+        hosted = self.core.hosted.get(stream.source)
+        route = hosted.routes.get(stream) if hosted is not None else None
+        if route is None or route.node != src:
+            self.core.counters["stale_requests"] += 1     # removed, or never connected here
+            return None, None
+        return hosted, route
+
+    # -- connections ------------------------------------------------------------------------------
+    def on_peer_down(self, node: str) -> None:
+        for hosted in self.core.hosted.values():
+            changed = False
+            for stream, route in hosted.routes.items():
+                if route.node == node:
+                    hosted.parked.pop(stream, None)
+                    if route.state is RouteState.ACTIVE:
+                        route.state = advance(route.state, RouteState.PENDING)
+                        changed = True
+                    elif route.state is RouteState.CUT:
+                        route.state = advance(route.state, RouteState.DETACHED)
+                        changed = True
+            if changed:
+                self.retrim(hosted)
+
+    # -- acknowledgements and retention (rule 3) --------------------------------------------------
+    def on_ack(self, src: str, ack: Ack, now: int) -> None:
+        hosted = self.core.hosted.get(ack.stream.source)
+        route = hosted.routes.get(ack.stream) if hosted is not None else None
+        if route is None or route.node != src or ack.epoch != hosted.epoch or route.state is not RouteState.ACTIVE:
+            return
+        previous = route.acked
+        if ack.offset <= previous or ack.offset > hosted.log.end:
+            return
+        route.acked = ack.offset
+        if previous == hosted.floor:
+            hosted.lagging -= 1
+        if hosted.floor is None or hosted.lagging <= 0:
+            self.retrim(hosted)
+
+    def retrim(self, hosted: Hosted) -> None:
+        """Recompute the floor over the retaining routes and trim the log to it."""
+        name = self.core.name
+        offsets = [r.acked for r in hosted.routes.values()
+                   if r.state is RouteState.PENDING or (r.state is RouteState.ACTIVE and r.node != name)]
+        hosted.retained = bool(offsets)
+        if not offsets:
+            hosted.floor, hosted.lagging = None, 0
+            hosted.log.trim(hosted.log.end)
+            return
+        hosted.floor = floor = min(offsets)
+        hosted.lagging = offsets.count(floor)
+        hosted.log.trim(floor)
+
+    def _cut_laggards(self, hosted: Hosted) -> None:
+        """The log outgrew the retention limit: stop waiting for the routes at the floor."""
+        core = self.core
+        limit = core.options.retention_items
+        while hosted.retained and len(hosted.log) > limit:
+            floor = hosted.floor
+            for stream, route in hosted.routes.items():
+                if route.acked == floor and route.state in (RouteState.ACTIVE, RouteState.PENDING) \
+                        and (route.state is RouteState.PENDING or route.node != core.name):
+                    route.state = advance(route.state, RouteState.CUT if route.state is RouteState.ACTIVE
+                                          else RouteState.DETACHED)
+                    core.counters["streams_cut"] += 1
+                    core.event(StreamCutOff(stream, route.node, len(hosted.log)))
+            self.retrim(hosted)

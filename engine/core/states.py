@@ -1,0 +1,88 @@
+"""The states of replicas, routes and inbound stream replicas, as enums and transition tables (h11 style).
+
+Rules of this module:
+
+1. Every state a node core keeps about a replica or a stream replica is one of these enums; no
+   one-way booleans.  A change of state goes through :func:`advance`, which looks the pair up in
+   the table and raises :class:`IllegalTransition` for anything the table does not list — a bug in
+   the core, never a peer's doing (peers' messages are checked before they cause a transition).
+2. The tables are the documentation: ``docs/lifecycle.md`` walks through them.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class IllegalTransition(RuntimeError):
+    """A transition the table does not allow (a bug in the node core)."""
+
+
+class ReplicaState(Enum):
+    """Where a hosted replica is in its life (DESIGN.md §6a)."""
+
+    #: Deployed; asking upstream nodes to hold their logs, then a live peer for a snapshot.
+    JOINING = "joining"
+    #: No live peer: built from what upstream logs hold; outputs are complete above a horizon only.
+    REBUILDING = "rebuilding"
+    #: Exact: its state is what a replica that saw the whole input would hold.
+    LIVE = "live"
+    #: Removed by a control message; kept only until the core forgets it.
+    REMOVED = "removed"
+
+
+class RouteState(Enum):
+    """The sender's side of one stream replica (a route from a hosted replica to a downstream replica)."""
+
+    #: Not sending: the receiver has not said where to start (new, reconnected or joining).  The
+    #: route pins the output log at its acknowledged offset.
+    PENDING = "pending"
+    #: Sending; the log is kept from the receiver's acknowledged offset.
+    ACTIVE = "active"
+    #: Sending, but the receiver lagged past the retention limit: the log no longer waits for it.
+    CUT = "cut"
+    #: Not sending and not retained for: a cut route whose connection went down.
+    DETACHED = "detached"
+
+
+class InboundState(Enum):
+    """The receiver's side of one stream replica."""
+
+    #: No position yet: asked the sender where its log starts.
+    UNPOSITIONED = "unpositioned"
+    #: The replica is joining: asked the sender to keep its log and send nothing yet.
+    HOLDING = "holding"
+    #: Receiving a known incarnation of the stream from a known offset.
+    FOLLOWING = "following"
+
+
+_REPLICA = {
+    ReplicaState.JOINING: {ReplicaState.LIVE, ReplicaState.REBUILDING, ReplicaState.REMOVED},
+    ReplicaState.REBUILDING: {ReplicaState.LIVE, ReplicaState.JOINING, ReplicaState.REMOVED},
+    ReplicaState.LIVE: {ReplicaState.JOINING, ReplicaState.REMOVED},
+    ReplicaState.REMOVED: set(),
+}
+_ROUTE = {
+    RouteState.PENDING: {RouteState.ACTIVE, RouteState.DETACHED},
+    RouteState.ACTIVE: {RouteState.PENDING, RouteState.CUT},
+    RouteState.CUT: {RouteState.ACTIVE, RouteState.DETACHED, RouteState.PENDING},
+    RouteState.DETACHED: {RouteState.ACTIVE, RouteState.PENDING},
+}
+_INBOUND = {
+    InboundState.UNPOSITIONED: {InboundState.FOLLOWING, InboundState.HOLDING},
+    InboundState.HOLDING: {InboundState.FOLLOWING, InboundState.UNPOSITIONED},
+    InboundState.FOLLOWING: {InboundState.HOLDING, InboundState.UNPOSITIONED},
+}
+_TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND}
+
+
+def advance(current: Enum, new: Enum) -> Enum:
+    """``new`` if the table allows ``current → new`` (or they are equal), else :class:`IllegalTransition`."""
+    if new is current or new in _TABLES[type(current)][current]:
+        return new
+    raise IllegalTransition(f"{type(current).__name__}: {current.value} -> {new.value} is not allowed")
+
+
+def transitions(kind: type[Enum]) -> dict[Enum, set[Enum]]:
+    """The table of ``kind`` (for documentation and tests)."""
+    return {state: set(targets) for state, targets in _TABLES[kind].items()}
