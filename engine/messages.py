@@ -98,12 +98,16 @@ class StreamHead:
     """Sender → receiver, before the items it replays: ``stream`` continues with item ``offset`` of
     incarnation ``epoch``; what came before is no longer kept.  From ``offset`` on, the stream
     carries every record with ``ts > frontier`` — a receiver that lacks items before ``offset``
-    may trust this stream's punctuations only once its input has reached ``frontier`` (§IV-B)."""
+    may trust this stream's punctuations only once its input has reached ``frontier`` (§IV-B) —
+    unless ``lineage`` ``(replica, epoch, offset)`` names a position in another replica's stream
+    that this one continues (a joined replica's copied log) and the receiver holds that stream up
+    to there."""
 
     stream: StreamReplica
     epoch: int
     offset: int
     frontier: int
+    lineage: tuple[ReplicaId, int, int] | None = None
 
 
 # -- replica lifecycle (rule 7) ---------------------------------------------------------------------

@@ -56,6 +56,18 @@ def _replica(name: Any, index: Any) -> ReplicaId:
     return ReplicaId(name, index)
 
 
+def _lineage_fields(lineage: tuple[ReplicaId, int, int] | None) -> list | None:
+    return None if lineage is None else [lineage[0].name, lineage[0].index, lineage[1], lineage[2]]
+
+
+def _lineage(f: Any) -> tuple[ReplicaId, int, int] | None:
+    if f is None:
+        return None
+    if type(f) is not tuple or len(f) != 4:
+        raise WireError(f"bad lineage {f!r}")
+    return _replica(f[0], f[1]), _int(f[2], "lineage epoch"), _int(f[3], "lineage offset")
+
+
 def _replica_fields(r: ReplicaId) -> list:
     return [r.name, r.index]
 
@@ -127,8 +139,9 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
      lambda f: Resume(_stream(f), _int(f[5], "epoch", True), _int(f[6], "offset")), 7),
     (13, Hold, lambda m: _stream_fields(m.stream), lambda f: Hold(_stream(f)), 5),
     (14, Held, lambda m: [*_stream_fields(m.stream), m.epoch], lambda f: Held(_stream(f), _int(f[5], "epoch")), 6),
-    (15, StreamHead, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset, m.frontier],
-     lambda f: StreamHead(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset"), _int(f[7], "frontier")), 8),
+    (15, StreamHead, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset, m.frontier, _lineage_fields(m.lineage)],
+     lambda f: StreamHead(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset"), _int(f[7], "frontier"),
+                          _lineage(f[8])), 9),
     (16, SnapshotRequest, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor)],
      lambda f: SnapshotRequest(_replica(f[0], f[1]), _replica(f[2], f[3])), 4),
     (17, Snapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.state],

@@ -73,6 +73,7 @@ class Control:
             self._refuse(f"cannot remove {message.replica}: it is not hosted here")
             return
         hosted.state = ReplicaState.REMOVED
+        core.lifecycle.forget(message.replica)
         for stream in [s for s in core.inbound if s.target == message.replica]:
             self._tell(core.inbound.pop(stream).node, DisconnectStream(stream))
         for stream, route in hosted.routes.items():

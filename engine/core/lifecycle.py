@@ -11,9 +11,10 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    frontier, then re-execute what follows): the donor's operator state, every port's duplicate-filter
    memory and punctuation, sorter contents, its position on each inbound stream replica, and its
    retained output log.  The joiner restores it, resumes every inbound stream from the donor's
-   position, and starts a new incarnation whose stream begins with the donor's retained output: its
-   frontier is the donor's, which every receiver that acknowledged it has reached, so the joiner's
-   punctuations count at once and it can be the only survivor of its operator right away.
+   position, and starts a new incarnation whose stream begins with the donor's retained output (its
+   *lineage*): every receiver that acknowledged the donor's log up to where it is retained lacks
+   nothing, so the joiner's punctuations count there at once and it can be the only survivor of its
+   operator right away.
 3. With no live peer the replica rebuilds (``REBUILDING``, event + counter): it resumes every inbound
    stream from wherever the upstream log starts, each port adopts the first frontier it is offered,
    and the operator says above which horizon its outputs are complete, suppressing what it cannot
@@ -68,6 +69,7 @@ class Lifecycle:
 
     def __init__(self, core: "NodeCore"):
         self.core = core
+        self.joining: set[ReplicaId] = set()          # hosted replicas in JOINING (timers are theirs)
 
     # -- starting ---------------------------------------------------------------------------------
     def start(self, hosted: Hosted, now: int) -> None:
@@ -78,6 +80,7 @@ class Lifecycle:
             self.rebuild(hosted, now, "it has no peer replicas", lost=False)
             return
         hosted.joining = Joining(now + self.core.options.join_timeout_us, donors)
+        self.joining.add(hosted.replica)
         self.core.receiver.request_all(hosted)
         self.step(hosted, now)
 
@@ -129,14 +132,20 @@ class Lifecycle:
             self.step(hosted, now)
 
     def next_deadline(self) -> int | None:
-        deadlines = [h.joining.deadline for h in self.core.hosted.values()
-                     if h.state is ReplicaState.JOINING and h.joining is not None]
-        return min(deadlines, default=None)
+        if not self.joining:
+            return None
+        hosted = self.core.hosted
+        return min(hosted[r].joining.deadline for r in self.joining)
 
     def on_timer(self, now: int) -> None:
-        for hosted in list(self.core.hosted.values()):
-            if hosted.state is ReplicaState.JOINING and hosted.joining is not None and now >= hosted.joining.deadline:
-                self.step(hosted, now)
+        hosted = self.core.hosted
+        for replica in list(self.joining):
+            if replica in self.joining and now >= hosted[replica].joining.deadline:
+                self.step(hosted[replica], now)
+
+    def forget(self, replica: ReplicaId) -> None:
+        """``replica`` was removed."""
+        self.joining.discard(replica)
 
     # -- snapshots (rule 2) -----------------------------------------------------------------------
     def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> None:
@@ -156,7 +165,7 @@ class Lifecycle:
         positions = [[s.source.name, s.source.index, s.port, i.epoch, i.next, i.index]
                      for s, i in self.core.inbound.items()
                      if s.target == donor.replica and i.state is InboundState.FOLLOWING]
-        return {"kind": donor.kind, "logic": donor.logic.snapshot(), "positions": positions,
+        return {"kind": donor.kind, "epoch": donor.epoch, "logic": donor.logic.snapshot(), "positions": positions,
                 "log": donor.log.snapshot()}
 
     def on_snapshot(self, src: str, message: Snapshot, now: int) -> None:
@@ -171,7 +180,7 @@ class Lifecycle:
             hosted.log.frontier = next((b[2] for b in hosted.log.since(0) if b[2] is not None), None)
         else:
             hosted.logic.restore(state["logic"])
-            hosted.log = OutputLog.restore(state["log"])
+            hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
             positions = {(name, index, port): (epoch, offset, i) for name, index, port, epoch, offset, i
                          in state["positions"]}
             for stream, inbound in core.inbound.items():
@@ -279,5 +288,8 @@ class Lifecycle:
     def _change(self, hosted: Hosted, new: ReplicaState, reason: str) -> None:
         old = hosted.state
         hosted.state = advance(old, new)
+        if new is not ReplicaState.JOINING:
+            self.joining.discard(hosted.replica)
+            hosted.joining = None
         if new is not old:
             self.core.event(ReplicaChanged(hosted.replica, old.value, new.value, reason))

@@ -26,6 +26,7 @@ from engine.core.hosted import Hosted, Inbound
 from engine.core.states import InboundState, ReplicaState, advance
 from engine.messages import Ack, Batch, Hold, Resume, StreamHead
 from engine.wire import EncodedRecords, PackedRecords, WireError
+from operators.base import NO_PUNCTUATION
 from operators.plan import StreamReplica
 
 if TYPE_CHECKING:
@@ -92,13 +93,24 @@ class Receiver:
                 core.lifecycle.adopt(hosted, port, head.frontier, now)
             elif following and inbound.epoch == head.epoch:
                 core.counters["gaps"] += 1             # its log was trimmed past what we hold
-                dedup.rebase(inbound.index, head.frontier)
+                dedup.rebase(inbound.index, self._base(head))
             else:
-                inbound.index = dedup.add_replica(head.frontier)   # a new incarnation: a new stream replica
+                inbound.index = dedup.add_replica(self._base(head))   # a new incarnation: a new stream replica
         inbound.epoch, inbound.next = head.epoch, head.offset
         inbound.state = advance(inbound.state, InboundState.FOLLOWING)
         if hosted.logic is not None and hosted.state in _TAKING:
             core.lifecycle.check_port(hosted, port, now)
+
+    def _base(self, head: StreamHead) -> int:
+        """What the receiver's port must reach before this stream's punctuations count: nothing if
+        it holds the stream the head's lineage continues up to there, else the head's frontier."""
+        if head.lineage is not None:
+            replica, epoch, offset = head.lineage
+            held = self.core.inbound.get(StreamReplica(replica, head.stream.target, head.stream.port))
+            if held is not None and held.state is InboundState.FOLLOWING and held.epoch == epoch \
+                    and held.next >= offset:
+                return NO_PUNCTUATION
+        return head.frontier
 
     # -- batches (rules 3, 4) ---------------------------------------------------------------------
     def on_batch(self, src: str, batch: Batch, now: int) -> None:

@@ -88,7 +88,7 @@ class Sender:
         route.acked = start
         self.retrim(hosted)
         send = self.core.send
-        send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier))
+        send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier, log.lineage_at(start)))
         for first, records, punctuation, path, _, _ in log.since(start):
             send(route.node, Batch(stream, hosted.epoch, first, records, punctuation, path))
 
