@@ -7,6 +7,7 @@ parameter and the bad value.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from functools import partial
@@ -73,7 +74,10 @@ def compile_map(name: str, params: Mapping, inputs: list[Schema], where: str) ->
     scope = scope_of(inputs[0])
     checked = [check_expression(_text(source, f"{where} (set.{field})"), scope, where=f"{where} (set.{field})")
                for field, source in fields.items()]
-    function = compile_tuple(checked, ("_r0",))
+    # The output record is (input ts, *fields): the ts is copied unchecked (the "ts" kind is no field
+    # type, so compile_tuple wraps nothing around it).  A Map never moves a record in time (§IV-A).
+    ts = (ast.Subscript(ast.Name("_r0", ast.Load()), ast.Constant(0), ast.Load()), "ts")
+    function = compile_tuple([ts, *checked], ("_r0",))
     schema = Schema(tuple(fields), tuple(kind for _, kind in checked))
     return Compiled(partial(Map, function), schema, False)
 

@@ -18,22 +18,23 @@ from operators.record import Record
 class Map(Operator):
     kind = "map"
 
-    def __init__(self, function: Callable[[Record], tuple]):
-        """``function(record)`` returns the output fields after ``ts`` as a tuple (see
-        :func:`operators.expressions.compile_tuple`, which makes float fields exact and finite)."""
+    def __init__(self, function: Callable[[Record], Record]):
+        """``function(record)`` returns the output record, the input's ``ts`` first (see
+        :func:`operators.compile.compile_map`; :func:`operators.expressions.compile_tuple` makes
+        float fields exact and finite).  Built whole by one call, the output record is one tuple
+        allocation: about a fifth faster than adding ``ts`` to a tuple of fields (issue 12)."""
         super().__init__(1)
         self.function = function
 
     def on_batch(self, port: int, records: list[Record]) -> list[Record]:
-        function = self.function
         try:
-            return [(record[0], *function(record)) for record in records]
+            return list(map(self.function, records))
         except Exception:  # fall back to one record at a time to count the bad ones
             return [out for out in map(self._safe, records) if out is not None]
 
     def _safe(self, record: Record) -> Record | None:
         try:
-            return (record[0], *self.function(record))
+            return self.function(record)
         except Exception as error:
             self.count_error(record, error)
             return None
