@@ -17,7 +17,7 @@ from operators.aggregate import TimeWindowAggregate
 from operators.base import Operator
 from operators.count_aggregate import CountWindowAggregate
 from operators.errors import QueryError
-from operators.expressions import FieldRef, check_expression, compile_expression, compile_tuple
+from operators.expressions import FieldRef, check_expression, compile_expression, compile_selection, compile_tuple
 from operators.filter import Filter
 from operators.join import Join
 from operators.join_keys import split_join_keys
@@ -61,8 +61,10 @@ def _positive_int(value: Any, where: str) -> int:
 
 
 def compile_filter(name: str, params: Mapping, inputs: list[Schema], where: str) -> Compiled:
-    predicate = compile_expression(params.get("where"), scope_of(inputs[0]), where=f"{where} (where)")
-    return Compiled(partial(Filter, predicate.function), inputs[0], False)
+    scope = scope_of(inputs[0])
+    predicate = compile_expression(params.get("where"), scope, where=f"{where} (where)")
+    select = compile_selection(params["where"], scope, where=f"{where} (where)")
+    return Compiled(partial(Filter, predicate.function, select), inputs[0], False)
 
 
 def compile_map(name: str, params: Mapping, inputs: list[Schema], where: str) -> Compiled:

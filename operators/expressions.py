@@ -168,6 +168,23 @@ class Compiled:
     type: str
 
 
+def compile_selection(source: str, scope: Scope, *, where: str) -> Callable[[list], list]:
+    """A function of a list of records returning those for which ``source`` is true, in order.
+
+    The expression is inlined in one list comprehension, so a batch costs no Python call per
+    record (a third less than ``filter`` with a compiled predicate; issue 12).  It raises on the
+    first record whose evaluation fails: callers then evaluate record by record to count errors.
+
+    >>> from operators.expressions import FieldRef, compile_selection
+    >>> compile_selection("x > 1", {"x": FieldRef(0, 1, "int")}, where="example")([(0, 1), (1, 2), (2, 3)])
+    [(1, 2), (2, 3)]
+    """
+    body, _ = check_expression(source, scope, where=where)
+    record, batch = ast.Name("_r0", ast.Store()), ast.Name("_batch", ast.Load())
+    selection = ast.ListComp(ast.Name("_r0", ast.Load()), [ast.comprehension(record, batch, [body], 0)])
+    return _to_function(selection, ("_batch",))
+
+
 def compile_expression(source: str, scope: Scope, *, where: str, arity: int = 1) -> Compiled:
     """Check ``source`` against ``scope`` and compile it to a function of ``arity`` record tuples.
 

@@ -16,13 +16,17 @@ from operators.record import Record
 class Filter(Operator):
     kind = "filter"
 
-    def __init__(self, predicate: Callable[[Record], object]):
+    def __init__(self, predicate: Callable[[Record], object],
+                 select: Callable[[list[Record]], list[Record]] | None = None):
+        """``predicate(record)`` decides one record; ``select(records)``, if given, the records of a
+        batch that pass, all at once (:func:`operators.expressions.compile_selection`)."""
         super().__init__(1)
         self.predicate = predicate
+        self.select = select if select is not None else lambda records: list(filter(predicate, records))
 
     def on_batch(self, port: int, records: list[Record]) -> list[Record]:
         try:
-            return list(filter(self.predicate, records))
+            return self.select(records)
         except Exception:  # fall back to one record at a time to count the bad ones
             return [r for r in records if self._safe(r)]
 

@@ -1,6 +1,6 @@
 """Filter (§IV-D)."""
 
-from operators.compile import scope_of
+from operators.compile import compile_filter, scope_of
 from operators.expressions import compile_expression
 from operators.filter import Filter
 from operators.record import Schema
@@ -9,7 +9,13 @@ SCHEMA = Schema.of({"x": "int", "y": "int"})
 
 
 def make(where):
-    return Filter(compile_expression(where, scope_of(SCHEMA), where="test").function)
+    """As a query compiles it: a whole batch in one comprehension, record by record after an error."""
+    return compile_filter("f", {"where": where}, [SCHEMA], "test").factory()
+
+
+def test_a_predicate_alone_filters_the_same():
+    f = Filter(compile_expression("x > 1 and y != 0", scope_of(SCHEMA), where="test").function)
+    assert f.on_batch(0, [(1, 2, 1), (2, 1, 0), (3, 0, 5)]) == [(1, 2, 1)]
 
 
 def test_passes_matching_records_only():
