@@ -9,11 +9,16 @@ Two figures:
    runs the same scenario on another trace (e.g. a 30-day synthetic one from ``replicast trace
    synth``); the last columns extrapolate the measured rate to 30 simulated days.
 
+3. ``--items``: link items (everything one node sends to one node at once) and messages per
+   simulated second, by message kind, for sim-fig1 at each kmax — deterministic counts, not times,
+   so two versions of the node core compare exactly (default: the scenario's first 1800 s of the
+   Seattle trace; ``--duration-s`` and ``--trace`` as above).
+
 Each line also gives the run's CPU time (process time: what the run itself used; on the shared
 2-core machine wall time also counts waiting for a core) and the load average after it.
 
 Run: python3 benchmarks/simulator.py [--duration-s S] [--kmax 1 2 3 4 5] [--hops N] [--trace PATH]
-     [--no-network]
+     [--no-network] [--items]
 e.g. the 30-day case, measured over one simulated day:
      replicast trace synth --nodes 30 --duration 30d --out /tmp/synth30-30d
      python3 benchmarks/simulator.py --no-network --trace /tmp/synth30-30d --duration-s 86400 --kmax 3
@@ -65,6 +70,41 @@ def network_hops(n: int) -> float:
     return net.hops / (time.perf_counter() - start)
 
 
+def link_items(prepared: Prepared, kmax: list[int]) -> None:
+    """Print link items and messages per simulated second, by message kind, for each kmax."""
+    from collections import Counter
+
+    import simulator.run as run_module
+    from simulator.recorder import Recorder
+
+    kinds: Counter = Counter()
+
+    class Counting(Recorder):
+        def sent(self, src, dst, messages, now, delay):
+            for message in messages:
+                name = type(message).__name__
+                kinds[name if name != "Batch" or message.records else "Batch (punctuation only)"] += 1
+            super().sent(src, dst, messages, now, delay)
+
+    span = (prepared.end - prepared.start) / 1e6
+    names = ["Batch", "Batch (punctuation only)", "Ack", "Heartbeat"]
+    print(f"link items and messages per simulated second, sim-fig1, {span:.0f} simulated s of trace "
+          f"{prepared.scenario.trace} (deterministic counts):")
+    labels = ["batches/s", "punct-only/s", "acks/s", "heartbeats/s"]
+    print(f"{'kmax':>4} {'link items/s':>12} {'messages/s':>10}  " + "  ".join(f"{n:>12}" for n in labels))
+    plain, run_module.Recorder = run_module.Recorder, Counting
+    try:
+        for k in kmax:
+            kinds.clear()
+            s = run(prepared, k).summary
+            other = sum(v for n, v in kinds.items() if n not in names)
+            print(f"{k:>4} {s['hops'] / span:>12.1f} {s['messages'] / span:>10.1f}  "
+                  + "  ".join(f"{kinds[n] / span:>12.1f}" for n in names)
+                  + (f"  other {other / span:.1f}/s" if other else ""), flush=True)
+    finally:
+        run_module.Recorder = plain
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration-s", type=float, help="simulated seconds (default: the whole Seattle trace)")
@@ -72,7 +112,15 @@ def main() -> None:
     parser.add_argument("--hops", type=int, default=1_000_000, help="hops for the network-layer figure")
     parser.add_argument("--trace", help="trace name or directory instead of the scenario's (seattle)")
     parser.add_argument("--no-network", action="store_true", help="skip the network-layer figure")
+    parser.add_argument("--items", action="store_true",
+                        help="only count link items and messages per simulated second (default 1800 s)")
     args = parser.parse_args()
+    if args.items:
+        scenario = load_scenario(SCENARIO)
+        scenario.duration_s = args.duration_s or scenario.duration_s
+        scenario.trace = args.trace or scenario.trace
+        link_items(Prepared(scenario), args.kmax)
+        return
     print(f"load average at start: {_load()}")
     if not args.no_network:
         rates = [network_hops(args.hops) for _ in range(3)]    # best of 3: the machine is shared

@@ -7,6 +7,7 @@ Rules of this module:
    scripted congestion.  The network converts a trace frame once into a table of µs delays among
    its servers and keeps the current one at hand, so a send on a link without scripted faults costs
    a range check and two list indexes, not a trace lookup; links with faults cache their own delay.
+   :meth:`Network.delay_us` is the one path every delay takes (sends, held links, redials).
 2. Links are directed node pairs and FIFO, as on TCP: a message never arrives before one sent
    earlier on the same link (``arrival = max(send + delay, previous arrival)``).
 3. A missing sample (or a scripted cut) is an outage.  ``outage = "hold"``: the link keeps what is
@@ -18,7 +19,8 @@ Rules of this module:
    item.  Link items are plain timed calls of :class:`LinkEnvironment` (a SimPy environment that,
    like ``simpy.rt``, overrides only ``step``), not SimPy events: the earliest call due no later
    than SimPy's next event (timers, CPU, faults; a link item goes first on a tie) runs first.  A hop
-   costs a heap push and pop, not a SimPy Timeout (no process and no Store per message either).
+   costs a heap push and pop, not a SimPy Timeout (no process and no Store per message either);
+   :class:`LinkEnvironment` says what this costs in SimPy API and what it saves.
 5. Optional bandwidth (bits/s per link) serialises items on the link: a long batch delays the
    ones behind it.  Per-record processing cost (CPU) is :class:`Processing`, charged by the driver.
 
@@ -34,8 +36,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import simpy
-
-_push, _pop = heapq.heappush, heapq.heappop
 
 #: Outage behaviours (rule 3).
 OUTAGE_MODES = ("hold", "drop")
@@ -68,7 +68,7 @@ class FixedDelays:
 
 
 class Link:
-    """One directed node pair: FIFO state and a delay cache (its items wait in the network's heap)."""
+    """One directed node pair: FIFO state and a delay cache."""
 
     __slots__ = ("src", "dst", "a", "b", "ra", "rb", "last", "epoch", "frame_start", "frame_end", "delay", "busy",
                  "hold", "plain")
@@ -86,36 +86,46 @@ class Link:
 
 
 class LinkEnvironment(simpy.Environment):
-    """A SimPy environment that also runs plain timed calls from a heap of its own.
+    """A SimPy environment that also runs plain timed calls (:meth:`call_at`) from a heap of its own.
 
-    A message hop is the simulator's most frequent event; making a SimPy ``Timeout`` for each costs
-    several µs.  Like ``simpy.rt.RealtimeEnvironment``, this class changes one method, :meth:`step`:
-    the earliest call due no later than SimPy's next event runs first (so at equal times a link
-    item goes before a timer or fault), everything else is SimPy as usual.
+    Like ``simpy.rt.RealtimeEnvironment`` it overrides one method, :meth:`step`: the earliest call
+    due no later than SimPy's next event (:meth:`simpy.Environment.peek`) runs first, so at equal
+    times a link item goes before a timer or fault; everything else is SimPy as usual.
+
+    Why not a SimPy ``Timeout`` per link item (public API only): measured on sim-fig1, first 600 s
+    of Seattle at kmax 3 (323 675 link items, 87 000 CPU waits), alternating three times on one
+    machine, the run took 3.52-3.56 CPU s with these calls and 3.83-4.13 s with a ``Timeout`` per
+    item and per CPU wait (+12 %); the network layer alone (``benchmarks/simulator.py``) ran at
+    0.87 M hops/s against 0.56 M.  Why ``step`` reads SimPy's ``_queue`` instead of calling the
+    public :meth:`simpy.Environment.peek` after every call: the method call alone cost 0.37 µs
+    per hop (network layer alone, CPU time, best of 5: 0.79 M hops/s reading ``_queue``, 0.61 M
+    calling ``peek``), ~3 % of a sim-fig1 run.  And SimPy has no public way to advance the clock,
+    so ``step`` sets ``_now`` before running a call, as SimPy's own ``step`` does.  These two
+    attributes are all this class touches of SimPy's internals.
     """
 
     def __init__(self, initial_time: int = 0):
         super().__init__(initial_time)
-        self._calls: list = []       # (when, seq, function, args); seq keeps equal times FIFO
-        self._call_seq = itertools.count()
+        self.calls: list = []        # (when, seq, function, args); seq keeps equal times FIFO
+        self.call_seq = itertools.count()
 
     def call_at(self, when: int, function: Callable, *args: Any) -> None:
         """Run ``function(*args)`` at simulated time ``when`` (≥ now)."""
-        _push(self._calls, (when, next(self._call_seq), function, args))
+        heapq.heappush(self.calls, (when, next(self.call_seq), function, args))
 
     def peek(self) -> float:
-        calls = self._calls
+        calls = self.calls
         nxt = super().peek()
         return calls[0][0] if calls and calls[0][0] <= nxt else nxt
 
     def step(self) -> None:
-        calls, queue = self._calls, self._queue
+        calls, queue = self.calls, self._queue
         if not calls or (queue and queue[0][0] < calls[0][0]):
             super().step()
             return
         # Run every call due no later than SimPy's next event in one go; a call may schedule SimPy
         # events (timers), so the queue head is read again after each one.
-        pop = _pop
+        pop = heapq.heappop
         while True:
             when, _, function, args = pop(calls)
             self._now = when
@@ -144,7 +154,6 @@ class Network:
         self.messages = 0          # messages inside them
         if not isinstance(env, LinkEnvironment):
             raise TypeError("Network needs a simulator.network.LinkEnvironment")
-        self._calls, self._seq = env._calls, env._call_seq    # send() inlines env.call_at (a hop's cost)
         # Traces with frames: one-way delays (µs, None = outage) among our servers, a frame at a
         # time, as Python lists (a numpy lookup per link and frame would cost more than the hop).
         # ``_frame_cols`` picks our servers' rows/columns out of a trace frame.
@@ -152,8 +161,8 @@ class Network:
         self._rows = {index: row for row, index in enumerate(ordered)} if hasattr(trace, "frame") else None
         self._frame_cols = np.array(ordered, dtype=np.intp)
         self._frames: OrderedDict[int, list[list[int | None]]] = OrderedDict()
-        # The frame table of the latest lookup and when it holds (``send``'s fast path for links
-        # without scripted faults); empty until the first lookup, and always for traces without frames.
+        # The frame table of the latest lookup and when it holds (the fast path of links without
+        # scripted faults); empty until the first lookup, and always for traces without frames.
         self._table_start = self._table_end = -1
         self._table: list[list[int | None]] = []
         #: The one-way delay the link had when :meth:`send` was last called (None: an outage), for
@@ -190,11 +199,19 @@ class Network:
 
     def delay_us(self, src: str, dst: str, now: int) -> int | None:
         """One-way delay of a message sent at ``now`` (None = outage); see rule 1."""
-        return self._delay(self.link(src, dst), now)
+        return self._delay(self.links.get((src, dst)) or self.link(src, dst), now)
 
     def _delay(self, link: Link, now: int) -> int | None:
+        """The one delay path: the current frame table, else the link's cache, else a lookup."""
+        if link.plain and self._table_start <= now < self._table_end:
+            return self._table[link.ra][link.rb]
         if link.frame_start <= now < link.frame_end:
             return link.delay
+        return self._lookup(link, now)
+
+    def _lookup(self, link: Link, now: int) -> int | None:
+        """Rule 1 from the trace (and the link's scripted faults); caches the answer on the link
+        until its frame or fault window ends, and the frame's table on the network."""
         t = now - self.origin
         if t < 0:
             t = 0
@@ -253,7 +270,7 @@ class Network:
         """The first time at or after ``now`` when ``src -> dst`` has a delay (None: never again)."""
         link = self.link(src, dst)
         t = now
-        while self._delay(link, t) is None:
+        while self._lookup(link, t) is None:    # walks the link's windows: needs frame_end
             if link.frame_end >= NEVER:
                 return None
             t = link.frame_end
@@ -263,13 +280,7 @@ class Network:
     def send(self, src: str, dst: str, items: list, now: int, size_bytes: int = 0) -> bool:
         """Put ``items`` on the link ``src -> dst`` at ``now``; False if refused (drop-mode outage)."""
         link = self.links.get((src, dst)) or self.link(src, dst)
-        if self._table_start <= now < self._table_end and link.plain:
-            delay = self._table[link.ra][link.rb]
-        elif link.frame_start <= now < link.frame_end:
-            delay = link.delay
-        else:
-            delay = self._delay(link, now)
-        self.sent_delay = delay
+        delay = self.sent_delay = self._delay(link, now)
         start = now
         if delay is None:
             if self.outage == "drop":
@@ -285,7 +296,7 @@ class Network:
         if arrival < link.last:
             arrival = link.last
         link.last = arrival
-        _push(self._calls, (arrival, next(self._seq), self._arrive, (link, link.epoch, items)))   # env.call_at inlined
+        self.env.call_at(arrival, self._arrive, link, link.epoch, items)
         return True
 
     def _held(self, link: Link, now: int) -> tuple[int | None, int]:
@@ -297,7 +308,7 @@ class Network:
         since, until, delay = link.hold
         if since <= now < until:
             return until if until < NEVER else None, delay
-        self._delay(link, now)
+        self._lookup(link, now)
         since = link.frame_start
         until = self.recovery_us(link.src, link.dst, now)
         delay = self._delay(link, until) if until is not None else 0
