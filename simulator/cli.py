@@ -51,6 +51,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="run up to N kmax values at once, each in its own worker process (default: one per "
                              "kmax value, at most the number of CPUs; 1: one after the other in this process)")
+    parser.add_argument("--trace", metavar="TRACE", help="replay this trace (a name or a trace directory) instead of "
+                        "the scenario's; unless --duration-s is given, the whole of it")
+    parser.add_argument("--deployment", action="append", metavar="KIND",
+                        help="deployment kind to run (repeatable; default: the scenario's)")
+    parser.add_argument("--segments", type=int, metavar="N",
+                        help="split each run into N time segments simulated independently, each started a warmup "
+                             "earlier, and merge them (docs/simulator.md, 'Time segments'); writes one dataset "
+                             "partitioned by kmax, deployment and segment")
+    parser.add_argument("--warmup-s", type=float, metavar="S",
+                        help="with --segments: the warmup (default: derived from the scenario and the trace)")
+    parser.add_argument("--spark", nargs="?", const="local[*]", metavar="MASTER",
+                        help="run the kmax values, deployments and segments as Spark tasks on MASTER (default "
+                             "local[*]; e.g. spark://host:7077) and summarise the dataset with PySpark")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(run=run)
 
@@ -77,6 +90,14 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario is None and not path.is_file():
         raise ReplicastError(f"the default scenario {path} is missing; pass a scenario file (docs/simulator.md)")
     scenario = load_scenario(path)
+    if args.trace:
+        scenario.trace = args.trace
+        scenario.duration_s = None            # the scenario's duration was chosen for its own trace
+    if args.deployment:
+        from simulator.scenario import DEPLOYMENTS
+        bad = [d for d in args.deployment if d not in DEPLOYMENTS]
+        if bad:
+            raise ReplicastError(f"--deployment must be one of {', '.join(DEPLOYMENTS)}, got {bad[0]!r}")
     if args.duration_s is not None:
         if args.duration_s <= 0:
             raise ReplicastError(f"--duration-s must be positive, got {args.duration_s}")
@@ -94,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
     out = args.out or Path("out") / "simulate" / scenario.name
+    if args.segments is not None or args.spark is not None or args.deployment:
+        if args.check:
+            raise ReplicastError("--check compares whole runs; it cannot be combined with --segments, --spark or "
+                                 "--deployment")
+        return _sweep(args, scenario, path, out)
     # Built here even when workers build their own: a bad scenario fails before any process starts,
     # and the log line and plot title need the servers.
     prepared = Prepared(scenario)
@@ -131,6 +157,44 @@ def run(args: argparse.Namespace) -> int:
               f"{s['wall_s']:.1f} s wall")
     print(f"wrote {out}/ (deliveries.parquet, bandwidth.parquet, summary.json per kmax) and {png}")
     return 1 if failures else 0
+
+
+def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> int:
+    """kmax × deployment × segment tasks, locally or on Spark, into one dataset under ``out``."""
+    import shutil
+
+    from simulator import sweep, sweep_local
+    from simulator.run import Prepared
+
+    segments = args.segments or 1
+    if args.warmup_s is not None and args.warmup_s < 0:
+        raise ReplicastError(f"--warmup-s must not be negative, got {args.warmup_s}")
+    prepared = Prepared(scenario)
+    deployments = tuple(dict.fromkeys(args.deployment or [scenario.deployment]))
+    warmup = None if args.warmup_s is None else round(args.warmup_s * 1e6)
+    tasks, warmup = sweep.plan_tasks(prepared, scenario.kmax, deployments, segments, warmup)
+    span = (prepared.end - prepared.start) / 1e6
+    for table in sweep.TABLES:
+        shutil.rmtree(out / table, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    log.info("scenario %s: %d servers of trace %s, %.0f s simulated, kmax %s, %s deployment, %d segment(s) with "
+             "%.0f s warmup: %d tasks %s", scenario.name, len(prepared.servers), scenario.trace, span,
+             ", ".join(map(str, scenario.kmax)), "/".join(deployments), segments, warmup / 1e6, len(tasks),
+             f"on Spark {args.spark}" if args.spark else "in local worker processes")
+    if args.spark:
+        from simulator import spark as on_spark
+        summaries = on_spark.run_tasks(args.spark, scenario, tasks, out, progress=not args.no_progress)
+        runs, histograms = on_spark.summarise(args.spark, out, summaries, scenario, span)
+    else:
+        jobs = min(args.jobs or _cpus(), len(tasks))
+        summaries = sweep_local.run_local(scenario, tasks, out, jobs, progress=not args.no_progress)
+        runs, histograms = sweep.merge(out, summaries, scenario, span)
+    shutil.rmtree(out / "_tasks", ignore_errors=True)
+    title = (f"{scenario.name}: {len(prepared.servers)} servers, trace {scenario.trace}, "
+             f"{'/'.join(deployments)} deployment")
+    png = sweep_local.write_outputs(out, path, runs, histograms, title)
+    sweep_local.print_runs(runs, out, png)
+    return 0
 
 
 def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: bool = False,

@@ -11,9 +11,14 @@
 
 Delivery columns are kept as compact arrays (int64 times; ``app`` and ``path`` as codes into small
 dictionaries), about 24 bytes per delivered record; the bandwidth rows of a time bucket are compact
-arrays too once the bucket is over (36 bytes per stream replica and bucket, not ~250 in a dict of
-lists).  A month of sim-fig1 at kmax 3 (~155 M deliveries, ~14 M bandwidth rows) thus needs about
-4.3 GB for its outputs; the arrays become Arrow tables once, at the end.
+arrays too once the bucket is over (36 bytes per stream replica and bucket).  Given a ``sink``
+directory, the recorder streams both tables there (``pyarrow.parquet.ParquetWriter``, a row group
+per :data:`SPILL_ROWS` rows) as they are made, so its memory is bounded by that, not by the run's
+duration; without one it keeps them and builds the tables at the end (small runs, tests).
+
+``keep = (begin, end)`` (a time segment, :mod:`simulator.segments`) keeps only deliveries whose
+``ts`` and bandwidth buckets whose start fall in ``[begin, end)``.  :attr:`Recorder.totals` sums
+what was kept (counts per application, records, bytes and cost per stream kind) for the summary.
 """
 
 from __future__ import annotations
@@ -32,15 +37,30 @@ from engine.messages import Batch
 from engine.node import DeadLetter, Delivered
 from engine.wire import batch_frame_size, batch_header_size, encode
 from operators.record import CLOSED
+from simulator import latency as latency_stats
 from simulator.driver import Observer
+
+#: Rows of a table the streaming recorder holds before writing them out (~24 MB of deliveries).
+SPILL_ROWS = 1 << 20
+DELIVERY_SCHEMA = pa.schema([("app", pa.dictionary(pa.int32(), pa.string())), ("ts", pa.int64()),
+                             ("arrival", pa.int64()), ("latency_us", pa.int64()),
+                             ("path", pa.dictionary(pa.int32(), pa.string()))])
+BANDWIDTH_SCHEMA = pa.schema([("t_us", pa.int64()), ("stream", pa.dictionary(pa.int32(), pa.string())),
+                              ("records", pa.int64()), ("bytes", pa.int64()), ("cost", pa.float64())])
 
 
 class Recorder(Observer):
     """Collects a run's outputs; ``done`` (a SimPy event) fires when every application is closed."""
 
     def __init__(self, applications: list[str], network, bucket_us: int = 60_000_000, keep_records: bool = False,
-                 done=None):
+                 done=None, *, sink: Path | None = None, keep: tuple[int, int] | None = None):
         self.apps = applications
+        self.sink, self.keep = sink, keep
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._closed = False
+        #: What was kept so far: deliveries per application, latency histogram, and per stream
+        #: kind ("data" or "control") records, bytes and cost (records/s × one-way ms, summed).
+        self.totals = Totals()
         self.network = network
         self.bucket_us = bucket_us
         self.keep_records = keep_records
@@ -73,6 +93,8 @@ class Recorder(Observer):
             self.ts_col.extend([r[0] for r in event.records])
             self.arrival_col.extend(repeat(event.now, n))
             self.path_col.extend(repeat(path, n))
+            if self.sink is not None and len(self.ts_col) >= SPILL_ROWS:
+                self._spill_deliveries()
             if self.keep_records:
                 self.outputs[event.app].extend(event.records)
         if event.punctuation == CLOSED and event.app not in self.closed:
@@ -114,11 +136,27 @@ class Recorder(Observer):
 
     # -- tables ---------------------------------------------------------------------------------
     def deliveries(self) -> pa.Table:
+        """The kept deliveries (read back from the sink once :meth:`close` has written them)."""
+        if self.sink is not None:
+            self.close()
+            return _read(self.sink / "deliveries.parquet", DELIVERY_SCHEMA)
+        return self._delivery_table()
+
+    def _delivery_table(self) -> pa.Table:
+        """The buffered delivery rows as a table (only those in the ``keep`` window)."""
         ts = pa.array(np.frombuffer(self.ts_col, np.int64))
         arrival = pa.array(np.frombuffer(self.arrival_col, np.int64))
-        return pa.table({"app": _dictionary(self.app_col, self._apps), "ts": ts,
-                         "arrival": arrival, "latency_us": pc.subtract(arrival, ts),
-                         "path": _dictionary(self.path_col, {" > ".join(p): i for p, i in self._paths.items()})})
+        table = pa.table({"app": _dictionary(self.app_col, self._apps), "ts": ts,
+                          "arrival": arrival, "latency_us": pc.subtract(arrival, ts),
+                          "path": _dictionary(self.path_col, {" > ".join(p): i for p, i in self._paths.items()})})
+        return _within(table, "ts", self.keep)
+
+    def _spill_deliveries(self) -> None:
+        table = self._delivery_table()
+        self.totals.add_deliveries(table)
+        self._write("deliveries.parquet", table, DELIVERY_SCHEMA)
+        # New arrays, not cleared ones: the table's columns still view the old ones' buffers.
+        self.app_col, self.ts_col, self.arrival_col, self.path_col = array("i"), array("q"), array("q"), array("i")
 
     def _flush(self) -> None:
         """Move the current bucket's rows into the columns."""
@@ -130,35 +168,119 @@ class Recorder(Observer):
             self.bytes_col.append(counts[1])
             self.cost_col.append(counts[2])
         self._row = {}
+        if self.sink is not None and len(self.bucket_col) >= SPILL_ROWS:
+            self._spill_bandwidth()
 
     def bandwidth(self) -> pa.Table:
-        """One row per time bucket and stream replica that carried something, by time then name."""
-        code, row = self._code, self._row
-        for key in row:                     # the current bucket's rows, without closing it
-            code.setdefault(key, len(code))
-        bucket = np.concatenate([np.frombuffer(self.bucket_col, np.int64), np.full(len(row), self._bucket, np.int64)])
-        stream = np.concatenate([np.frombuffer(self.stream_col, np.int32),
-                                 np.array([code[key] for key in row], np.int32)])
-        columns = [np.concatenate([np.frombuffer(column, dtype), np.array([c[i] for c, _ in row.values()], dtype)])
-                   for i, (column, dtype) in enumerate([(self.records_col, np.int64), (self.bytes_col, np.int64),
-                                                        (self.cost_col, np.float64)])]
+        """One row per time bucket and stream replica that carried something, by time then name
+        (read back from the sink once :meth:`close` has written it)."""
+        if self.sink is not None:
+            self.close()
+            return _read(self.sink / "bandwidth.parquet", BANDWIDTH_SCHEMA)
+        self._flush()
+        self._bucket = -1
+        return self._bandwidth_table()
+
+    def _bandwidth_table(self) -> pa.Table:
+        """The finished buckets' rows (only those in the ``keep`` window), by time then name."""
+        code = self._code
+        bucket = np.frombuffer(self.bucket_col, np.int64)
+        stream = np.frombuffer(self.stream_col, np.int32)
         names = np.array([key if key == "control" else _stream_name(self._streams[key]) for key in code] or [""],
                          dtype=object)
         rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")    # code -> place in name order
         order = np.lexsort((rank[stream], bucket))
         seconds = self.bucket_us / 1e6
-        return pa.table({
+        table = pa.table({
             "t_us": pa.array(bucket[order] * self.bucket_us),
             "stream": pa.array(names[stream[order]], pa.string()).dictionary_encode(),
-            "records": pa.array(columns[0][order]),
-            "bytes": pa.array(columns[1][order]),
-            "cost": pa.array(columns[2][order] / seconds),
+            "records": pa.array(np.frombuffer(self.records_col, np.int64)[order]),
+            "bytes": pa.array(np.frombuffer(self.bytes_col, np.int64)[order]),
+            "cost": pa.array(np.frombuffer(self.cost_col, np.float64)[order] / seconds),
         })
+        return _within(table, "t_us", self.keep)
+
+    def _spill_bandwidth(self) -> None:
+        table = self._bandwidth_table()
+        self.totals.add_bandwidth(table)
+        self._write("bandwidth.parquet", table, BANDWIDTH_SCHEMA)
+        self.bucket_col, self.stream_col = array("q"), array("i")
+        self.records_col, self.bytes_col, self.cost_col = array("q"), array("q"), array("d")
+
+    def _write(self, name: str, table: pa.Table, schema: pa.Schema) -> None:
+        writer = self._writers.get(name)
+        if writer is None:
+            self.sink.mkdir(parents=True, exist_ok=True)
+            writer = self._writers[name] = pq.ParquetWriter(self.sink / name, schema, compression="zstd")
+        if table.num_rows:
+            writer.write_table(table.cast(schema))
+
+    def close(self) -> None:
+        """Write what is left and close the sink's files (both exist afterwards, maybe empty).
+        Without a sink: account the kept rows in :attr:`totals`."""
+        if self._closed:
+            return
+        self._closed = True
+        self._flush()
+        self._bucket = -1
+        if self.sink is None:
+            self.totals.add_deliveries(self._delivery_table())
+            self.totals.add_bandwidth(self._bandwidth_table())
+            return
+        self._spill_deliveries()
+        self._spill_bandwidth()
+        for name, schema in (("deliveries.parquet", DELIVERY_SCHEMA), ("bandwidth.parquet", BANDWIDTH_SCHEMA)):
+            self._write(name, schema.empty_table(), schema)
+            self._writers.pop(name).close()
 
     def write(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         pq.write_table(self.deliveries(), out_dir / "deliveries.parquet")
         pq.write_table(self.bandwidth(), out_dir / "bandwidth.parquet")
+
+
+class Totals:
+    """Sums over the kept rows, enough for a run's summary without reading its tables again."""
+
+    def __init__(self):
+        self.per_app: dict[str, int] = {}
+        self.histogram = latency_stats.Histogram()
+        self.latency_sum = 0            # µs, for the mean
+        self.latency_max: int | None = None
+        self.data = [0, 0, 0.0]         # records, bytes, cost of data streams
+        self.control_bytes = 0
+
+    @property
+    def delivered(self) -> int:
+        return sum(self.per_app.values())
+
+    def add_deliveries(self, table: pa.Table) -> None:
+        for row in pc.value_counts(table.column("app")).to_pylist():
+            self.per_app[row["values"]] = self.per_app.get(row["values"], 0) + row["counts"]
+        latency = table.column("latency_us").to_numpy()
+        if len(latency):
+            self.histogram.add(latency)
+            self.latency_sum += int(latency.sum())
+            self.latency_max = max(int(latency.max()), self.latency_max or 0)
+
+    def add_bandwidth(self, table: pa.Table) -> None:
+        control = pc.equal(table.column("stream").cast(pa.string()), "control")
+        data = table.filter(pc.invert(control))
+        self.data[0] += pc.sum(data.column("records")).as_py() or 0
+        self.data[1] += pc.sum(data.column("bytes")).as_py() or 0
+        self.data[2] += pc.sum(data.column("cost")).as_py() or 0.0
+        self.control_bytes += pc.sum(table.filter(control).column("bytes")).as_py() or 0
+
+
+def _within(table: pa.Table, column: str, keep: tuple[int, int] | None) -> pa.Table:
+    if keep is None:
+        return table
+    values = table.column(column)
+    return table.filter(pc.and_(pc.greater_equal(values, keep[0]), pc.less(values, keep[1])))
+
+
+def _read(path: Path, schema: pa.Schema) -> pa.Table:
+    return pq.read_table(path).cast(schema) if path.is_file() else schema.empty_table()
 
 
 def _dictionary(codes: array, values: dict[str, int]) -> pa.DictionaryArray:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from engine.events import read_events
 from engine.node import NodeOptions
@@ -25,7 +26,9 @@ from simulator.deploy import deploy
 from simulator.driver import Simulation
 from simulator.network import Processing
 from simulator.recorder import Recorder
+from simulator.latency import quantiles
 from simulator.scenario import Scenario, ScenarioError
+from simulator.segments import Segment
 from simulator.sources import Source, messages, payload, reference_records
 from traces.store import TraceStore
 
@@ -107,37 +110,58 @@ def build_sources(scenario: Scenario, query: Query, servers: dict[str, int]) -> 
 
 
 def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: bool = False,
-        desc: str = "", on_progress: Callable[[int, int], None] | None = None) -> RunResult:
+        desc: str = "", on_progress: Callable[[int, int], None] | None = None, segment: Segment | None = None,
+        sink: Path | None = None, deployment: str | None = None) -> RunResult:
     """Simulate ``prepared`` at degree ``kmax``; see the module docstring.
 
     ``progress`` shows a tqdm bar in simulated seconds.  ``on_progress(done_s, total_s)``, if given,
     is called after each of the ~200 slices of the event loop and once at the end with
     ``done_s == total_s``; it may raise to abort the run (``replicast simulate`` forwards it from
     worker processes to the parent's bars and stops the other runs this way after an error).
+    ``segment`` runs one time segment of the run (:mod:`simulator.segments`); ``sink`` streams
+    the deliveries and bandwidth tables to Parquet files in that directory as they are made
+    (:class:`~simulator.recorder.Recorder`); ``deployment`` replaces the scenario's kind.
     """
     scenario, query = prepared.scenario, prepared.query
+    if deployment is not None and deployment != scenario.deployment:
+        scenario = replace(scenario, deployment=deployment)
     placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax)
     options = NodeOptions(punctuation_us=round(scenario.punctuation_ms * 1000),
                           heartbeat_us=round(scenario.heartbeat_ms * 1000),
                           peer_timeout_us=round(scenario.peer_timeout_ms * 1000),
                           entry_modes={s: scenario.entry_mode for s in query.streams})
+    begin = prepared.start if segment is None else segment.warm
+    end = prepared.end if segment is None else segment.stop
+    closes = end >= prepared.end                  # this run ends as the whole run does
     processing = Processing(scenario.processing_us)
-    sim = Simulation(query, placement, prepared.trace, prepared.servers, options=options, start_us=prepared.start,
+    sim = Simulation(query, placement, prepared.trace, prepared.servers, options=options, start_us=begin,
                      outage=scenario.outage, processing=processing, origin_us=prepared.origin,
                      bandwidth_bps=scenario.bandwidth_mbps * 1e6 if scenario.bandwidth_mbps else None)
     done = sim.env.event()
-    recorder = Recorder(list(query.applications), sim.network, round(scenario.bucket_s * 1e6), keep_records, done)
+    keep = None
+    if segment is not None:       # the first and last segments also keep what lies before / after the run
+        keep = (segment.begin if segment.index else -2**62, segment.end if segment.index < segment.count - 1 else 2**62)
+    recorder = Recorder(list(query.applications), sim.network, round(scenario.bucket_s * 1e6), keep_records, done,
+                        sink=sink, keep=keep)
     sim.observer = recorder
     inputs: dict[str, list[Record]] = {s: [] for s in query.streams}
     for source in prepared.sources:
-        _start_source(sim, prepared, source, inputs if keep_records else None)
+        _start_source(sim, prepared, source, inputs if keep_records else None, begin, end, closes)
     _schedule_faults(sim, scenario, placement, processing, prepared.start)
-    limit = prepared.end + round(scenario.drain_s * 1e6)
+    limit = prepared.end + round(scenario.drain_s * 1e6) if closes else end
     wall = time.perf_counter()
     _run(sim, done, limit, progress, desc or f"kmax={kmax}", on_progress)
     wall = time.perf_counter() - wall
+    recorder.close()
     result = RunResult(kmax, placement, recorder, inputs)
-    result.summary = summarise(result, sim, prepared, wall, completed=done.triggered)
+    seconds = (prepared.end - prepared.start if segment is None else segment.end - segment.begin) / 1e6
+    result.summary = summarise(result, sim, prepared, wall, completed=done.triggered or not closes, begin=begin,
+                               seconds=seconds)
+    if segment is not None:
+        result.summary["segment"] = {"index": segment.index, "count": segment.count, "begin_us": segment.begin,
+                                     "end_us": segment.end, "warm_us": segment.warm, "stop_us": segment.stop}
+    if deployment is not None:
+        result.summary["deployment"] = scenario.deployment
     return result
 
 
@@ -162,14 +186,15 @@ def _run(sim: Simulation, done, limit: int, progress: bool, desc: str,
         on_progress(total, total)
 
 
-def _start_source(sim: Simulation, prepared: Prepared, source: Source, inputs: dict | None) -> None:
+def _start_source(sim: Simulation, prepared: Prepared, source: Source, inputs: dict | None, begin: int, end: int,
+                  closes: bool) -> None:
     trace, servers = prepared.trace, prepared.servers
     origin = prepared.origin
 
     def rtt(a: str, b: str, t: int) -> float | None:
         return trace.latency_ms(servers[a], servers[b], max(0, t - origin))
 
-    items = messages(source, prepared.start, prepared.end, rtt)
+    items = messages(source, prepared.start, end, rtt, begin=begin, close=closes)
     schema = prepared.query.streams[source.stream].schema
 
     def fire(event=None, message=None) -> None:
@@ -226,37 +251,51 @@ def _schedule_faults(sim: Simulation, scenario: Scenario, placement, processing:
             sim.processing = processing
 
 
-def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: float, completed: bool) -> dict[str, Any]:
-    table = result.recorder.deliveries()
-    latency = table.column("latency_us").to_numpy()
-    per_app = {row["values"]: row["counts"] for row in pc.value_counts(table.column("app")).to_pylist()}
-    bandwidth = result.recorder.bandwidth().to_pandas()
-    data = bandwidth[bandwidth["stream"].astype(str) != "control"]
-    seconds = (prepared.end - prepared.start) / 1e6
+def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: float, completed: bool,
+              begin: int | None = None, seconds: float | None = None) -> dict[str, Any]:
+    """The run's ``summary.json`` from the recorder's totals (the recorder is closed); ``seconds``
+    is the time the network cost is averaged over (default: the run's)."""
+    recorder = result.recorder
+    totals = recorder.totals
+    seconds = seconds or (prepared.end - prepared.start) / 1e6
+    begin = prepared.start if begin is None else begin
     return {
         "kmax": result.kmax,
         "completed": completed,
-        "simulated_s": (sim.env.now - prepared.start) / 1e6,
+        "simulated_s": (sim.env.now - begin) / 1e6,
         "wall_s": round(wall, 3),
         "hops": sim.network.hops,
         "messages": sim.network.messages,
         "hops_per_s": round(sim.network.hops / wall) if wall else None,
-        "delivered": int(len(latency)),
-        "per_app": dict(sorted(per_app.items())),
-        "latency_ms": _quantiles(latency),
-        "records_sent": int(data["records"].sum()),
-        "bytes_sent": int(bandwidth["bytes"].sum()),
-        "data_bytes_sent": int(data["bytes"].sum()),
-        "network_cost": round(float(data["cost"].sum()) * prepared.scenario.bucket_s / seconds, 3),
-        "dead_letters": result.recorder.dead_letters,
+        "delivered": totals.delivered,
+        "per_app": dict(sorted(totals.per_app.items())),
+        "latency_ms": latency_summary(totals, _latency_columns(recorder)),
+        "records_sent": int(totals.data[0]),
+        "bytes_sent": int(totals.data[1] + totals.control_bytes),
+        "data_bytes_sent": int(totals.data[1]),
+        "network_cost": round(float(totals.data[2]) * prepared.scenario.bucket_s / seconds, 3),
+        "dead_letters": recorder.dead_letters,
         "placement": result.placement,
     }
 
 
-def _quantiles(latency: np.ndarray) -> dict[str, float | None]:
-    if not len(latency):
+def _latency_columns(recorder: Recorder):
+    """The kept latencies in chunks: from the sink's file a row group at a time, or in memory."""
+    if recorder.sink is None:
+        yield recorder.deliveries().column("latency_us").to_numpy()
+        return
+    with pq.ParquetFile(recorder.sink / "deliveries.parquet") as file:
+        for group in range(file.num_row_groups):
+            yield file.read_row_group(group, columns=["latency_us"]).column(0).to_numpy()
+
+
+def latency_summary(totals: Any, columns) -> dict[str, float | None]:
+    """Mean, quantiles and max in ms of the latencies ``totals`` counted (``columns``: the same
+    latencies, read once more for the exact quantiles)."""
+    n = totals.histogram.total
+    if not n:
         return {"mean": None, **{f"p{q * 100:g}": None for q in QUANTILES}, "max": None}
-    values = np.quantile(latency, QUANTILES) / 1000.0
-    return {"mean": round(float(latency.mean()) / 1000.0, 3),
-            **{f"p{q * 100:g}": round(float(v), 3) for q, v in zip(QUANTILES, values)},
-            "max": round(float(latency.max()) / 1000.0, 3)}
+    values = quantiles(totals.histogram, columns, QUANTILES)
+    return {"mean": round(totals.latency_sum / n / 1000.0, 3),
+            **{f"p{q * 100:g}": round(v / 1000.0, 3) for q, v in zip(QUANTILES, values)},
+            "max": round(totals.latency_max / 1000.0, 3)}

@@ -47,25 +47,31 @@ class Source:
         return random.Random(zlib.crc32(f"{self.seed}/{self.stream}/{self.server}".encode()))
 
 
-def messages(source: Source, start: int, end: int, trace_rtt) -> Iterator[tuple[int, list[dict]]]:
+def messages(source: Source, start: int, end: int, trace_rtt, *, begin: int | None = None,
+             close: bool = True) -> Iterator[tuple[int, list[dict]]]:
     """``(when, items)`` payloads of ``source`` in ``[start, end)``, then a CLOSED punctuation.
 
     Items are what an entry point accepts (:mod:`engine.entry`): record dicts (with ``ts`` when
     source-stamped) and ``{"punctuation": p}``.  ``trace_rtt(a, b, t)`` is the RTT (ms) a ``ping``
-    source reports, or None during an outage.
+    source reports, or None during an outage.  A time segment (:mod:`simulator.segments`) asks
+    for the payloads from ``begin`` on, generated from ``start`` as always (the same records, the
+    same punctuations, the same random walk), and without the CLOSED punctuation unless it ends
+    the run (``close``).
     """
+    begin = start if begin is None else begin
     if source.kind == "events":
         names = source.names
         for when, records, punctuation in source_messages(source.records, source.punctuation_us):
             if when >= end:
                 break
-            if punctuation == CLOSED:
+            if punctuation == CLOSED or when < begin:
                 continue
             items: list[dict] = [{"ts": r[0], **dict(zip(names, r[1:]))} for r in records]
             if punctuation is not None:
                 items.append({"punctuation": punctuation})
             yield when, items
-        yield max(start, min(end, source.records[-1][0] + 1 if source.records else start)), [{"punctuation": CLOSED}]
+        if close:
+            yield max(begin, min(end, source.records[-1][0] + 1 if source.records else start)), [{"punctuation": CLOSED}]
         return
     rng = source.rng()
     phase = rng.randrange(source.period_us)    # sources are not synchronised
@@ -74,11 +80,11 @@ def messages(source: Source, start: int, end: int, trace_rtt) -> Iterator[tuple[
     while when < end:
         if source.kind == "cpu":
             load = min(1.0, max(0.0, load + rng.uniform(-0.1, 0.1)))
-            items = [{"server": source.server, "load": round(load, 3)}]
+            items = [{"server": source.server, "load": round(load, 3)}] if when >= begin else []
         else:
             peer = source.peers[turn % len(source.peers)]
             turn += 1
-            rtt = trace_rtt(source.server, peer, when)
+            rtt = trace_rtt(source.server, peer, when) if when >= begin else None
             items = [] if rtt is None else [{"src": source.server, "dst": peer, "rtt_ms": round(rtt, 3)}]
         if source.stamped:
             items = [{"ts": when, **item} for item in items]
@@ -86,9 +92,10 @@ def messages(source: Source, start: int, end: int, trace_rtt) -> Iterator[tuple[
             if window != last_window:          # §IV-A: every later record of this source has ts > when
                 items.append({"punctuation": when})
                 last_window = window
-        yield when, items
+        if when >= begin:
+            yield when, items
         when += source.period_us
-    if source.stamped:
+    if source.stamped and close:
         yield end, [{"punctuation": CLOSED}]
 
 
