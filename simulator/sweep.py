@@ -60,13 +60,27 @@ def plan_tasks(prepared: Any, kmax: tuple[int, ...], deployments: tuple[str, ...
     return tasks, warmup_us
 
 
+_PREPARED: dict[Any, Any] = {}       # per process: the scenario's shared parts, built once
+
+
+def prepared_for(scenario: Any) -> Any:
+    """The scenario's :class:`~simulator.run.Prepared`, reused by the tasks a worker runs."""
+    from simulator.run import Prepared
+
+    key = (str(scenario.path), scenario.trace, scenario.duration_s, scenario.start_s)
+    if key not in _PREPARED:
+        _PREPARED.clear()                # one at a time: each holds trace chunks
+        _PREPARED[key] = Prepared(scenario)
+    return _PREPARED[key]
+
+
 def run_task(scenario: Any, task: Task, out: Path, *, prepared: Any = None,
              on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Simulate ``task`` and write its partition of the dataset; its summary with the totals
     :func:`merge` needs (``_histogram``: sparse latency histogram)."""
-    from simulator.run import Prepared, run
+    from simulator.run import run
 
-    prepared = prepared or Prepared(scenario)
+    prepared = prepared or prepared_for(scenario)
     work = Path(out) / "_tasks" / task.partition().replace("/", "-")
     shutil.rmtree(work, ignore_errors=True)
     result = run(prepared, task.kmax, segment=task.segment, sink=work, deployment=task.deployment,

@@ -23,9 +23,6 @@ from simulator.sweep import Task, run_task
 
 log = logging.getLogger("replicast.simulate")
 
-_PREPARED: dict[Any, Any] = {}       # per worker process: the scenario's shared parts, built once
-
-
 def run_local(scenario: Any, tasks: list[Task], out: Path, jobs: int, progress: bool) -> list[dict[str, Any]]:
     """Every task, at most ``jobs`` at once; their summaries in task order."""
     import multiprocessing
@@ -66,15 +63,8 @@ def _drain(reports: Any, done: dict[int, int], bar: Any) -> None:
 
 
 def _work(scenario: Any, task: Task, out: Path, index: int, reports: Any) -> dict[str, Any]:
-    from simulator.run import Prepared
-
-    key = (str(scenario.path), scenario.trace, scenario.duration_s)
-    if key not in _PREPARED:
-        _PREPARED.clear()
-        _PREPARED[key] = Prepared(scenario)
     total = round((task.segment.stop - task.segment.warm) / 1e6)
-    return run_task(scenario, task, out, prepared=_PREPARED[key],
-                    on_progress=lambda done_s, _total: reports.put((index, min(done_s, total))))
+    return run_task(scenario, task, out, on_progress=lambda done_s, _total: reports.put((index, min(done_s, total))))
 
 
 def write_outputs(out: Path, scenario_path: Path, runs: list[dict[str, Any]], histograms: list[latency.Histogram],

@@ -77,12 +77,35 @@ def build_named(spark, name: str, netlatency_root: Path, *, interval_us: int = 1
 
 def ingest_csv(spark, path: Path, out_dir: Path, *, name: str, interval_us: int, time_unit_us: int,
                nodes_csv: Path | None = None, overwrite: bool = False) -> fmt.TraceMeta:
-    """CSV ``src,dst,rtt_ms[,t]`` (+ optional nodes CSV with name[,lat,lon]) -> canonical trace."""
-    from traces.jobs.ingest import csv_measurements, read_header, read_node_names, write_canonical
+    """CSV ``src,dst,rtt_ms[,t]`` (+ optional nodes CSV with name[,lat,lon]) -> canonical trace.
+
+    With a ``t`` column: one pass over the text (:mod:`traces.jobs.csv_ingest`); without, the
+    Spark SQL job of :func:`traces.jobs.ingest.csv_measurements` (frames follow row order).
+    """
+    from traces.jobs.ingest import _locate, csv_measurements, read_header, read_node_names, write_canonical
 
     if not Path(path).is_file():
         raise TraceError(f"{path}: no such file")
     names, lat, lon = read_node_names(nodes_csv) if nodes_csv else (None, None, None)
+    header = read_header(Path(path))
+    if "t" in header:
+        from traces.jobs import csv_ingest
+
+        prepare_out(out_dir, overwrite)
+        done = csv_ingest.ingest(spark, Path(path), Path(out_dir), header, interval_us=interval_us,
+                                 time_unit_us=time_unit_us, node_names=names)
+        if not isinstance(done, str):
+            last, names = done
+            meta = fmt.TraceMeta(name=name, n_nodes=len(names), n_frames=last // interval_us + 1,
+                                 interval_us=interval_us, interval_measured=True,
+                                 source=str(Path(path).resolve()), notes="ingested from CSV")
+            fmt.write_nodes(out_dir, fmt.nodes_table(names, lat, lon))
+            fmt.write_meta(out_dir, meta)
+            return meta
+        where = _locate(Path(path), header)
+        if where:
+            raise TraceError(where)
+        # Arrow's reader is stricter than the checks (e.g. spaces around a number): the SQL job decides.
     rows, names = csv_measurements(spark, Path(path), interval_us=interval_us, time_unit_us=time_unit_us,
                                    node_names=names)
     has_t = "t" in read_header(Path(path))

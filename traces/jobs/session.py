@@ -9,10 +9,12 @@ DEFAULT_MASTER = "local[2]"
 
 
 def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-traces",
-                  shuffle_partitions: int | None = None, driver_memory: str = "4g", progress: bool = False):
+                  shuffle_partitions: int | None = None, driver_memory: str = "4g", progress: bool = False,
+                  config: dict[str, str] | None = None):
     """A SparkSession for ``master`` (``local[N]`` or a cluster URL), quiet and without the UI.
 
-    ``progress`` turns on Spark's console progress bar (the commands' progress display).
+    ``progress`` turns on Spark's console progress bar (the commands' progress display); ``config``
+    adds Spark settings.
     Shuffle partitions default to 2 x the local cores: Spark's 200 is far too many for one machine,
     and a cluster user can pass their own.
     """
@@ -37,6 +39,8 @@ def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-tr
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", driver_memory)
     )
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)

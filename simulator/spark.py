@@ -1,0 +1,179 @@
+"""``replicast simulate --spark [MASTER]``: a sweep's tasks (:mod:`simulator.sweep`) as Spark tasks.
+
+Every ``(kmax, deployment, segment)`` is one Spark task of one job (one partition each), so Spark
+places them on its executors' cores and re-runs none: a simulation that fails fails the sweep
+with its own error (``spark.task.maxFailures = 1``).  A task opens the same trace files and
+streams its partition of the dataset to ``OUT`` itself — so on a real cluster the trace, the
+scenario and ``OUT`` must be on storage every worker sees at the same path (NFS, a shared mount),
+and replicast installed on every worker (docs/simulator.md, "On a Spark cluster").  The driver
+shows one progress bar in finished tasks, read from Spark's status tracker, and then summarises
+the dataset with PySpark: counts, sums and the latency histogram as Spark aggregates, and the
+exact quantiles from the few values in the histogram bins that hold them
+(:func:`simulator.latency.quantiles`), so the summary equals the local one.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator import latency
+from simulator.sweep import Task, run_task
+
+
+def session(master: str):
+    """A SparkSession for the sweep; executors on this machine import this checkout of replicast."""
+    from traces.jobs.session import spark_session
+
+    here = str(Path(__file__).resolve().parent.parent)
+    return spark_session(master, app_name="replicast-simulate", driver_memory="1g", config={
+        "spark.task.maxFailures": "1",
+        "spark.executorEnv.PYTHONPATH": here,
+        "spark.python.worker.reuse": "true",        # a worker keeps its Prepared trace between tasks
+    })
+
+
+def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Path, *, progress: bool) -> list[dict[str, Any]]:
+    """Run every task on ``master``; their summaries in task order."""
+    from tqdm import tqdm
+
+    spark = session(master)
+    context = spark.sparkContext
+    out = Path(out).resolve()
+    group = f"replicast-simulate-{id(tasks)}"
+    context.setJobGroup(group, f"replicast simulate: {len(tasks)} tasks")
+    rdd = context.parallelize(list(enumerate(tasks)), len(tasks))
+    results: dict[str, Any] = {}
+
+    def collect() -> None:
+        try:
+            results["value"] = rdd.map(lambda item: (item[0], run_task(scenario, item[1], out))).collect()
+        except BaseException as error:      # re-raised in the caller's thread
+            results["error"] = error
+
+    worker = threading.Thread(target=collect, daemon=True)
+    worker.start()
+    tracker = context.statusTracker()
+    with tqdm(total=len(tasks), unit="task", desc="spark tasks", disable=not progress) as bar:
+        while worker.is_alive():
+            worker.join(timeout=1.0)
+            finished = 0
+            for job in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(job)
+                for stage in (info.stageIds if info else []):
+                    stage_info = tracker.getStageInfo(stage)
+                    finished += stage_info.numCompletedTasks if stage_info else 0
+            bar.update(min(finished, len(tasks)) - bar.n)
+        if "error" in results:
+            raise _readable(results["error"])
+        bar.update(len(tasks) - bar.n)
+    return [summary for _, summary in sorted(results["value"], key=lambda item: item[0])]
+
+
+def _readable(error: BaseException) -> BaseException:
+    """A task's ReplicastError (a scenario mistake) as itself, not a Py4J trace."""
+    from operators.errors import ReplicastError
+
+    text = str(error)
+    marker = "ScenarioError: "
+    if marker in text:
+        line = text[text.index(marker) + len(marker):].splitlines()[0]
+        return ReplicastError(line)
+    return error
+
+
+def summarise(master: str, out: Path, summaries: list[dict[str, Any]], scenario: Any,
+              span_s: float) -> tuple[list[dict[str, Any]], list[latency.Histogram]]:
+    """One summary per ``(kmax, deployment)``, computed by PySpark from the dataset in ``out``
+    (the tasks' own summaries give only the event-loop figures: hops, messages, wall time)."""
+    from pyspark.sql import functions as F
+
+    from simulator.run import latency_summary
+
+    spark = session(master)
+    out = Path(out).resolve()
+    deliveries = spark.read.parquet(str(out / "deliveries"))
+    bandwidth = spark.read.parquet(str(out / "bandwidth"))
+    keys = ["kmax", "deployment"]
+    counts = {(r.kmax, r.deployment): r for r in deliveries.groupBy(*keys).agg(
+        F.sum("latency_us").alias("total"), F.max("latency_us").alias("max")).collect()}
+    per_app: dict[tuple, dict[str, int]] = {}
+    for r in deliveries.groupBy(*keys, "app").count().collect():
+        per_app.setdefault((r.kmax, r.deployment), {})[r.app] = r["count"]
+    histograms: dict[tuple, latency.Histogram] = {}
+    binned = deliveries.select(*keys, "latency_us").mapInArrow(_bins, "kmax int, deployment string, bin long")
+    for r in binned.groupBy(*keys, "bin").count().collect():
+        histograms.setdefault((r.kmax, r.deployment), latency.Histogram()).counts[r.bin] += r["count"]
+    sent = {(r.kmax, r.deployment, r.control): r for r in bandwidth.withColumn(
+        "control", F.col("stream") == "control").groupBy(*keys, "control").agg(
+        F.sum("records").alias("records"), F.sum("bytes").alias("bytes"), F.sum("cost").alias("cost")).collect()}
+
+    runs, ordered = [], []
+    for (k, deployment), hist in sorted(histograms.items()):
+        parts = [s for s in summaries if s["kmax"] == k and s["deployment"] == deployment]
+        data = sent.get((k, deployment, False))
+        control = sent.get((k, deployment, True))
+        totals = _Totals(hist, counts[(k, deployment)])
+        runs.append({
+            "kmax": k, "deployment": deployment, "segments": len(parts),
+            "completed": all(s["completed"] for s in parts),
+            "simulated_s": round(sum(s["simulated_s"] for s in parts), 3),
+            "wall_s": round(sum(s["wall_s"] for s in parts), 3),
+            "hops": sum(s["hops"] for s in parts), "messages": sum(s["messages"] for s in parts),
+            "delivered": hist.total, "per_app": dict(sorted(per_app[(k, deployment)].items())),
+            "latency_ms": latency_summary(totals, [_values_in_bins(deliveries, k, deployment, hist)]),
+            "records_sent": int(data.records or 0) if data else 0,
+            "bytes_sent": int((data.bytes or 0) if data else 0) + int((control.bytes or 0) if control else 0),
+            "data_bytes_sent": int(data.bytes or 0) if data else 0,
+            "network_cost": round(float(data.cost or 0.0) * scenario.bucket_s / span_s, 3) if data else 0.0,
+            "dead_letters": sum(s["dead_letters"] for s in parts),
+            "warmup_s": round(max(s["segment"]["begin_us"] - s["segment"]["warm_us"] for s in parts) / 1e6, 3),
+            "placement": parts[0]["placement"],
+            "summarised_by": "pyspark",
+        })
+        ordered.append(hist)
+    return runs, ordered
+
+
+class _Totals:
+    def __init__(self, histogram: latency.Histogram, row: Any):
+        self.histogram, self.latency_sum, self.latency_max = histogram, int(row.total), int(row.max)
+
+
+def _bins(batches):
+    """Spark ``mapInArrow``: each delivery's latency bin, with numpy's :func:`latency.bin_of`
+    (the same function the quantile pass uses, so bins agree to the last value)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        yield pa.record_batch({"kmax": batch.column("kmax").cast(pa.int32()), "deployment": batch.column("deployment"),
+                               "bin": pa.array(latency.bin_of(batch.column("latency_us").to_numpy()))})
+
+
+def _values_in_bins(deliveries, k: int, deployment: str, histogram: latency.Histogram) -> np.ndarray:
+    """The latencies of one run that fall in the bins holding its quantiles (a few per cent)."""
+    from pyspark.sql import functions as F
+
+    from simulator.run import QUANTILES
+
+    n = histogram.total
+    cumulative = np.cumsum(histogram.counts)
+    ranks = set()
+    for q in QUANTILES:
+        low = int(np.floor((n - 1) * q))
+        ranks |= {low, min(n - 1, low + 1)}
+    wanted = sorted({int(np.searchsorted(cumulative, r, side="right")) for r in ranks})
+
+    def keep(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            values = batch.column("latency_us").to_numpy()
+            yield pa.record_batch({"latency_us": pa.array(values[np.isin(latency.bin_of(values), wanted)])})
+
+    rows = (deliveries.where((F.col("kmax") == k) & (F.col("deployment") == deployment)).select("latency_us")
+            .mapInArrow(keep, "latency_us long"))
+    return rows.toPandas()["latency_us"].to_numpy(np.int64)

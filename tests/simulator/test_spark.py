@@ -1,0 +1,112 @@
+"""``replicast simulate --spark``: the sweep's tasks on Spark (local mode, and a real standalone
+master and worker on loopback) write the same dataset and summary as local worker processes."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = Path(__file__).parent / "data" / "segments.toml"
+# Small: 10 simulated minutes in two segments at kmax 1 and 2, a short explicit warmup.
+SWEEP = ["--duration-s", "600", "--kmax", "1", "--kmax", "2", "--segments", "2", "--warmup-s", "120",
+         "--no-progress"]
+
+pytestmark = pytest.mark.spark
+
+
+def simulate(out: Path, *extra: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "simulate", str(SCENARIO), *SWEEP, "--out", str(out),
+                           *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+def dataset_rows(out: Path) -> list:
+    table = ds.dataset(out / "deliveries", format="parquet", partitioning="hive").to_table()
+    return sorted(zip(*(table.column(c).cast("string").to_pylist() for c in
+                        ("kmax", "deployment", "segment", "app", "ts", "arrival", "path"))))
+
+
+def same_summaries(a: dict, b: dict) -> None:
+    drop = {"wall_s", "summarised_by"}
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a["runs"]] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in b["runs"]]
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    return out, simulate(out)
+
+
+def test_spark_local_mode_writes_the_local_sweep(local_sweep, tmp_path):
+    out, summary = local_sweep
+    spark_summary = simulate(tmp_path, "--spark", "local[2]")
+    assert [r["summarised_by"] for r in spark_summary["runs"]] == ["pyspark", "pyspark"]
+    same_summaries(spark_summary, summary)
+    assert dataset_rows(tmp_path) == dataset_rows(out)
+    assert (tmp_path / "latency.png").stat().st_size > 10_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(path: Path, text: str, process: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.is_file() and text in path.read_text(errors="replace"):
+            return
+        assert process.poll() is None, path.read_text(errors="replace")[-2000:]
+        time.sleep(0.5)
+    raise AssertionError(f"no {text!r} in {path} after {seconds} s:\n{path.read_text(errors='replace')[-2000:]}")
+
+
+def test_a_standalone_master_and_worker_on_loopback_run_the_sweep(local_sweep, tmp_path):
+    """A real Spark standalone cluster (master + one 2-core worker, started with spark-class from
+    the pyspark install) runs the sweep; its dataset and summary are the local ones."""
+    import pyspark
+
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    port = _free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path),
+           "SPARK_WORKER_DIR": str(tmp_path / "work"), "PYTHONPATH": str(ROOT)}
+    logs = {name: tmp_path / f"{name}.log" for name in ("master", "worker")}
+    processes = []
+    try:
+        with open(logs["master"], "w") as log:
+            processes.append(subprocess.Popen(
+                [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(_free_port())], env=env, stdout=log, stderr=subprocess.STDOUT))
+        _wait_for(logs["master"], "I have been elected leader", processes[0], 120)
+        master = f"spark://127.0.0.1:{port}"
+        with open(logs["worker"], "w") as log:
+            processes.append(subprocess.Popen(
+                [str(spark_class), "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
+                 "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port())],
+                env=env, stdout=log, stderr=subprocess.STDOUT))
+        _wait_for(logs["master"], "Registering worker", processes[0], 120)
+        out = tmp_path / "out"
+        summary = simulate(out, "--spark", master)
+        same_summaries(summary, local_sweep[1])
+        assert dataset_rows(out) == dataset_rows(local_sweep[0])
+        assert "Launching executor" in logs["master"].read_text() or "Asked to launch executor" in \
+            logs["worker"].read_text()
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
