@@ -2,9 +2,12 @@
 
     python3 benchmarks/traces.py                 # 50 M rows (a few minutes)
     python3 benchmarks/traces.py --rows 2000000  # quick check
+    python3 benchmarks/traces.py --rows 10000000 --ingest-only   # the CSV ingest alone
 
 Steps, all on one synthetic trace (``replicast trace synth`` calibrated on seattle, 100 nodes):
-1. ingest: PySpark local[2] reads a CSV ``src,dst,rtt_ms,t`` of every row and writes canonical Parquet;
+1. ingest: PySpark local[2] reads a CSV ``src,dst,rtt_ms,t`` of every row and writes canonical Parquet,
+   once in one pass (Arrow's CSV reader in Spark tasks, :mod:`traces.jobs.csv_ingest`) and once
+   with the Spark SQL CSV job it replaced (the baseline, same run); both traces must be equal;
 2. summary: the per-pair summary (count, valid, outage rate, min, median, p90, p99, max, drift)
    from the same Parquet with PySpark local[2] (``traces.jobs.summary.pair_summary``), DuckDB
    (2 threads, ``quantile_disc`` + ``lag``) and pandas (``groupby``); every column of each result
@@ -98,10 +101,22 @@ def check(label: str, result, exact) -> bool:
     return all(value == 0 for column, value in worst.items() if column != "drift_ms") and worst["drift_ms"] <= 1e-9
 
 
+def _same_trace(a: Path, b: Path) -> bool:
+    """Two canonical traces hold the same nodes and samples (row order aside)."""
+    import pyarrow.dataset as ds
+
+    if fmt.read_nodes(a).column("name").to_pylist() != fmt.read_nodes(b).column("name").to_pylist():
+        return False
+    tables = [ds.dataset(fmt.rtt_dir(p), format="parquet", partitioning="hive").to_table(columns=fmt.SCHEMA.names)
+              .sort_by([("t", "ascending"), ("src", "ascending"), ("dst", "ascending")]) for p in (a, b)]
+    return tables[0].equals(tables[1].cast(tables[0].schema))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=50_000_000, help="trace rows (default 50 M)")
     parser.add_argument("--workdir", help="scratch directory (default: a temporary one, removed afterwards)")
+    parser.add_argument("--ingest-only", action="store_true", help="time the CSV ingest only (no summaries)")
     args = parser.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="replicast-bench-"))
@@ -134,9 +149,17 @@ def main() -> int:
         from traces.jobs.session import spark_session
 
         spark = spark_session("local[2]")
-        ingested = work / "ingested"
-        _, ingest_s = timed("ingest CSV (PySpark local[2])", rows, lambda: build.ingest_csv(
+        ingested, baseline = work / "ingested", work / "ingested-sql"
+        _, ingest_s = timed("ingest CSV, one pass (local[2])", rows, lambda: build.ingest_csv(
             spark, csv, ingested, name="ingested", interval_us=interval_us, time_unit_us=1_000_000, overwrite=True))
+        _, sql_s = timed("ingest CSV, Spark SQL (before)", rows, lambda: build.ingest_csv(
+            spark, csv, baseline, name="ingested", interval_us=interval_us, time_unit_us=1_000_000, overwrite=True,
+            one_pass=False))
+        same = _same_trace(ingested, baseline)
+        print(f"ingest: one pass {rows / ingest_s / 1e6:.2f} M rows/s, {sql_s / ingest_s:.2f}x the Spark SQL job's "
+              f"speed ({rows / sql_s / 1e6:.2f} M rows/s); traces equal: {same}", flush=True)
+        if args.ingest_only:
+            return 0 if same else 1
 
         df = spark.read.parquet(str(fmt.rtt_dir(trace))).select(*fmt.SCHEMA.names)
         spark_result, spark_s = timed("summary PySpark local[2]", rows, lambda: summary.pair_summary(

@@ -76,11 +76,12 @@ def build_named(spark, name: str, netlatency_root: Path, *, interval_us: int = 1
 
 
 def ingest_csv(spark, path: Path, out_dir: Path, *, name: str, interval_us: int, time_unit_us: int,
-               nodes_csv: Path | None = None, overwrite: bool = False) -> fmt.TraceMeta:
+               nodes_csv: Path | None = None, overwrite: bool = False, one_pass: bool = True) -> fmt.TraceMeta:
     """CSV ``src,dst,rtt_ms[,t]`` (+ optional nodes CSV with name[,lat,lon]) -> canonical trace.
 
-    With a ``t`` column: one pass over the text (:mod:`traces.jobs.csv_ingest`); without, the
-    Spark SQL job of :func:`traces.jobs.ingest.csv_measurements` (frames follow row order).
+    With a ``t`` column: one pass over the text (:mod:`traces.jobs.csv_ingest`); without (or with
+    ``one_pass=False``, the benchmark's baseline), the Spark SQL job of
+    :func:`traces.jobs.ingest.csv_measurements` (which frames by row order when there is no ``t``).
     """
     from traces.jobs.ingest import _locate, csv_measurements, read_header, read_node_names, write_canonical
 
@@ -88,7 +89,7 @@ def ingest_csv(spark, path: Path, out_dir: Path, *, name: str, interval_us: int,
         raise TraceError(f"{path}: no such file")
     names, lat, lon = read_node_names(nodes_csv) if nodes_csv else (None, None, None)
     header = read_header(Path(path))
-    if "t" in header:
+    if "t" in header and one_pass:
         from traces.jobs import csv_ingest
 
         prepare_out(out_dir, overwrite)
