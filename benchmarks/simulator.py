@@ -14,11 +14,19 @@ Two figures:
    so two versions of the node core compare exactly (default: the scenario's first 1800 s of the
    Seattle trace; ``--duration-s`` and ``--trace`` as above).
 
+4. ``--segments N [--spark MASTER]``: time-parallel scaling of sim-fig1 at ``--kmax`` (one value)
+   over ``--duration-s``: the same run as one task and as N segments on Spark (default local[2]),
+   both in the same invocation; prints the parallel efficiency (one-task wall / (cores × segmented
+   wall)), each worker's peak RSS, and — labelled as an extrapolation — the wall time of the
+   month-long Fig. 4 sweep (kmax 1-5 × 2 deployments, 30 one-day segments each) on 64 cores, from
+   the measured per-segment rate and the kmax 1-5 cost ratios of short runs made in the same
+   invocation.
+
 Each line also gives the run's CPU time (process time: what the run itself used; on the shared
 2-core machine wall time also counts waiting for a core) and the load average after it.
 
 Run: python3 benchmarks/simulator.py [--duration-s S] [--kmax 1 2 3 4 5] [--hops N] [--trace PATH]
-     [--no-network] [--items]
+     [--no-network] [--items] [--segments N [--spark MASTER] [--cores C]]
 e.g. the 30-day case, measured over one simulated day:
      replicast trace synth --nodes 30 --duration 30d --out /tmp/synth30-30d
      python3 benchmarks/simulator.py --no-network --trace /tmp/synth30-30d --duration-s 86400 --kmax 3
@@ -105,6 +113,54 @@ def link_items(prepared: Prepared, kmax: list[int]) -> None:
         run_module.Recorder = plain
 
 
+def segment_scaling(scenario, kmax: int, segments: int, master: str, cores: int) -> None:
+    """One task against ``segments`` time segments on Spark ``master``, same run (see docstring)."""
+    import tempfile
+
+    from simulator import spark as on_spark
+    from simulator import sweep, sweep_local
+
+    prepared = Prepared(scenario)
+    span = (prepared.end - prepared.start) / 1e6
+    print(f"load average at start: {_load()}")
+    print(f"sim-fig1 kmax {kmax}, {span:.0f} simulated s of trace {scenario.trace} ({len(prepared.servers)} servers)")
+    with tempfile.TemporaryDirectory(prefix="replicast-bench-") as work:
+        one, _ = sweep.plan_tasks(prepared, (kmax,), (scenario.deployment,), 1)
+        wall = time.perf_counter()
+        whole = sweep_local.run_local(scenario, one, Path(work) / "one", 1, progress=False)[0]
+        one_wall = time.perf_counter() - wall
+        print(f"one task (a worker process):      {one_wall:8.1f} s wall, peak RSS {whole['peak_rss_mb']:.0f} MB, "
+              f"{whole['hops']} link items  load {_load()}", flush=True)
+        tasks, warmup = sweep.plan_tasks(prepared, (kmax,), (scenario.deployment,), segments)
+        on_spark.session(master)                       # the JVM is up before the clock starts
+        wall = time.perf_counter()
+        parts = on_spark.run_tasks(master, scenario, tasks, Path(work) / "segments", progress=False)
+        seg_wall = time.perf_counter() - wall
+        simulated = sum(p["simulated_s"] for p in parts)
+        walls = ", ".join(f"{p['wall_s']:.1f}" for p in parts)
+        rss = ", ".join(f"{p['peak_rss_mb']:.0f}" for p in parts)
+        print(f"{segments} segments on Spark {master}: {seg_wall:8.1f} s wall ({warmup / 1e6:.0f} s warmup, "
+              f"{simulated:.0f} simulated s in all, {simulated / span:.2f}x the run; task walls "
+              f"{walls} s; peak RSS per worker {rss} MB)  load {_load()}", flush=True)
+        efficiency = one_wall / (cores * seg_wall)
+        print(f"parallel efficiency on {cores} cores: {one_wall:.1f} / ({cores} x {seg_wall:.1f}) = {efficiency:.0%}")
+    # The month: 30 one-day segments per kmax and deployment, each simulating a day plus its
+    # warmups; task-seconds per simulated second from the measured segments, scaled per kmax by
+    # short sequential runs made now.
+    per_sim_s = sum(p["wall_s"] for p in parts) / simulated
+    short = load_scenario(SCENARIO)
+    short.trace, short.duration_s = scenario.trace, 600.0
+    quick = Prepared(short)
+    cost = {k: run(quick, k).summary["wall_s"] for k in (1, 2, 3, 4, 5)}
+    day_tasks = {k: per_sim_s * cost[k] / cost[kmax] * (86400 + 2 * warmup / 1e6) for k in cost}
+    total = 2 * 30 * sum(day_tasks.values())                     # two deployments (min-cost costed as random)
+    print("kmax cost ratios (600 s runs, same invocation): "
+          + ", ".join(f"{k}: {cost[k] / cost[kmax]:.2f}" for k in cost))
+    print(f"EXTRAPOLATION (not measured): Fig. 4 month sweep = kmax 1-5 x 2 deployments x 30 one-day segments = "
+          f"300 tasks, {total / 3600:.0f} task-hours; on 64 cores at {efficiency:.0%} efficiency: "
+          f"{total / (64 * efficiency) / 3600:.2f} h wall (longest task, kmax 5: {day_tasks[5] / 60:.0f} min)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration-s", type=float, help="simulated seconds (default: the whole Seattle trace)")
@@ -114,7 +170,16 @@ def main() -> None:
     parser.add_argument("--no-network", action="store_true", help="skip the network-layer figure")
     parser.add_argument("--items", action="store_true",
                         help="only count link items and messages per simulated second (default 1800 s)")
+    parser.add_argument("--segments", type=int, help="time-parallel scaling with N segments (see above)")
+    parser.add_argument("--spark", default="local[2]", help="Spark master for --segments (default local[2])")
+    parser.add_argument("--cores", type=int, default=2, help="cores the Spark master has, for the efficiency")
     args = parser.parse_args()
+    if args.segments:
+        scenario = load_scenario(SCENARIO)
+        scenario.duration_s = args.duration_s or scenario.duration_s
+        scenario.trace = args.trace or scenario.trace
+        segment_scaling(scenario, args.kmax[0], args.segments, args.spark, args.cores)
+        return
     if args.items:
         scenario = load_scenario(SCENARIO)
         scenario.duration_s = args.duration_s or scenario.duration_s

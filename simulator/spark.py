@@ -130,6 +130,7 @@ def summarise(master: str, out: Path, summaries: list[dict[str, Any]], scenario:
             "data_bytes_sent": int(data.bytes or 0) if data else 0,
             "network_cost": round(float(data.cost or 0.0) * scenario.bucket_s / span_s, 3) if data else 0.0,
             "dead_letters": sum(s["dead_letters"] for s in parts),
+            "peak_rss_mb": max((s.get("peak_rss_mb") or 0) for s in parts),
             "warmup_s": round(max(s["segment"]["begin_us"] - s["segment"]["warm_us"] for s in parts) / 1e6, 3),
             "placement": parts[0]["placement"],
             "summarised_by": "pyspark",

@@ -93,7 +93,7 @@ def run_task(scenario: Any, task: Task, out: Path, *, prepared: Any = None,
     totals = result.recorder.totals
     used = np.nonzero(totals.histogram.counts)[0]
     summary = dict(result.summary)
-    summary.update(deployment=task.deployment, _histogram=[used.tolist(), totals.histogram.counts[used].tolist()],
+    summary.update(deployment=task.deployment, peak_rss_mb=_peak_rss_mb(), _histogram=[used.tolist(), totals.histogram.counts[used].tolist()],
                    _latency_sum=totals.latency_sum, _latency_max=totals.latency_max, _data=list(totals.data), _control_bytes=totals.control_bytes)
     return summary
 
@@ -128,6 +128,7 @@ def merge(out: Path, summaries: list[dict[str, Any]], scenario: Any,
             "data_bytes_sent": int(totals.data[1]),
             "network_cost": round(float(totals.data[2]) * scenario.bucket_s / span_s, 3),
             "dead_letters": sum(s["dead_letters"] for s in parts),
+            "peak_rss_mb": max((s.get("peak_rss_mb") or 0) for s in parts),
             "warmup_s": round(max(s["segment"]["begin_us"] - s["segment"]["warm_us"] for s in parts) / 1e6, 3),
             "placement": parts[0]["placement"],
         })
@@ -150,6 +151,15 @@ class _Totals:
             self.data = [a + b for a, b in zip(self.data, s["_data"])]
             self.control_bytes += s["_control_bytes"]
         self.delivered = self.histogram.total
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's peak resident memory so far (the worker that ran the task), in MB."""
+    try:
+        import resource
+    except ImportError:                      # not on Windows
+        return None
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)    # KB on Linux
 
 
 def latency_columns(files: list[Path]):

@@ -3,10 +3,14 @@
 Generation is chunked: only the AR(1) state and the outage state (one ``n x n`` array each) carry
 from one chunk of frames to the next, so a month of 100 nodes at 10 s (2.6 G rows) streams to
 Parquet in ``chunk_rows``-sized pieces.  All randomness comes from ``numpy.random.default_rng(seed)``.
+A chunk is compressed and written by a second thread while the next one is generated (numpy and
+Parquet's zstd both release the GIL, so the two halves share two cores; the output is the same).
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -76,27 +80,48 @@ def generate(params: SynthParams, out_dir: Path, *, n_nodes: int, n_frames: int,
     missing = rng.random(src.size) < params.p_enter / max(params.p_enter + params.p_exit, 1e-12)
     innovation = np.sqrt(max(1 - params.phi**2, 0.0))
     chunk_frames = max(1, chunk_rows // src.size)
+    pending: queue.Queue = queue.Queue(maxsize=1)      # one chunk waiting: memory stays ~3 chunks
+    failed: list[BaseException] = []
+
+    def write_chunks(writer: fmt.TraceWriter) -> None:
+        while (table := pending.get()) is not None:
+            if not failed:
+                try:
+                    writer.write(table)
+                except BaseException as error:     # reported by the generating thread
+                    failed.append(error)
+
     with fmt.TraceWriter(out_dir) as writer, tqdm(total=n_frames, unit="frame", disable=not progress,
                                                   desc="synth") as bar:
-        for first in range(0, n_frames, chunk_frames):
-            frames = min(chunk_frames, n_frames - first)
-            u_chunk = np.empty((frames, src.size))
-            missing_chunk = np.empty((frames, src.size), dtype=bool)
-            for k in range(frames):
-                if first + k:
-                    u = params.phi * u + innovation * rng.standard_normal(src.size)
-                    flip = rng.random(src.size)
-                    missing = np.where(missing, flip >= params.p_exit, flip < params.p_enter)
-                u_chunk[k], missing_chunk[k] = u, missing
-            rtt = (base * np.exp(residual_of(params, u_chunk, bins))).astype(np.float32)
-            t = (np.arange(first, first + frames, dtype=np.int64) * interval_us).repeat(src.size)
-            writer.write(pa.table({
-                "t": t,
-                "src": np.tile(src.astype(np.int32), frames),
-                "dst": np.tile(dst.astype(np.int32), frames),
-                "rtt_ms": pa.array(rtt.ravel(), mask=missing_chunk.ravel()),
-            }))
-            bar.update(frames)
+        thread = threading.Thread(target=write_chunks, args=(writer,), daemon=True)
+        thread.start()
+        try:
+            for first in range(0, n_frames, chunk_frames):
+                if failed:
+                    break
+                frames = min(chunk_frames, n_frames - first)
+                u_chunk = np.empty((frames, src.size))
+                missing_chunk = np.empty((frames, src.size), dtype=bool)
+                for k in range(frames):
+                    if first + k:
+                        u = params.phi * u + innovation * rng.standard_normal(src.size)
+                        flip = rng.random(src.size)
+                        missing = np.where(missing, flip >= params.p_exit, flip < params.p_enter)
+                    u_chunk[k], missing_chunk[k] = u, missing
+                rtt = (base * np.exp(residual_of(params, u_chunk, bins))).astype(np.float32)
+                t = (np.arange(first, first + frames, dtype=np.int64) * interval_us).repeat(src.size)
+                pending.put(pa.table({
+                    "t": t,
+                    "src": np.tile(src.astype(np.int32), frames),
+                    "dst": np.tile(dst.astype(np.int32), frames),
+                    "rtt_ms": pa.array(rtt.ravel(), mask=missing_chunk.ravel()),
+                }))
+                bar.update(frames)
+        finally:
+            pending.put(None)
+            thread.join()
+        if failed:
+            raise failed[0]
     meta = fmt.TraceMeta(
         name=out_dir.name, n_nodes=n, n_frames=n_frames, interval_us=interval_us, interval_measured=False,
         source=f"replicast trace synth --like {params.like} --seed {seed}",
