@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from simulator import latency
-from simulator.sweep import Task, run_task
+from simulator.sweep import Task, run_entry, run_task
 
 
 def session(master: str):
@@ -91,8 +91,6 @@ def summarise(master: str, out: Path, summaries: list[dict[str, Any]], scenario:
     (the tasks' own summaries give only the event-loop figures: hops, messages, wall time)."""
     from pyspark.sql import functions as F
 
-    from simulator.run import latency_summary
-
     spark = session(master)
     out = Path(out).resolve()
     deliveries = spark.read.parquet(str(out / "deliveries"))
@@ -116,32 +114,21 @@ def summarise(master: str, out: Path, summaries: list[dict[str, Any]], scenario:
         parts = [s for s in summaries if s["kmax"] == k and s["deployment"] == deployment]
         data = sent.get((k, deployment, False))
         control = sent.get((k, deployment, True))
-        totals = _Totals(hist, counts[(k, deployment)])
-        runs.append({
-            "kmax": k, "deployment": deployment, "segments": len(parts),
-            "completed": all(s["completed"] for s in parts),
-            "simulated_s": round(sum(s["simulated_s"] for s in parts), 3),
-            "wall_s": round(sum(s["wall_s"] for s in parts), 3),
-            "hops": sum(s["hops"] for s in parts), "messages": sum(s["messages"] for s in parts),
-            "delivered": hist.total, "per_app": dict(sorted(per_app[(k, deployment)].items())),
-            "latency_ms": latency_summary(totals, [_values_in_bins(deliveries, k, deployment, hist)]),
-            "records_sent": int(data.records or 0) if data else 0,
-            "bytes_sent": int((data.bytes or 0) if data else 0) + int((control.bytes or 0) if control else 0),
-            "data_bytes_sent": int(data.bytes or 0) if data else 0,
-            "network_cost": round(float(data.cost or 0.0) * scenario.bucket_s / span_s, 3) if data else 0.0,
-            "dead_letters": sum(s["dead_letters"] for s in parts),
-            "peak_rss_mb": max((s.get("peak_rss_mb") or 0) for s in parts),
-            "warmup_s": round(max(s["segment"]["begin_us"] - s["segment"]["warm_us"] for s in parts) / 1e6, 3),
-            "placement": parts[0]["placement"],
-            "summarised_by": "pyspark",
-        })
+        totals = _Totals(hist, counts[(k, deployment)], data, control)
+        entry = run_entry(parts, totals, per_app[(k, deployment)], scenario, span_s,
+                          [_values_in_bins(deliveries, k, deployment, hist)])
+        runs.append({**entry, "summarised_by": "pyspark"})
         ordered.append(hist)
     return runs, ordered
 
 
 class _Totals:
-    def __init__(self, histogram: latency.Histogram, row: Any):
+    """What :func:`simulator.sweep.run_entry` reads, from the Spark aggregates."""
+
+    def __init__(self, histogram: latency.Histogram, row: Any, data: Any, control: Any):
         self.histogram, self.latency_sum, self.latency_max = histogram, int(row.total), int(row.max)
+        self.data = [int(data.records or 0), int(data.bytes or 0), float(data.cost or 0.0)] if data else [0, 0, 0.0]
+        self.control_bytes = int(control.bytes or 0) if control else 0
 
 
 def _bins(batches):

@@ -102,8 +102,6 @@ def merge(out: Path, summaries: list[dict[str, Any]], scenario: Any,
           span_s: float) -> tuple[list[dict[str, Any]], list[latency.Histogram]]:
     """One summary per ``(kmax, deployment)`` from its segments' summaries, with exact latency
     quantiles from the dataset's files (:func:`simulator.latency.quantiles`); and its histogram."""
-    from simulator.run import latency_summary
-
     groups: dict[tuple[int, str], list[dict]] = {}
     for s in summaries:
         groups.setdefault((s["kmax"], s["deployment"]), []).append(s)
@@ -116,24 +114,36 @@ def merge(out: Path, summaries: list[dict[str, Any]], scenario: Any,
         for s in parts:
             for app, n in s["per_app"].items():
                 per_app[app] = per_app.get(app, 0) + n
-        runs.append({
-            "kmax": k, "deployment": deployment, "segments": len(parts),
-            "completed": all(s["completed"] for s in parts),
-            "simulated_s": round(sum(s["simulated_s"] for s in parts), 3),
-            "wall_s": round(sum(s["wall_s"] for s in parts), 3),
-            "hops": sum(s["hops"] for s in parts), "messages": sum(s["messages"] for s in parts),
-            "delivered": totals.delivered, "per_app": dict(sorted(per_app.items())),
-            "latency_ms": latency_summary(totals, latency_columns(sorted(folder.glob("segment=*/*.parquet")))),
-            "records_sent": int(totals.data[0]), "bytes_sent": int(totals.data[1] + totals.control_bytes),
-            "data_bytes_sent": int(totals.data[1]),
-            "network_cost": round(float(totals.data[2]) * scenario.bucket_s / span_s, 3),
-            "dead_letters": sum(s["dead_letters"] for s in parts),
-            "peak_rss_mb": max((s.get("peak_rss_mb") or 0) for s in parts),
-            "warmup_s": round(max(s["segment"]["begin_us"] - s["segment"]["warm_us"] for s in parts) / 1e6, 3),
-            "placement": parts[0]["placement"],
-        })
+        runs.append(run_entry(parts, totals, per_app, scenario, span_s,
+                              latency_columns(sorted(folder.glob("segment=*/*.parquet")))))
         histograms.append(totals.histogram)
     return runs, histograms
+
+
+def run_entry(parts: list[dict[str, Any]], totals: Any, per_app: dict[str, int], scenario: Any, span_s: float,
+              columns) -> dict[str, Any]:
+    """The ``summary.json`` entry of one ``(kmax, deployment)``: event-loop figures from its task
+    summaries ``parts``, outputs from ``totals`` (``delivered``, ``histogram``, ``latency_sum``,
+    ``latency_max``, ``data`` = records, bytes, cost of data streams, ``control_bytes``) and
+    ``columns`` (its latencies once more, for the exact quantiles)."""
+    from simulator.run import latency_summary
+
+    return {
+        "kmax": parts[0]["kmax"], "deployment": parts[0]["deployment"], "segments": len(parts),
+        "completed": all(s["completed"] for s in parts),
+        "simulated_s": round(sum(s["simulated_s"] for s in parts), 3),
+        "wall_s": round(sum(s["wall_s"] for s in parts), 3),
+        "hops": sum(s["hops"] for s in parts), "messages": sum(s["messages"] for s in parts),
+        "delivered": totals.histogram.total, "per_app": dict(sorted(per_app.items())),
+        "latency_ms": latency_summary(totals, columns),
+        "records_sent": int(totals.data[0]), "bytes_sent": int(totals.data[1] + totals.control_bytes),
+        "data_bytes_sent": int(totals.data[1]),
+        "network_cost": round(float(totals.data[2]) * scenario.bucket_s / span_s, 3),
+        "dead_letters": sum(s["dead_letters"] for s in parts),
+        "peak_rss_mb": max((s.get("peak_rss_mb") or 0) for s in parts),
+        "warmup_s": round(max(s["segment"]["begin_us"] - s["segment"]["warm_us"] for s in parts) / 1e6, 3),
+        "placement": parts[0]["placement"],
+    }
 
 
 class _Totals:

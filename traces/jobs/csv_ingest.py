@@ -87,14 +87,7 @@ def parse_range(path: str, start: int, end: int, header: list[str], scratch: str
                      "rtt_ms": pc.cast(rtt, pa.float32()), "t_us": t_us})
     if rows.num_rows == 0:
         return {"names": [], "rows": 0, "t_min": None, "t_max": None}
-    days = pc.divide(t_us, fmt.DAY_US)
-    lo, hi = pc.min_max(days).values()
-    for day in range(lo.as_py(), hi.as_py() + 1):
-        part = rows.filter(pc.equal(days, day)) if lo != hi else rows
-        if part.num_rows:
-            target = Path(scratch) / f"raw_day={day}" / f"range-{index}.parquet"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(part, target, compression="lz4")
+    _write_by_day(rows, "t_us", lambda day: Path(scratch) / f"raw_day={day}" / f"range-{index}.parquet", "lz4")
     names = pc.unique(pa.chunked_array(src.chunks + dst.chunks)).to_pylist()
     t_min, t_max = pc.min_max(t_us).values()
     return {"names": sorted(set(n.strip() for n in names)), "rows": rows.num_rows, "t_min": t_min.as_py(),
@@ -134,15 +127,20 @@ def canonical_block(scratch: str, out: str, day: int, block: int, sources: list[
                        "dst": pa.array(dst[last], pa.int32()), "rtt_ms": rtt.take(pa.array(keep))}, schema=fmt.SCHEMA)
     # Frames of one output day may straddle a canonical day boundary (t_min is not midnight):
     # split by the canonical day of t.
-    days = pc.divide(result.column("t"), fmt.DAY_US)
-    first, final = pc.min_max(days).values()
-    for d in range(first.as_py(), final.as_py() + 1):
-        part = result.filter(pc.equal(days, d)) if first != final else result
-        if part.num_rows:
-            target = Path(out) / f"day={d}" / f"part-{day}-{block}.parquet"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(part, target, compression="zstd")
+    _write_by_day(result, "t", lambda d: Path(out) / f"day={d}" / f"part-{day}-{block}.parquet", "zstd")
     return int(pc.max(result.column("t")).as_py())
+
+
+def _write_by_day(table: pa.Table, column: str, target_of, compression: str) -> None:
+    """One Parquet file per day of ``table[column]`` (µs), at ``target_of(day)``."""
+    days = pc.divide(table.column(column), fmt.DAY_US)
+    first, final = pc.min_max(days).values()
+    for day in range(first.as_py(), final.as_py() + 1):
+        part = table.filter(pc.equal(days, day)) if first != final else table
+        if part.num_rows:
+            target = target_of(day)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(part, target, compression=compression)
 
 
 def ingest(spark, path: Path, out_dir: Path, header: list[str], *, interval_us: int, time_unit_us: int,
