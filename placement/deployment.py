@@ -1,0 +1,92 @@
+"""Replica deployment, Alg. 5 (§V-A), and the random baseline under the same constraints.
+
+Alg. 5 runs ``kmax`` phases; each phase gives every operator ``o`` (upstream first) one more
+replica, on a server ``s`` of the candidate set
+
+    C = {s : load(s) + load(o) < α · capacity(s)  ∧  latency(s, s') > dmin  ∀ s' ∈ S(o)}   (lines 6-7)
+
+that minimises ``cost_s(in(o) ∪ out(o))`` (lines 8-9), and wires it to every replica of its
+inputs and consumers.  Following §VI-A, phase 1 is the spring-relaxation placement (the best
+non-replicated deployment), so :func:`min_cost` runs Alg. 5 for phases 2 … kmax on top of it
+(``start`` overrides the first phase, e.g. with :func:`placement.model.pinned_deployment` to run all
+``kmax`` phases of Alg. 5 from nothing).
+
+Decisions where the paper is silent (docs/placement.md): latency between peer replicas is the
+smaller of the two one-way delays; ties go to the lowest server index; a replica with no
+candidate is an error naming the operator and the constraint, never a silent skip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from operators.plan import ReplicaId
+from placement.constraints import DeployConfig, candidates
+from placement.cost import placement_cost
+from placement.errors import PlacementError
+from placement.model import Deployment, Network, Workload, connect, server_loads
+from placement.refine import refine
+from placement.relaxation import initial_placement
+
+__all__ = ["DeployConfig", "candidates", "deploy_phase", "min_cost", "random_deployment"]
+
+Chooser = Callable[[str, np.ndarray, Deployment], int]
+
+
+def deploy_phase(deployment: Deployment, network: Network, workload: Workload, config: DeployConfig,
+                 choose: Chooser, replicas: int) -> list[ReplicaId]:
+    """Alg. 5 ``deploy(Q)``: bring every operator with fewer than ``replicas`` replicas up by one."""
+    loads = server_loads(deployment, network, workload)
+    added = []
+    for name in workload.operators:
+        if deployment.count(name) >= replicas:
+            continue
+        allowed = candidates(name, deployment, network, workload, config, loads)
+        if not allowed.any():
+            where = ", ".join(network.servers[s] for s in deployment.servers_of(name)) or "none"
+            raise PlacementError(
+                f"operator '{name}', replica {deployment.count(name) + 1} of {config.kmax}: no server has "
+                f"load + {workload.load[name]:g} < alpha ({config.alpha:g}) x capacity and is more than "
+                f"dmin = {config.dmin_ms:g} ms from the servers already running it ({where}); "
+                f"lower kmax, dmin or the load, or add servers")
+        server = choose(name, allowed, deployment)
+        replica = ReplicaId(name, deployment.next_index(name))
+        deployment.add_replica(replica, server)
+        loads[server] += workload.load[name]
+        connect(deployment, workload, replica)
+        added.append(replica)
+    return added
+
+
+def min_cost(network: Network, workload: Workload, config: DeployConfig, *,
+             start: Deployment | None = None, refined: bool = True) -> Deployment:
+    """Alg. 5: ``kmax`` replicas of every operator, each where it adds the least network cost.
+
+    With ``refined`` (the default) single replicas then move while that lowers the cost
+    (:mod:`placement.refine`); ``refined=False`` is the paper's Alg. 5 alone.
+    """
+    def cheapest(name: str, allowed: np.ndarray, deployment: Deployment) -> int:
+        price = placement_cost(name, deployment, network, workload)
+        return int(np.argmin(np.where(allowed, price, np.inf)))          # line 9; ties: lowest index
+    deployment = _phases(network, workload, config, start, cheapest)
+    if refined:
+        refine(deployment, network, workload, config)
+    return deployment
+
+
+def random_deployment(network: Network, workload: Workload, config: DeployConfig, rng: Any, *,
+                      start: Deployment | None = None) -> Deployment:
+    """The baseline: each new replica on a uniformly random server of the same candidate set ``C``."""
+    def any_candidate(name: str, allowed: np.ndarray, deployment: Deployment) -> int:
+        return int(rng.choice(np.flatnonzero(allowed).tolist()))
+    return _phases(network, workload, config, start, any_candidate)
+
+
+def _phases(network: Network, workload: Workload, config: DeployConfig, start: Deployment | None,
+            choose: Chooser) -> Deployment:
+    deployment = start.copy() if start is not None else initial_placement(network, workload, config.alpha)
+    for phase in range(1, config.kmax + 1):                               # line 1
+        deploy_phase(deployment, network, workload, config, choose, phase)
+    return deployment
