@@ -1,0 +1,161 @@
+"""Garbage collection of stream and operator replicas, Alg. 6 (§V-B).
+
+Whenever the network cost of the live stream replicas ``R`` exceeds the target ``θ`` (line 1), the
+coordinator computes ``dependents(S)`` for every ``S ∈ R`` — the group that must go together with
+``S`` — and discards the non-empty group with the least ``utility(D) / cost(D)`` (lines 2-4).
+
+``dependents`` follows the paper's pseudo-code line by line (lines 5-28):
+
+* ``dependents(S, D)`` adds ``S`` to ``D``, visits ``S.source`` and, unless that failed, ``S.destination``;
+* ``dependents(o, D)`` fails (returns ∅) if ``|C(o; D)| < kmin``; otherwise, if ``o`` would be useless
+  once ``D`` is gone (``need_to_remove``), it visits every stream of ``in(o) ∪ out(o) − D`` and fails
+  if any of those fails.
+
+Decisions where the paper is silent (docs/placement.md):
+
+* ``need_to_remove(o, D)``: ``D`` holds all of ``o``'s output streams, or all the streams into one
+  of its input ports (an operator lacking an input cannot produce).  Applications have no outputs.
+* ``C(o; D)`` counts the replicas of ``o``'s logical node that are not ``need_to_remove`` under ``D``;
+  the floor is ``min(kmin, replicas it has now)``, so nodes that never had ``kmin`` replicas (pinned
+  entry points, applications) may still lose stream replicas but never a replica.
+* ``in(o) ∪ out(o) − D`` is re-read at each step: a stream the recursion already added is not visited twice.
+* Groups that cost nothing (both ends on one server) are not candidates: discarding them cannot lower
+  the cost.  Ties go to the first stream replica in sorted order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from operators.plan import ReplicaId, StreamReplica
+from placement.cost import stream_cost
+from placement.model import Deployment, Network, Workload
+from placement.utility import Utilities
+
+
+@dataclass(frozen=True)
+class GCConfig:
+    """Alg. 6's parameters: keep at least ``kmin`` replicas of each operator; collect while cost > ``theta``."""
+
+    kmin: int = 2
+    theta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kmin, bool) or not isinstance(self.kmin, int) or self.kmin < 1:
+            raise ValueError(f"kmin: expected an integer >= 1, got {self.kmin!r}")
+
+
+@dataclass(frozen=True)
+class Discard:
+    """One group ``D*`` removed by a round: its stream replicas and the replicas left useless."""
+
+    streams: frozenset[StreamReplica]
+    replicas: frozenset[ReplicaId]
+    utility: float
+    cost: float
+
+
+class Dependents:
+    """``dependents(S)`` over one deployment (Alg. 6 lines 5-28)."""
+
+    def __init__(self, deployment: Deployment, kmin: int):
+        self.deployment = deployment
+        self.kmin = kmin
+        self.touched: set[str] = set()          # logical nodes the last call looked at (for caching)
+
+    def __call__(self, stream: StreamReplica) -> frozenset[StreamReplica] | None:
+        """The group to discard with ``stream``, or None for ∅ (discarding it would break ``kmin``)."""
+        self.touched = set()
+        found = self._stream(stream, set())                           # line 7
+        return frozenset(found) if found is not None else None
+
+    def _stream(self, stream: StreamReplica, found: set[StreamReplica]) -> set[StreamReplica] | None:
+        found.add(stream)                                             # line 11
+        if self._replica(stream.source, found) is None:               # lines 12-14
+            return None
+        return self._replica(stream.target, found)                    # line 16
+
+    def _replica(self, replica: ReplicaId, found: set[StreamReplica]) -> set[StreamReplica] | None:
+        self.touched.add(replica.name)
+        if self.remaining(replica.name, found) < self._floor(replica.name):      # lines 20-21
+            return None
+        if self.need_to_remove(replica, found):                        # line 22
+            for stream in self._streams_of(replica):                  # line 23
+                if stream in found:
+                    continue
+                if self._stream(stream, found) is None:               # lines 24-26
+                    return None
+        return found                                                  # line 27
+
+    def _streams_of(self, replica: ReplicaId) -> list[StreamReplica]:
+        d = self.deployment
+        return sorted([*d.in_streams(replica), *d.out_streams(replica)], key=_order)
+
+    def _floor(self, name: str) -> int:
+        return min(self.kmin, self.deployment.count(name))
+
+    def remaining(self, name: str, found: set[StreamReplica]) -> int:
+        """``|C(o; D)|``: replicas of ``name`` that survive discarding ``found``."""
+        return sum(not self.need_to_remove(r, found) for r in self.deployment.replicas_of(name))
+
+    def need_to_remove(self, replica: ReplicaId, found: set[StreamReplica] | frozenset[StreamReplica]) -> bool:
+        """Whether ``replica`` is useless once ``found`` is gone: no outputs left, or a port with no inputs."""
+        outs = self.deployment.out_streams(replica)
+        if outs and outs <= found:
+            return True
+        ports: dict[int, bool] = {}
+        for s in self.deployment.in_streams(replica):
+            ports[s.port] = ports.get(s.port, True) and s in found
+        return any(ports.values())
+
+
+def _order(stream: StreamReplica) -> tuple:
+    return stream.source, stream.target, stream.port
+
+
+def collect(deployment: Deployment, network: Network, workload: Workload, utility: Utilities,
+            config: GCConfig, *, max_groups: int | None = None) -> list[Discard]:
+    """Alg. 6 on ``deployment`` (changed in place): discard groups while the cost exceeds ``theta``.
+
+    Utilities stay those measured before the round (§V-B recomputes them every U seconds).  Each
+    discard lowers the cost by the group's cost > 0, so the cost never rises and the loop ends.
+    """
+    costs = {s: stream_cost(s, deployment, network, workload) for s in deployment.streams}
+    total = sum(costs.values())
+    dependents = Dependents(deployment, config.kmin)
+    cache: dict[StreamReplica, tuple[frozenset[StreamReplica] | None, set[str]]] = {}
+    discarded: list[Discard] = []
+    while total > config.theta and (max_groups is None or len(discarded) < max_groups):   # line 1
+        best = None
+        for stream, group in _groups(deployment, dependents, cache):                         # line 2
+            group_cost = sum(costs[s] for s in group)
+            if group_cost <= 0:
+                continue
+            ratio = utility.of(group) / group_cost
+            if best is None or ratio < best[0]:                                               # line 3
+                best = (ratio, group, group_cost)
+        if best is None:
+            break
+        _, group, group_cost = best
+        gone = frozenset(r for s in group for r in (s.source, s.target) if dependents.need_to_remove(r, group))
+        for s in group:                                                                       # line 4
+            deployment.remove_stream(s)
+            del costs[s]
+        for r in gone:
+            deployment.remove_replica(r)
+        changed = {r.name for s in group for r in (s.source, s.target)}
+        for s in [s for s, (_, names) in cache.items() if s in group or names & changed]:
+            del cache[s]
+        total -= group_cost
+        discarded.append(Discard(group, gone, utility.of(group), group_cost))
+    return discarded
+
+
+def _groups(deployment: Deployment, dependents: Dependents, cache: dict) -> Iterator[tuple[StreamReplica, frozenset]]:
+    for stream in sorted(deployment.streams, key=_order):
+        if stream not in cache:
+            cache[stream] = (dependents(stream), dependents.touched)
+        group = cache[stream][0]
+        if group is not None:
+            yield stream, group

@@ -1,0 +1,96 @@
+"""The coordinator's measured picture of the network and the workload, rebuilt from reports.
+
+* Latency: each pair keeps the last 3 RTTs a server reported (a moving median, as Serf's latency
+  filter); the one-way latency is half the median.  Pairs never measured (or measured only the other
+  way) take the reverse direction, else the Vivaldi prediction, so Alg. 5 always has a full matrix.
+* Coordinates: every reported RTT is also a Vivaldi observation (:mod:`placement.coordinates`).
+* Rates: a replica's ``records_out`` counter differentiated over report times; a logical node's rate
+  is the fastest of its replicas (they all emit the same stream, §III); the estimate until measured.
+* Loads: a server's background load is what it reports minus the expected load of the replicas the
+  coordinator believes it hosts, so Alg. 5's ``load(s)`` (background + hosted) matches the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from operators.plan import ReplicaId
+from placement.coordinates import Vivaldi
+from placement.model import Deployment, Network, Workload
+from placement.reports import ServerReport
+
+_FILTER = 3
+
+
+class Measurements:
+    """Latencies, coordinates, rates and loads of ``servers``, updated one report at a time."""
+
+    def __init__(self, servers: tuple[str, ...], estimate: Workload, rng: Any):
+        n = len(servers)
+        self.servers = servers
+        self._index = {s: i for i, s in enumerate(servers)}
+        self.estimate = estimate
+        self._rtt = np.full((n, n, _FILTER), np.nan)
+        self._rtt_count = np.zeros((n, n), dtype=np.int64)
+        self.vivaldi = Vivaldi(n, rng)
+        self._reported_load = np.zeros(n)
+        self.capacity = np.ones(n)
+        self._outputs: dict[ReplicaId, tuple[int, int]] = {}
+        self._replica_rate: dict[ReplicaId, float] = {}
+
+    def add(self, report: ServerReport, *, now: int) -> int:
+        """Take in ``report``; returns how many of its values were unusable (unknown peers, bad numbers)."""
+        i = self._index[report.server]
+        bad = 0
+        for peer, rtt in report.rtt_ms.items():
+            j = self._index.get(peer)
+            if j is None or j == i or not isinstance(rtt, (int, float)) or not 0 <= rtt < float("inf"):
+                bad += 1
+                continue
+            self._rtt[i, j, self._rtt_count[i, j] % _FILTER] = rtt
+            self._rtt_count[i, j] += 1
+            self.vivaldi.observe(np.array([i]), np.array([j]), np.array([float(rtt)]))
+        if _number(report.load) and _number(report.capacity) and report.capacity > 0:
+            self._reported_load[i], self.capacity[i] = report.load, report.capacity
+        else:
+            bad += 1
+        for replica, count in report.records_out.items():
+            before = self._outputs.get(replica)
+            if before is not None and now > before[1] and count >= before[0]:
+                self._replica_rate[replica] = (count - before[0]) * 1e6 / (now - before[1])
+            self._outputs[replica] = (count, now)
+        return bad
+
+    def workload(self) -> Workload:
+        """The estimate with every measured rate in place of the guess."""
+        rate = dict(self.estimate.rate)
+        measured: dict[str, float] = {}
+        for replica, r in self._replica_rate.items():
+            measured[replica.name] = max(measured.get(replica.name, 0.0), r)
+        rate.update({name: r for name, r in measured.items() if name in rate})
+        return dataclasses.replace(self.estimate, rate=rate)
+
+    def network(self, deployment: Deployment | None, workload: Workload) -> Network:
+        coordinates = self.vivaldi.coordinates
+        filled = np.minimum(self._rtt_count, _FILTER)
+        ordered = np.sort(self._rtt, axis=2)                          # NaN (unfilled) slots sort last
+        rtt = np.take_along_axis(ordered, (filled // 2)[..., None], axis=2)[..., 0]
+        rtt[filled == 0] = np.nan
+        rtt = np.where(np.isnan(rtt), rtt.T, rtt)
+        rtt = np.where(np.isnan(rtt), coordinates.rtt_ms(), rtt)
+        np.fill_diagonal(rtt, 0.0)
+        hosted = np.zeros(len(self.servers))
+        for replica, server in (deployment.hosts.items() if deployment else ()):
+            hosted[server] += workload.load.get(replica.name, 0.0)
+        background = np.maximum(self._reported_load - hosted, 0.0)
+        return Network(self.servers, rtt / 2.0, self.capacity.copy(), background, coordinates)
+
+    def measured_pairs(self) -> int:
+        return int((self._rtt_count > 0).sum())
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")

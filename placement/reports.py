@@ -1,0 +1,40 @@
+"""What servers report to the coordinator (plain data, the coordinator core's only input).
+
+The coordinator's state is soft (§II-B, DESIGN.md §7): everything it knows comes from these reports,
+so a newly elected coordinator rebuilds its view from the next round of them.  A node builds its
+report from :meth:`engine.node.NodeCore.statistics`:
+
+* ``rtt_ms``: ``statistics()["rtt_us"]`` (heartbeat round trips) in ms;
+* ``hosted``: the replicas it hosts; ``records_out``: their cumulative ``records_out`` (the
+  coordinator differentiates them into rates, §V-A);
+* ``inputs``: for every stream replica into a hosted replica, its cumulative arrival-rank weight
+  (``weights[port][i]`` mapped to streams by :func:`placement.utility.weights_of_report`) and
+  ``delay_us``, how far the newest punctuation received on it lags the node's clock (§V-C);
+* ``load``/``capacity``: CPU in use and available, in cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from operators.plan import ReplicaId, StreamReplica
+
+
+@dataclass(frozen=True)
+class InputReport:
+    """One stream replica into a hosted replica: cumulative weight ``w(S)`` and current delay."""
+
+    weight: float = 0.0
+    delay_us: int = 0
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    server: str
+    rtt_ms: Mapping[str, float] = field(default_factory=dict)
+    load: float = 0.0
+    capacity: float = 1.0
+    hosted: tuple[ReplicaId, ...] = ()
+    records_out: Mapping[ReplicaId, int] = field(default_factory=dict)
+    inputs: Mapping[StreamReplica, InputReport] = field(default_factory=dict)
