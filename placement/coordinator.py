@@ -78,6 +78,7 @@ class CoordinatorCore:
         self._weights_mark: dict[StreamReplica, float] = {}
         self._outbox: list[Decision] = []
         self._settle_at = now + config.settle_us
+        self._early = True                           # may deploy before settle_us once every server reported
         self._next_utility = now + config.utility_period_us
         self._next_gc = now + config.gc_period_us
         self._next_revival = now + config.revival_period_us
@@ -96,7 +97,7 @@ class CoordinatorCore:
         """Do whatever is due at ``now``; then drain :meth:`decisions_to_send`."""
         self._expire(now)
         if self.deployment is None:
-            if now >= self._settle_at or len(self._reports) == len(self.servers):
+            if now >= self._settle_at or (self._early and len(self._reports) == len(self.servers)):
                 self._start(now)
             return
         if now >= self._next_utility:
@@ -114,7 +115,7 @@ class CoordinatorCore:
         expiries = [at + self.config.expiry_us for _, at in self._reports.values()]
         if self.deployment is None:
             due = [self._settle_at, *expiries]
-            if len(self._reports) == len(self.servers):
+            if self._early and len(self._reports) == len(self.servers):
                 due.append(max(at for _, at in self._reports.values()))
             return min(due)
         due = [self._next_utility, self._next_revival, *expiries]
@@ -159,7 +160,7 @@ class CoordinatorCore:
         except PlacementError as error:
             self.counters["deploy_failures"] += 1
             self.last_error = str(error)
-            self._settle_at = now + self.config.settle_us
+            self._settle_at, self._early = now + self.config.settle_us, False     # retry after settling again
             return
         self._emit(changes(Deployment(), deployment, self.servers, "initial"))
         self.deployment = deployment

@@ -12,7 +12,7 @@ decision              message                                                sen
 :class:`Disconnect`   ``DisconnectStream(stream)``                           both ends
 ====================  =====================================================  =========================
 
-Servers are names here (the deployment's indices resolved).  ``peers`` lists the server of every
+:meth:`as_message` builds that message.  Servers are names here (the deployment's indices resolved).  ``peers`` lists the server of every
 replica of the same logical node by index, ``""`` where an index is not deployed.  ``reason`` says
 which algorithm asked (``initial``, ``gc``, ``revival``), for logs.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from operators.plan import ReplicaId, StreamReplica
 from placement.model import Deployment
 
@@ -36,6 +37,9 @@ class Deploy:
     def nodes(self) -> tuple[str, ...]:
         return (self.server,)
 
+    def as_message(self) -> DeployReplica:
+        return DeployReplica(self.replica, self.peers)
+
 
 @dataclass(frozen=True)
 class Remove:
@@ -46,6 +50,9 @@ class Remove:
     @property
     def nodes(self) -> tuple[str, ...]:
         return (self.server,)
+
+    def as_message(self) -> RemoveReplica:
+        return RemoveReplica(self.replica)
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,9 @@ class Connect:
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.source_server, self.target_server)))
 
+    def as_message(self) -> ConnectStream:
+        return ConnectStream(self.stream, self.source_server, self.target_server)
+
 
 @dataclass(frozen=True)
 class Disconnect:
@@ -70,6 +80,9 @@ class Disconnect:
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.source_server, self.target_server)))
+
+    def as_message(self) -> DisconnectStream:
+        return DisconnectStream(self.stream)
 
 
 Decision = Deploy | Remove | Connect | Disconnect

@@ -25,6 +25,7 @@ Decisions where the paper is silent (docs/placement.md):
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -57,7 +58,11 @@ class Discard:
 
 
 class Dependents:
-    """``dependents(S)`` over one deployment (Alg. 6 lines 5-28)."""
+    """``dependents(S)`` over one deployment (Alg. 6 lines 5-28).
+
+    Within one call it keeps, per replica, how many of its output streams and of each port's input
+    streams ``D`` already holds, so ``need_to_remove`` and ``|C(o; D)|`` are lookups, not scans.
+    """
 
     def __init__(self, deployment: Deployment, kmin: int):
         self.deployment = deployment
@@ -67,37 +72,51 @@ class Dependents:
     def __call__(self, stream: StreamReplica) -> frozenset[StreamReplica] | None:
         """The group to discard with ``stream``, or None for ∅ (discarding it would break ``kmin``)."""
         self.touched = set()
+        self._outs_taken: collections.Counter[ReplicaId] = collections.Counter()
+        self._ins_taken: collections.Counter[tuple[ReplicaId, int]] = collections.Counter()
+        self._useless: set[ReplicaId] = set()
+        self._useless_of: collections.Counter[str] = collections.Counter()
         found = self._stream(stream, set())                           # line 7
         return frozenset(found) if found is not None else None
 
     def _stream(self, stream: StreamReplica, found: set[StreamReplica]) -> set[StreamReplica] | None:
-        found.add(stream)                                             # line 11
+        self._add(stream, found)                                      # line 11
         if self._replica(stream.source, found) is None:               # lines 12-14
             return None
         return self._replica(stream.target, found)                    # line 16
 
     def _replica(self, replica: ReplicaId, found: set[StreamReplica]) -> set[StreamReplica] | None:
         self.touched.add(replica.name)
-        if self.remaining(replica.name, found) < self._floor(replica.name):      # lines 20-21
+        name = replica.name
+        if self.deployment.count(name) - self._useless_of[name] < self._floor(name):   # lines 20-21: |C(o; D)| < kmin
             return None
-        if self.need_to_remove(replica, found):                        # line 22
-            for stream in self._streams_of(replica):                  # line 23
+        if replica in self._useless:                                  # line 22: need_to_remove(o, D)
+            # in(o) ∪ out(o) − D, re-read at each step; the order does not change the outcome: a
+            # replica left useless is visited after the stream that made it so, so line 20 sees it.
+            for stream in [*self.deployment.in_streams(replica), *self.deployment.out_streams(replica)]:   # line 23
                 if stream in found:
                     continue
                 if self._stream(stream, found) is None:               # lines 24-26
                     return None
         return found                                                  # line 27
 
-    def _streams_of(self, replica: ReplicaId) -> list[StreamReplica]:
-        d = self.deployment
-        return sorted([*d.in_streams(replica), *d.out_streams(replica)], key=_order)
+    def _add(self, stream: StreamReplica, found: set[StreamReplica]) -> None:
+        found.add(stream)
+        source, target = stream.source, stream.target
+        self._outs_taken[source] += 1
+        if self._outs_taken[source] == len(self.deployment.out_streams(source)):
+            self._mark(source)                                        # no output left
+        self._ins_taken[target, stream.port] += 1
+        if self._ins_taken[target, stream.port] == sum(s.port == stream.port for s in self.deployment.in_streams(target)):
+            self._mark(target)                                        # a port with no input left
+
+    def _mark(self, replica: ReplicaId) -> None:
+        if replica not in self._useless:
+            self._useless.add(replica)
+            self._useless_of[replica.name] += 1
 
     def _floor(self, name: str) -> int:
         return min(self.kmin, self.deployment.count(name))
-
-    def remaining(self, name: str, found: set[StreamReplica]) -> int:
-        """``|C(o; D)|``: replicas of ``name`` that survive discarding ``found``."""
-        return sum(not self.need_to_remove(r, found) for r in self.deployment.replicas_of(name))
 
     def need_to_remove(self, replica: ReplicaId, found: set[StreamReplica] | frozenset[StreamReplica]) -> bool:
         """Whether ``replica`` is useless once ``found`` is gone: no outputs left, or a port with no inputs."""
@@ -124,11 +143,12 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
     costs = {s: stream_cost(s, deployment, network, workload) for s in deployment.streams}
     total = sum(costs.values())
     dependents = Dependents(deployment, config.kmin)
+    order = sorted(deployment.streams, key=_order)                     # ties: the first stream in this order
     cache: dict[StreamReplica, tuple[frozenset[StreamReplica] | None, set[str]]] = {}
     discarded: list[Discard] = []
     while total > config.theta and (max_groups is None or len(discarded) < max_groups):   # line 1
         best = None
-        for stream, group in _groups(deployment, dependents, cache):                         # line 2
+        for stream, group in _groups(order, deployment, dependents, cache):                  # line 2
             group_cost = sum(costs[s] for s in group)
             if group_cost <= 0:
                 continue
@@ -152,8 +172,11 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
     return discarded
 
 
-def _groups(deployment: Deployment, dependents: Dependents, cache: dict) -> Iterator[tuple[StreamReplica, frozenset]]:
-    for stream in sorted(deployment.streams, key=_order):
+def _groups(order: list[StreamReplica], deployment: Deployment, dependents: Dependents,
+            cache: dict) -> Iterator[tuple[StreamReplica, frozenset]]:
+    for stream in order:
+        if stream not in deployment.streams:
+            continue
         if stream not in cache:
             cache[stream] = (dependents(stream), dependents.touched)
         group = cache[stream][0]

@@ -19,6 +19,7 @@ import numpy as np
 
 from operators.plan import ReplicaId
 from placement.coordinates import Vivaldi
+from placement.from_trace import fill
 from placement.model import Deployment, Network, Workload
 from placement.reports import ServerReport
 
@@ -79,9 +80,7 @@ class Measurements:
         ordered = np.sort(self._rtt, axis=2)                          # NaN (unfilled) slots sort last
         rtt = np.take_along_axis(ordered, (filled // 2)[..., None], axis=2)[..., 0]
         rtt[filled == 0] = np.nan
-        rtt = np.where(np.isnan(rtt), rtt.T, rtt)
-        rtt = np.where(np.isnan(rtt), coordinates.rtt_ms(), rtt)
-        np.fill_diagonal(rtt, 0.0)
+        rtt = fill(rtt, coordinates)
         hosted = np.zeros(len(self.servers))
         for replica, server in (deployment.hosts.items() if deployment else ()):
             hosted[server] += workload.load.get(replica.name, 0.0)

@@ -6,7 +6,8 @@ solve the problem exactly as an integer program with ``scipy.optimize.milp`` (Hi
 * ``x[o, s] ∈ {0, 1}``: server ``s`` hosts a replica of operator ``o``; ``Σ_s x[o, s] = kmax``;
 * ``dmin``: ``x[o, s] + x[o, t] ≤ 1`` for every pair of servers no more than ``dmin`` apart;
 * ``α``: ``Σ_o load(o) x[o, s] ≤ α · capacity(s) − load(s) − ε`` (Alg. 5's ``<``; ``load(s)``
-  counts the pinned entry points and applications);
+  counts the pinned entry points and applications), and no replica at all on a server already at
+  ``α · capacity``;
 * every stream replica is deployed (the complete graph between neighbouring replica sets, as Alg. 5
   builds it), so an edge ``u → v`` between operators costs ``Σ_{s,t} rate(u)·lat(s,t)·x[u,s]·x[v,t]``.
   The product is ``y[e, s, t] ∈ [0, 1]`` with the reformulation-linearisation constraints
@@ -76,8 +77,12 @@ def optimal(network: Network, workload: Workload, config: DeployConfig, *, time_
         for s, t in close:
             constrain([(x_at[o] + s, 1.0), (x_at[o] + t, 1.0)], 0, 1)
     room = config.alpha * network.capacity - server_loads(pinned, network, workload) - _STRICT
+    upper = np.ones(n_vars)
     for s in range(n):
-        constrain([(x_at[o] + s, workload.load[o]) for o in ops], -np.inf, room[s])
+        if room[s] < 0:                                        # already busy: no replica at all, even a free one
+            upper[[x_at[o] + s for o in ops]] = 0
+        else:
+            constrain([(x_at[o] + s, workload.load[o]) for o in ops], -np.inf, room[s])
     for e, (u, v) in enumerate(edges):
         base = y0 + e * n * n
         for s in range(n):
@@ -87,7 +92,7 @@ def optimal(network: Network, workload: Workload, config: DeployConfig, *, time_
     integrality = np.zeros(n_vars)
     integrality[:y0] = 1
     result = optimize.milp(c, constraints=optimize.LinearConstraint(matrix, lo, hi), integrality=integrality,
-                           bounds=optimize.Bounds(0, 1), options={"time_limit": time_limit_s})
+                           bounds=optimize.Bounds(0, upper), options={"time_limit": time_limit_s})
     if result.x is None:
         raise PlacementError(f"optimal: no deployment of kmax = {k} replicas satisfies alpha = {config.alpha:g} "
                              f"and dmin = {config.dmin_ms:g} ms ({result.message})")

@@ -1,0 +1,233 @@
+"""The coordinator core, driven like the node core: reports in, decisions out, a fake clock.
+
+``Cluster`` is a tiny stand-in for the nodes, without I/O: it turns each decision into its engine
+control message (which must exist one-to-one), applies it to per-server state, and writes the
+reports a node would send (RTTs, hosted replicas, inputs with weights and delays, output counters).
+"""
+
+import random
+
+import numpy as np
+import pytest
+
+from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
+from operators.plan import ReplicaId, StreamReplica
+from placement.constraints import DeployConfig
+from placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
+from placement.decisions import Connect, Deploy, Disconnect, Remove
+from placement.gc import GCConfig
+from placement.reports import InputReport, ServerReport
+from tests.placement.instances import chain
+
+SEC = 1_000_000
+SERVERS = tuple(f"s{i}" for i in range(6))
+POSITIONS = np.array([0.0, 50, 100, 150, 200, 250])
+RTT = 2 * np.abs(POSITIONS[:, None] - POSITIONS[None])          # RTT = 2 × one-way
+
+
+class Cluster:
+    def __init__(self):
+        self.hosted = {s: set() for s in SERVERS}
+        self.streams: dict[StreamReplica, tuple[str, str]] = {}
+        self.weights: dict[StreamReplica, float] = {}
+        self.delays: dict[StreamReplica, int] = {}
+        self.outputs: dict[ReplicaId, int] = {}
+        self.messages: list[tuple[str, object]] = []
+        self.silent: set[str] = set()
+
+    def apply(self, decisions):
+        for d in decisions:
+            message = d.as_message()
+            for node in d.nodes:
+                self.messages.append((node, message))
+            if isinstance(d, Deploy):
+                assert isinstance(message, DeployReplica) and d.nodes == (d.server,)
+                self.hosted[d.server].add(d.replica)
+            elif isinstance(d, Remove):
+                assert isinstance(message, RemoveReplica)
+                self.hosted[d.server].discard(d.replica)
+                assert not [s for s in self.streams if d.replica in (s.source, s.target)], "remove after disconnect"
+            elif isinstance(d, Connect):
+                assert isinstance(message, ConnectStream) and set(d.nodes) == {d.source_server, d.target_server}
+                assert d.stream.source in self.hosted[d.source_server] and d.stream.target in self.hosted[d.target_server]
+                self.streams[d.stream] = (d.source_server, d.target_server)
+            else:
+                assert isinstance(d, Disconnect) and isinstance(message, DisconnectStream)
+                del self.streams[d.stream]
+
+    def run(self, period_s: float):
+        """Data flows for ``period_s``: each port credits its fastest stream 1, the next 1/2, … (§V-B)."""
+        ports: dict[tuple[ReplicaId, int], list[StreamReplica]] = {}
+        for s, (a, b) in self.streams.items():
+            ports.setdefault((s.target, s.port), []).append(s)
+        for group in ports.values():
+            group.sort(key=lambda s: (RTT[SERVERS.index(self.streams[s][0]), SERVERS.index(self.streams[s][1])], s.source))
+            for rank, s in enumerate(group, 1):
+                self.weights[s] = self.weights.get(s, 0.0) + period_s / rank
+        for replicas in self.hosted.values():
+            for r in replicas:
+                self.outputs[r] = self.outputs.get(r, 0) + int(period_s)
+
+    def reports(self):
+        for i, server in enumerate(SERVERS):
+            if server in self.silent:
+                continue
+            inputs = {s: InputReport(self.weights.get(s, 0.0), self.delays.get(s, 0))
+                      for s, (_, b) in self.streams.items() if b == server}
+            yield ServerReport(server, {p: float(RTT[i, j]) for j, p in enumerate(SERVERS) if j != i}, load=0.0,
+                               capacity=1.0, hosted=tuple(sorted(self.hosted[server])),
+                               records_out={r: self.outputs.get(r, 0) for r in self.hosted[server]}, inputs=inputs)
+
+    def deployment_matches(self, core):
+        view = core.deployment
+        assert {r: SERVERS[s] for r, s in view.hosts.items()} == {r: s for s, rs in self.hosted.items() for r in rs}
+        assert view.streams == set(self.streams)
+
+
+def workload():
+    return chain(0, 5, operators=("u", "o"))          # e on s0 -> u -> o -> a on s5
+
+
+def config(**kw):
+    base = dict(deploy=DeployConfig(kmax=3, alpha=0.9, dmin_ms=20), settle_us=60 * SEC, expiry_us=40 * SEC,
+                utility_period_us=30 * SEC, gc_period_us=60 * SEC, revival_period_us=5 * SEC)
+    base.update(kw)
+    return CoordinatorConfig(**base)
+
+
+def step(core, cluster, now):
+    for report in cluster.reports():
+        core.receive(report, now=now)
+    while core.next_timer() is not None and core.next_timer() <= now:
+        core.handle_timer(now=now)
+    decisions = core.decisions_to_send()
+    cluster.apply(decisions)
+    return decisions
+
+
+def started(**kw):
+    cluster = Cluster()
+    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config(**kw))
+    decisions = step(core, cluster, 10 * SEC)
+    return core, cluster, decisions
+
+
+def test_nothing_is_decided_before_reports_or_settling():
+    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config())
+    assert core.next_timer() == 60 * SEC
+    core.handle_timer(now=1 * SEC)
+    assert core.decisions_to_send() == [] and core.deployment is None
+
+
+def test_initial_deployment_once_every_server_reported():
+    core, cluster, decisions = started()
+    kinds = [type(d).__name__ for d in decisions]
+    assert kinds == sorted(kinds, key=["Deploy", "Connect"].index)          # replicas exist before streams
+    assert core.deployment.count("u") == core.deployment.count("o") == 3
+    assert all(d.reason == "initial" for d in decisions)
+    cluster.deployment_matches(core)
+    assert len(core.deployment.streams) == 3 + 9 + 3
+    assert step(core, cluster, 15 * SEC) == []                              # nothing more to do
+
+
+def test_a_new_coordinator_adopts_what_runs_instead_of_redeploying():
+    core, cluster, _ = started()
+    successor = CoordinatorCore(workload(), SERVERS, now=100 * SEC, rng=random.Random(2), config=config())
+    assert step(successor, cluster, 101 * SEC) == []
+    assert successor.deployment == core.deployment and successor.counters["adopted"] == 1
+
+
+def test_garbage_collection_removes_the_least_useful_and_keeps_kmin():
+    core, cluster, _ = started(gc=GCConfig(kmin=2, theta=0.0))
+    before = core.cost()
+    decisions = []
+    for t in range(20, 200, 10):
+        cluster.run(10)
+        decisions += step(core, cluster, t * SEC)
+    assert decisions and all(d.reason == "gc" for d in decisions)
+    assert any(isinstance(d, Disconnect) for d in decisions)
+    cluster.deployment_matches(core)
+    assert core.cost() < before
+    assert core.deployment.count("u") >= 2 and core.deployment.count("o") >= 2
+    assert core.collected.streams
+
+
+def collected(**kw):
+    core, cluster, _ = started(**kw)
+    for t in range(20, 200, 10):
+        cluster.run(10)
+        step(core, cluster, t * SEC)
+    return core, cluster
+
+
+def test_revival_brings_back_a_collected_stream_when_inputs_are_late():
+    core, cluster = collected(gc=GCConfig(kmin=3, theta=0.0))            # kmin = kmax: only streams may go
+    assert core.deployment.count("o") == 3 and core.collected.streams and not core.collected.replicas
+    hindered = next(r for r in core.deployment.replicas_of("o") if any(s.target == r for s in core.collected.streams))
+    for s in [s for s in cluster.streams if s.target == hindered]:
+        cluster.delays[s] = 30 * SEC                                    # every live input is late
+    revived = step(core, cluster, 205 * SEC)
+    assert len(revived) == 1 and isinstance(revived[0], Connect) and revived[0].reason == "revival"
+    assert revived[0].stream.target == hindered and revived[0].stream not in core.collected.streams
+    assert core.counters["revival_stream"] == 1
+    cluster.deployment_matches(core)
+
+
+def test_revival_redeploys_a_collected_upstream_replica():
+    core, cluster = collected(gc=GCConfig(kmin=2, theta=0.0))
+    gone = sorted(core.collected.replicas)
+    assert gone and all(r.name in ("u", "o") for r in gone)
+    app = ReplicaId("a", 0)
+    for s in [s for s in cluster.streams if s.target == app]:
+        cluster.delays[s] = 30 * SEC
+    revived = step(core, cluster, 205 * SEC)
+    deploys = [d for d in revived if isinstance(d, Deploy)]
+    assert len(deploys) == 1 and deploys[0].replica.name == "o" and deploys[0].replica in gone
+    assert SERVERS.index(deploys[0].server) == core.deployment.hosts[deploys[0].replica]
+    assert any(isinstance(d, Connect) and d.stream.target == app for d in revived)
+    assert core.counters["revival_replica"] == 1
+    cluster.deployment_matches(core)
+
+
+def test_a_silent_server_expires_and_gets_no_decisions():
+    core, cluster, _ = started()
+    victim = SERVERS[core.deployment.hosts[ReplicaId("o", 0)]]
+    cluster.silent.add(victim)
+    for t in (20, 40, 60):
+        step(core, cluster, t * SEC)
+    assert core.counters["expired"] == 1
+    assert all(SERVERS[s] != victim for s in core.deployment.hosts.values())
+    assert core.live() == {i for i, s in enumerate(SERVERS) if s != victim}
+
+
+def test_bad_reports_are_counted_not_raised():
+    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config())
+    core.receive(ServerReport("nobody"), now=1)
+    core.receive("garbage", now=1)
+    core.receive(ServerReport("s1", rtt_ms={"s2": float("nan"), "s3": -5.0, "zz": 3.0, "s4": 10.0}, load="high"), now=1)
+    assert core.counters["unknown_reports"] == 2 and core.counters["bad_values"] == 4
+    assert core.measurements.measured_pairs() == 1
+
+
+def test_an_impossible_deployment_is_reported_and_retried():
+    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config(
+        deploy=DeployConfig(kmax=3, dmin_ms=1000)))
+    cluster = Cluster()
+    assert step(core, cluster, 10 * SEC) == []
+    assert core.counters["deploy_failures"] == 1 and "dmin = 1000 ms" in core.last_error
+    step(core, cluster, 69 * SEC)
+    assert core.counters["deploy_failures"] == 1                    # waits settle_us before trying again
+    step(core, cluster, 70 * SEC)
+    assert core.counters["deploy_failures"] == 2
+
+
+def test_election_picks_the_smallest_live_name():
+    assert elect(["s3", "s1", "s2"]) == "s1" and elect([]) is None
+
+
+@pytest.mark.parametrize("kmax", [1, 2])
+def test_rates_are_measured_from_output_counters(kmax):
+    core, cluster, _ = started(deploy=DeployConfig(kmax=kmax, dmin_ms=20))
+    cluster.run(10)                 # every replica emitted 10 records in 10 s
+    step(core, cluster, 20 * SEC)
+    assert core.workload().rate["o"] == pytest.approx(1.0)
