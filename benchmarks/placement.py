@@ -3,6 +3,9 @@
     python3 benchmarks/placement.py                  # everything (a few minutes, mostly the optimum)
     python3 benchmarks/placement.py --instances 4    # fewer optimum instances
 
+0. Coordinates: median relative RTT error of Vivaldi on the shipped Seattle trace (99 nodes, 688
+   frames replayed for 3000 rounds) with Serf's constants, with the 25-sample latency filter
+   ``replicast place`` uses, and fitted on the per-pair medians instead of the noisy frames.
 1. Scale (issue 13 targets): 100 servers x 20 operators x kmax 5 (<= 1 s) and 1,000 servers x 50
    operators x kmax 5 (<= 10 s).  Servers are a synthetic network calibrated on the shipped Seattle
    trace (``traces.synth.base_matrix``), the query a random DAG (10 sources, operators with one or two
@@ -43,7 +46,6 @@ from placement.from_trace import network_from_frames  # noqa: E402
 from placement.gc import GCConfig, collect  # noqa: E402
 from placement.model import Workload, uniform_network  # noqa: E402
 from placement.optimal import optimal  # noqa: E402
-from placement.relaxation import initial_placement  # noqa: E402
 from placement.utility import utilities  # noqa: E402
 from placement.workload import from_query  # noqa: E402
 
@@ -129,6 +131,31 @@ def scale(n_servers: int, n_operators: int, kmax: int, repeat: int, seed: int) -
           f"{sum(len(g.streams) for g in groups)} stream replicas, {sum(len(g.replicas) for g in groups)} replicas)")
 
 
+def coordinate_error(seed: int) -> None:
+    from placement.coordinates import VivaldiConfig, relative_errors
+    from placement.from_trace import TRACE_VIVALDI, median_rtt
+    from traces.store import TraceStore
+
+    store = TraceStore.open("seattle")
+    frames = np.concatenate([chunk for _, chunk in store.chunks()]).astype(float)
+    measured = median_rtt(frames)
+    off = ~np.eye(store.n_nodes, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        noise = np.nanpercentile((np.abs(frames - measured) / measured)[:, off], [50, 75])
+    detour = np.min(measured[:, :, None] + measured[None, :, :], axis=1)       # best one-hop detour i -> k -> j
+    violated = np.mean((detour < 0.8 * measured)[off & np.isfinite(measured)])
+    print(f"seattle samples vs their pair's median RTT: median {noise[0]:.0%} off, p75 {noise[1]:.0%} off; "
+          f"{violated:.0%} of pairs have a one-hop detour >= 20% shorter (triangle inequality violations)")
+    print(f"Vivaldi on seattle ({store.n_nodes} nodes, {store.n_frames} frames, 3000 rounds), "
+          f"median relative RTT error against the per-pair median RTT:")
+    for label, source, config in (("frames, Serf's constants (filter 3)", frames, VivaldiConfig()),
+                                  ("frames, filter 25 (replicast place)", frames, TRACE_VIVALDI),
+                                  ("per-pair medians, Serf's constants", [measured], VivaldiConfig())):
+        errors = [np.median(relative_errors(fit(source, store.n_nodes, random.Random(seed + r), config=config), measured))
+                  for r in range(3)]
+        print(f"  {label:<38} {np.median(errors):6.1%}  (seeds: {', '.join(f'{e:.1%}' for e in errors)})")
+
+
 def versus_optimum(instances: int, n_small: int, time_limit: float, seed: int) -> None:
     from tqdm import tqdm
 
@@ -152,12 +179,9 @@ def versus_optimum(instances: int, n_small: int, time_limit: float, seed: int) -
                 best = optimal(network, workload, config, time_limit_s=time_limit)
                 solve_time.append(time.perf_counter() - start)
                 unproven += not best.proven
-                if kmax == 1:
-                    relaxed = initial_placement(network, workload, config.alpha)
-                    ratios.setdefault("relaxation, kmax 1", []).append(total_cost(relaxed, network, workload) / best.cost)
                 for refined in (False, True):
-                    ours = min_cost(network, workload, config, refined=refined)
-                    label = f"{'Alg. 5 + refinement' if refined else 'Alg. 5 alone'}, kmax {kmax}"
+                    ours = min_cost(network, workload, config, refined=refined)      # kmax 1: relaxation alone
+                    label = f"{'relaxation' if kmax == 1 else 'Alg. 5'}{' + refinement' if refined else ''}, kmax {kmax}"
                     ratios.setdefault(label, []).append(total_cost(ours, network, workload) / best.cost)
                 bar.update()
     print(f"cost / optimum on {instances} random {n_small}-server subsets of seattle, examples/fig1.toml, dmin 30 ms "
@@ -178,6 +202,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}", flush=True)
+    coordinate_error(args.seed)
     scale(100, 20, 5, args.repeat, args.seed)
     scale(1000, 50, 5, args.repeat, args.seed)
     versus_optimum(args.instances, min(args.small, 20), args.time_limit, args.seed)

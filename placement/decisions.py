@@ -27,36 +27,34 @@ from placement.model import Deployment
 
 
 @dataclass(frozen=True)
-class Deploy:
+class _OnServer:
     replica: ReplicaId
     server: str
-    peers: tuple[str, ...] = ()
-    reason: str = ""
 
     @property
     def nodes(self) -> tuple[str, ...]:
         return (self.server,)
+
+
+@dataclass(frozen=True)
+class Deploy(_OnServer):
+    peers: tuple[str, ...] = ()
+    reason: str = ""
 
     def as_message(self) -> DeployReplica:
         return DeployReplica(self.replica, self.peers)
 
 
 @dataclass(frozen=True)
-class Remove:
-    replica: ReplicaId
-    server: str
+class Remove(_OnServer):
     reason: str = ""
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        return (self.server,)
 
     def as_message(self) -> RemoveReplica:
         return RemoveReplica(self.replica)
 
 
 @dataclass(frozen=True)
-class Connect:
+class _OnStream:
     stream: StreamReplica
     source_server: str
     target_server: str
@@ -66,21 +64,15 @@ class Connect:
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.source_server, self.target_server)))
 
+
+@dataclass(frozen=True)
+class Connect(_OnStream):
     def as_message(self) -> ConnectStream:
         return ConnectStream(self.stream, self.source_server, self.target_server)
 
 
 @dataclass(frozen=True)
-class Disconnect:
-    stream: StreamReplica
-    source_server: str
-    target_server: str
-    reason: str = ""
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((self.source_server, self.target_server)))
-
+class Disconnect(_OnStream):
     def as_message(self) -> DisconnectStream:
         return DisconnectStream(self.stream)
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from placement.coordinates import Vivaldi
-from placement.model import Network, Workload, uniform_network
+from placement.model import Deployment, Network, Workload, connect, pinned_deployment, uniform_network
 
 
 def line_network(positions_ms, capacity: float = 1.0) -> Network:
@@ -29,6 +29,18 @@ def chain(pinned_entry: int, pinned_app: int, *, rate=1.0, operators=("o",), loa
     rates = {"e": rate, **{n: rate for n in names}}
     loads = {"e": 0.0, **{n: load for n in names}, "a": 0.0}
     return Workload(("e",), names, ("a",), inputs, rates, loads, {"e": pinned_entry, "a": pinned_app})
+
+
+def deployed(workload: Workload, placed, without=()) -> Deployment:
+    """Pinned entry points and applications, then ``placed`` (replica, server) pairs wired as Alg. 5 does,
+    minus the stream replicas ``without``."""
+    deployment = pinned_deployment(workload)
+    for replica, server in placed:
+        deployment.add_replica(replica, server)
+        connect(deployment, workload, replica)
+    for s in without:
+        deployment.remove_stream(s)
+    return deployment
 
 
 @st.composite

@@ -5,8 +5,8 @@ import pytest
 from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from operators.plan import ReplicaId, StreamReplica
 from placement.decisions import Connect, Deploy, Disconnect, Remove, changes
-from placement.model import Deployment, connect, pinned_deployment
-from tests.placement.instances import chain
+from placement.model import Deployment, connect
+from tests.placement.instances import chain, deployed
 
 SERVERS = ("s0", "s1", "s2", "s3")
 E, A, O0, O1, O2 = ReplicaId("e", 0), ReplicaId("a", 0), ReplicaId("o", 0), ReplicaId("o", 1), ReplicaId("o", 2)
@@ -14,10 +14,7 @@ E, A, O0, O1, O2 = ReplicaId("e", 0), ReplicaId("a", 0), ReplicaId("o", 0), Repl
 
 def test_changes_in_apply_order_with_peers_by_index():
     workload = chain(0, 3)
-    before = pinned_deployment(workload)
-    for r, s in ((O0, 1), (O1, 2)):
-        before.add_replica(r, s)
-        connect(before, workload, r)
+    before = deployed(workload, [(O0, 1), (O1, 2)])
     after = before.copy()
     after.remove_replica(O0)
     after.add_replica(O2, 1)

@@ -8,9 +8,8 @@ from placement.cost import cost, total_cost
 from placement.deployment import DeployConfig, min_cost
 from placement.errors import PlacementError
 from placement.gc import Dependents, GCConfig, collect
-from placement.model import connect, pinned_deployment
 from placement.utility import utilities
-from tests.placement.instances import chain, line_network, networks, workloads
+from tests.placement.instances import chain, deployed, line_network, networks, workloads
 
 E, A = ReplicaId("e", 0), ReplicaId("a", 0)
 O0, O1, U0, U1 = ReplicaId("o", 0), ReplicaId("o", 1), ReplicaId("u", 0), ReplicaId("u", 1)
@@ -20,24 +19,16 @@ def S(a, b, port=0):
     return StreamReplica(a, b, port)
 
 
-def build(workload, placed):
-    deployment = pinned_deployment(workload)
-    for replica, server in placed:
-        deployment.add_replica(replica, server)
-        connect(deployment, workload, replica)
-    return deployment
-
-
 def one_operator():
     """e -> {o0, o1} -> a"""
     workload = chain(0, 3)
-    return build(workload, [(O0, 1), (O1, 2)]), workload
+    return deployed(workload, [(O0, 1), (O1, 2)]), workload
 
 
 def two_operators():
     """e -> {u0, u1} -> {o0, o1} -> a: four stream replicas between u and o"""
     workload = chain(0, 4, operators=("u", "o"))
-    return build(workload, [(U0, 1), (U1, 2), (O0, 2), (O1, 3)]), workload
+    return deployed(workload, [(U0, 1), (U1, 2), (O0, 2), (O1, 3)]), workload
 
 
 def test_a_replica_losing_its_only_output_takes_its_inputs_along():

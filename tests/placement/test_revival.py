@@ -2,9 +2,9 @@
 
 from operators.plan import ReplicaId, StreamReplica
 from placement.constraints import DeployConfig
-from placement.model import Workload, connect, pinned_deployment
+from placement.model import Workload
 from placement.revival import Action, Collected, Revival, apply, late_ports, revive
-from tests.placement.instances import chain, line_network
+from tests.placement.instances import chain, deployed, line_network
 
 E, A = ReplicaId("e", 0), ReplicaId("a", 0)
 O0, O1, O2 = (ReplicaId("o", i) for i in range(3))
@@ -16,16 +16,6 @@ ALL = set(range(5))
 
 def S(a, b, port=0):
     return StreamReplica(a, b, port)
-
-
-def deployed(workload, placed, without=()):
-    deployment = pinned_deployment(workload)
-    for replica, server in placed:
-        deployment.add_replica(replica, server)
-        connect(deployment, workload, replica)
-    for s in without:
-        deployment.remove_stream(s)
-    return deployment
 
 
 def test_a_collected_stream_from_a_live_replica_comes_back_first():

@@ -7,20 +7,15 @@ from operators.plan import ReplicaId, StreamReplica, plan
 from operators.query import QueryBuilder
 from placement.deployment import DeployConfig, min_cost
 from placement.errors import PlacementError
-from placement.model import connect, pinned_deployment
 from placement.utility import utilities, weights_of_report
-from tests.placement.instances import chain, networks, workloads
+from tests.placement.instances import chain, deployed, networks, workloads
 
 E, O0, O1, A = ReplicaId("e", 0), ReplicaId("o", 0), ReplicaId("o", 1), ReplicaId("a", 0)
 
 
 def two_replicas():
     workload = chain(0, 3)
-    deployment = pinned_deployment(workload)
-    for replica, server in ((O0, 1), (O1, 2)):
-        deployment.add_replica(replica, server)
-        connect(deployment, workload, replica)
-    return deployment, workload
+    return deployed(workload, [(O0, 1), (O1, 2)]), workload
 
 
 def test_utilities_by_hand():
