@@ -186,10 +186,10 @@ def versus_optimum(instances: int, n_small: int, time_limit: float, seed: int) -
                 bar.update()
     print(f"cost / optimum on {instances} random {n_small}-server subsets of seattle, examples/fig1.toml, dmin 30 ms "
           f"(optimum: {np.median(solve_time):.1f} s median solve, {unproven} hit the {time_limit:g} s limit):")
-    print(f"  {'':<28} {'min':>6} {'p25':>6} {'median':>6} {'p75':>6} {'max':>6}")
+    print(f"  {'':<32} {'min':>6} {'p25':>6} {'median':>6} {'p75':>6} {'max':>6}")
     for label, values in ratios.items():
         q = np.percentile(values, [0, 25, 50, 75, 100])
-        print(f"  {label:<28} " + " ".join(f"{v:6.3f}" for v in q))
+        print(f"  {label:<32} " + " ".join(f"{v:6.3f}" for v in q))
 
 
 def main() -> int:
