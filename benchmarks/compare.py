@@ -278,12 +278,22 @@ def measure(workload: Workload, rounds: int, progress: tqdm) -> dict[str, tuple[
     return best
 
 
+def set_batch(size: int) -> None:
+    """Batch size of both engines' inputs (the join gets half of it per side)."""
+    global BATCH
+    if size < 2:
+        raise SystemExit(f"--batch: expected at least 2 records, got {size}")
+    BATCH = size
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records per workload (default 1000000)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; best of them is kept (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of keys and values (default 0)")
+    parser.add_argument("--batch", type=int, default=BATCH, help=f"records per batch, both engines (default {BATCH})")
     args = parser.parse_args(argv)
+    set_batch(args.batch)
     try:
         import bytewax  # noqa: F401
     except ImportError:
