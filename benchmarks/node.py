@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cluster.readiness import node_ready  # noqa: E402
-from engine.messages import Ack, Batch, Hello, Resume, StreamHead  # noqa: E402
+from engine.handshake import Handshake, Role, Stage  # noqa: E402
+from engine.messages import Ack, Batch, Resume, StreamHead  # noqa: E402
+from engine.wire import decode, encode  # noqa: E402
 from operators.base import NO_PUNCTUATION  # noqa: E402
-from engine.wire import FrameDecoder, decode, encode, proof  # noqa: E402
 from operators.plan import ReplicaId, StreamReplica  # noqa: E402
 from operators.record import CLOSED  # noqa: E402
 
@@ -69,21 +70,21 @@ def write_cluster(tmp: Path, k: int, mqtt_port: int, entry_on_target: bool) -> t
     ports = free_ports(2 + k)
     (tmp / "query.toml").write_text(QUERY)
     nodes = "".join(f'[[nodes]]\nname = "u{i}"\nport = {ports[2 + i]}\n' for i in range(k))
-    entry = '["t"]' if entry_on_target else "[" + ", ".join(f'"u{i}"' for i in range(k)) + "]"
+    entry = '["z"]' if entry_on_target else "[" + ", ".join(f'"u{i}"' for i in range(k)) + "]"
     (tmp / "cluster.toml").write_text(f"""
 query = "query.toml"
 secret = "{SECRET}"
 [mqtt]
 broker = "mqtt://127.0.0.1:{mqtt_port}"
 [[nodes]]
-name = "t"
+name = "z"
 port = {ports[0]}
 metrics_port = {ports[1]}
 {nodes}
 [placement]
 s = {entry}
-f = ["t"]
-app = ["t"]
+f = ["z"]
+app = ["z"]
 [outputs.app]
 mqtt = false
 """)
@@ -91,7 +92,7 @@ mqtt = false
 
 
 def start_node(cluster: Path, port: int) -> subprocess.Popen:
-    node = subprocess.Popen([sys.executable, "-m", "engine.cli", "-q", "node", "--config", str(cluster), "--name", "t"],
+    node = subprocess.Popen([sys.executable, "-m", "engine.cli", "-q", "node", "--config", str(cluster), "--name", "z"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -105,30 +106,27 @@ def start_node(cluster: Path, port: int) -> subprocess.Popen:
 
 
 async def upstream(name: str, port: int, frames: list[bytes], last_offset: int) -> None:
+    """Node ``name``: the real handshake (engine.handshake), then ``frames``, tagged, until acked."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    nonce = os.urandom(16)
-    writer.write(encode(Hello(name, nonce)))
-    decoder, answered = FrameDecoder(), False
-    got = []
-    while len(got) < 2:
-        got += [decode(b) for b in decoder.feed(await reader.read(65536))]
-        if got and not answered:
-            writer.write(encode(proof(SECRET.encode(), got[0].nonce, name, "t")))
-            answered = True
-    got = got[2:]
+    shake = Handshake(SECRET.encode(), name, Role.DIALER, os.urandom(16), peers={name, "z"}, expected="z")
+    writer.write(shake.start())
+    while shake.stage is not Stage.DONE:
+        writer.write(shake.feed(await reader.read(4096)))
+    sealer, opener, decoder, early = shake.link()
+    got = [decode(opener.open(body)) for body in early]
     while not any(isinstance(m, Resume) for m in got):      # the node asks for the stream first
-        got += [decode(b) for b in decoder.feed(await reader.read(65536))]
+        got += [decode(opener.open(body)) for body in decoder.feed(await reader.read(65536))]
     resume = next(m for m in got if isinstance(m, Resume))
-    writer.write(encode(StreamHead(resume.stream, 0, 0, NO_PUNCTUATION)))
+    writer.write(b"".join(sealer.seal(encode(StreamHead(resume.stream, 0, 0, NO_PUNCTUATION)))))
     for i in range(0, len(frames), 64):
-        writer.write(b"".join(frames[i:i + 64]))
+        writer.write(b"".join([piece for frame in frames[i:i + 64] for piece in sealer.seal(frame)]))
         await writer.drain()
     while True:
         data = await reader.read(65536)
         if not data:
             raise RuntimeError("node closed the link")
         for body in decoder.feed(data):
-            message = decode(body)
+            message = decode(opener.open(body))
             if isinstance(message, Ack) and message.offset >= last_offset:
                 writer.close()
                 return

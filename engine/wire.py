@@ -22,8 +22,6 @@ Rules of this module:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import struct
 from collections.abc import Sequence
 from operator import itemgetter
@@ -41,8 +39,6 @@ from operators.record import Record
 #: Largest frame a node accepts (a batch is normally far smaller).
 MAX_FRAME = 64 * 1024 * 1024
 _HEADER = struct.Struct(">I")
-#: Domain separation for the handshake MAC, so the secret is never used for anything else.
-_HANDSHAKE_LABEL = b"replicast-handshake-v1\0"
 
 
 class WireError(ReplicastError):
@@ -294,11 +290,15 @@ def decode(body: bytes) -> Message:
 
 
 class FrameDecoder:
-    """Splits a byte stream into frame bodies.  Feed it bytes; it returns complete bodies."""
+    """Splits a byte stream into frame bodies.  Feed it bytes; it returns complete bodies.
 
-    def __init__(self, max_frame: int = MAX_FRAME):
+    A link starts with a small ``max_frame`` and ``single = True`` (one frame per call, the rest kept)
+    until the peer has authenticated (engine.handshake.MAX_HANDSHAKE_FRAME), so an unknown peer cannot
+    make a node buffer a large frame; then both are relaxed and ``feed(b"")`` returns what is left."""
+
+    def __init__(self, max_frame: int = MAX_FRAME, single: bool = False):
         self._buffer = bytearray()
-        self._max = max_frame
+        self.max_frame, self.single = max_frame, single
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
@@ -306,27 +306,13 @@ class FrameDecoder:
         bodies, start = [], 0
         while len(buffer) - start >= 4:
             (size,) = _HEADER.unpack_from(buffer, start)
-            if size > self._max:
-                raise WireError(f"frame of {size} bytes exceeds the {self._max}-byte limit")
+            if size > self.max_frame:
+                raise WireError(f"frame of {size} bytes exceeds the {self.max_frame}-byte limit")
             if len(buffer) - start - 4 < size:
                 break
             bodies.append(bytes(buffer[start + 4:start + 4 + size]))
             start += 4 + size
+            if self.single:
+                break
         del buffer[:start]
         return bodies
-
-
-# -- handshake ------------------------------------------------------------------------------------
-def proof(secret: bytes, nonce: bytes, prover: str, verifier: str) -> Proof:
-    """The answer of node ``prover`` to ``verifier``'s challenge ``nonce``: HMAC-SHA256 keyed by the
-    shared secret.  Binding both names stops a proof from being reflected or reused under another
-    name.  (Against an active man in the middle, use TLS as well: the MAC authenticates the peer at
-    connection time, it does not protect the frames that follow.)
-    """
-    message = _HANDSHAKE_LABEL + nonce + prover.encode() + b"\0" + verifier.encode()
-    return Proof(hmac.new(secret, message, hashlib.sha256).digest())
-
-
-def verify(secret: bytes, nonce: bytes, prover: str, verifier: str, answer: Proof) -> bool:
-    """Whether ``answer`` proves that ``prover`` knows the secret (constant-time compare)."""
-    return hmac.compare_digest(proof(secret, nonce, prover, verifier).mac, answer.mac)

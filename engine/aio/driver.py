@@ -3,10 +3,11 @@
 Duties, in the order a message flows:
 
 * **Links.** One TCP connection per node pair: the node whose name sorts first dials, the other
-  accepts; the dialer retries with exponential back-off.  Both ends start with a shared-secret
-  handshake (:class:`~engine.messages.Hello` with a random challenge, answered by an HMAC
-  :class:`~engine.messages.Proof`); a peer that fails it is logged and disconnected before any
-  frame reaches the core.  Optional TLS (mutually authenticated, one cluster CA) wraps the same
+  accepts; the dialer retries with exponential back-off.  Both ends run the mutual shared-secret
+  handshake of :mod:`engine.handshake` (frames of at most 512 bytes, at most
+  :data:`MAX_UNAUTHENTICATED` such connections at once); a peer that fails it is logged (bounded)
+  and counted, and disconnected before any frame reaches the core.  Every later frame carries a
+  tag checked before it is decoded.  Optional TLS (mutually authenticated, one cluster CA) wraps the same
   bytes; it is started on the accepted/dialled socket by the link code, so a peer that fails it
   (no TLS, an untrusted certificate) is refused, logged and counted like a wrong secret.
 * **Frames.** Length-prefixed msgpack (:mod:`engine.wire`); a frame that does not decode closes
@@ -34,16 +35,24 @@ import aiomqtt
 from engine.aio.metrics import NodeMetrics
 from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
+from engine.handshake import (MAX_HANDSHAKE_FRAME, NONCE_BYTES, FrameOpener, FrameSealer, Handshake, Role, Stage,
+                              shorten)
 from engine.messages import Hello, Proof
 from engine.node import (DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError, ReplicaChanged, StreamCutOff,
                          configure)
 from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
 from operators.record import CLOSED
-from engine.wire import FrameDecoder, WireError, decode, encode, proof, verify
+from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
 
 log = logging.getLogger("replicast.node")
 
 HANDSHAKE_TIMEOUT = 5.0
+#: Connections accepted but not yet authenticated; more are refused at once.  Each may hold its
+#: stream reader's buffer (128 KiB at most) and one frame of at most 512 bytes, for at most
+#: HANDSHAKE_TIMEOUT: strangers can make a node hold at most ~4 MiB.
+MAX_UNAUTHENTICATED = 32
+#: Refusals logged per minute; the rest are counted and summed up in one line.
+REFUSAL_LOG_BURST = 20
 #: A peer whose unsent bytes exceed this is disconnected; it is replayed from its acks on return.
 MAX_WRITE_BUFFER = 64 * 1024 * 1024
 IN_TOPIC = "replicast/in/+"
@@ -99,6 +108,10 @@ class NodeDriver:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.refused = 0
+        self._peers = frozenset(config.nodes)
+        self._sealers: dict[str, FrameSealer] = {}
+        self._unauthenticated = 0
+        self._refusal_minute, self._refusals_logged, self._refusals_unlogged = -1, 0, 0
         self._ready_logged = False
         #: TLS contexts (client, server), indexed by "is this the accepting side", or None.
         self._tls = (self._ssl_context(server=False), self._ssl_context(server=True)) if config.tls else None
@@ -186,32 +199,37 @@ class NodeDriver:
         return self._accepted(reader, writer)
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._unauthenticated >= MAX_UNAUTHENTICATED:
+            self._refuse(writer.get_extra_info("peername"),
+                         f"{MAX_UNAUTHENTICATED} connections are already in their handshake")
+            writer.close()
+            return
+        self._unauthenticated += 1        # _link counts it down when the handshake ends
         try:
             await self._link(reader, writer, expected=None)
         except asyncio.CancelledError:
             pass          # shutdown: asyncio's server callback would log a cancelled handler as an error
 
-    async def _handshake(self, reader, writer, expected: str | None) -> tuple[str, FrameDecoder, list] | None:
-        nonce = os.urandom(16)
-        writer.write(encode(Hello(self.name, nonce)))
-        decoder, messages = FrameDecoder(), []
-        peer = None
-        while len(messages) < 2:
-            data = await reader.read(65536)
+    async def _handshake(self, reader, writer, expected: str | None) -> tuple[str, FrameDecoder, list, tuple]:
+        """Run the handshake (engine.handshake); returns the peer, the decoder holding any bytes that
+        followed it, the frames already read after it and the (send, receive) frame keys."""
+        role = Role.DIALER if expected is not None else Role.ACCEPTOR
+        shake = Handshake(self.config.secret, self.name, role, os.urandom(NONCE_BYTES), peers=self._peers,
+                          expected=expected)
+        decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)
+        for message in shake.start():
+            writer.write(encode(message))
+        while shake.stage is not Stage.DONE:
+            data = await reader.read(4096)
             if not data:
-                return None
-            messages += [decode(body) for body in decoder.feed(data)]
-            if peer is None and messages:
-                hello = messages[0]
-                if not isinstance(hello, Hello) or hello.node not in self.config.nodes or hello.node == self.name \
-                        or (expected is not None and hello.node != expected):
-                    raise WireError(f"bad hello {hello!r}")
-                peer = hello.node
-                writer.write(encode(proof(self.config.secret, hello.nonce, self.name, peer)))
-        answer = messages[1]
-        if not isinstance(answer, Proof) or not verify(self.config.secret, nonce, peer, self.name, answer):
-            raise WireError(f"peer claiming to be {peer!r} failed the shared-secret challenge")
-        return peer, decoder, messages[2:]
+                raise WireError("connection closed during the handshake")
+            bodies = decoder.feed(data)
+            while bodies and shake.stage is not Stage.DONE:
+                for message in shake.receive(decode(bodies[0])):
+                    writer.write(encode(message))
+                bodies = decoder.feed(b"")
+        decoder.max_frame, decoder.single = MAX_FRAME, False
+        return shake.peer, decoder, decoder.feed(b""), shake.keys()
 
     async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, expected: str | None) -> None:
         address = writer.get_extra_info("peername")
@@ -222,7 +240,8 @@ class NodeDriver:
                 stage = "TLS handshake"
                 await asyncio.wait_for(writer.start_tls(self._tls[expected is None]), HANDSHAKE_TIMEOUT)
                 stage = "handshake"
-            result = await asyncio.wait_for(self._handshake(reader, writer, expected), HANDSHAKE_TIMEOUT)
+            peer, decoder, early, (send_key, receive_key) = await asyncio.wait_for(
+                self._handshake(reader, writer, expected), HANDSHAKE_TIMEOUT)
         except (WireError, asyncio.TimeoutError, OSError) as error:
             if isinstance(error, asyncio.TimeoutError):
                 error = f"no {stage} within {HANDSHAKE_TIMEOUT:.0f} s"
@@ -230,44 +249,61 @@ class NodeDriver:
                 error = f"TLS: {error}"
             elif not str(error):
                 error = type(error).__name__
-            self.refused += 1
-            self.metrics.refused.set(self.refused)
-            log.warning("refused connection from %s: %s", address, error,
-                        extra={"event": "refused", "address": str(address)})
+            self._refuse(address, str(error))
             writer.close()
             return
-        if result is None:
-            writer.close()
-            return
-        peer, decoder, early = result
+        finally:
+            if expected is None:
+                self._unauthenticated -= 1
         old = self.links.pop(peer, None)
         if old is not None:
             old.close()
             self.core.on_peer_down(peer, now=now_us())
         self.links[peer] = writer
+        self._sealers[peer] = FrameSealer(send_key)
+        opener = FrameOpener(receive_key)
         self.metrics.peer_connected.labels(peer).set(1)
         log.info("link to %s up", peer, extra={"event": "link_up", "peer": peer})
         self.core.on_peer_up(peer, now=now_us())
         try:
-            for message in early:
-                self._receive(peer, message)
+            for body in early:
+                self._receive(peer, decode(opener.open(body)))
             self._transmit()
             while data := await reader.read(262144):
                 for body in decoder.feed(data):
-                    self._receive(peer, decode(body))
+                    self._receive(peer, decode(opener.open(body)))
                 self._transmit()
         except WireError as error:
-            log.warning("closing link to %s: %s", peer, error, extra={"event": "bad_frame", "peer": peer})
+            log.warning("closing link to %s: %s", peer, shorten(str(error), 200),
+                        extra={"event": "bad_frame", "peer": peer})
         except OSError:
             pass
         finally:
             writer.close()
             if self.links.get(peer) is writer:
                 del self.links[peer]
+                del self._sealers[peer]
                 self.metrics.peer_connected.labels(peer).set(0)
                 log.info("link to %s down", peer, extra={"event": "link_down", "peer": peer})
                 self.core.on_peer_down(peer, now=now_us())
                 self._transmit()
+
+    def _refuse(self, address, reason: str) -> None:
+        """Count a refused connection; log it, at most ``REFUSAL_LOG_BURST`` lines per minute."""
+        self.refused += 1
+        self.metrics.refused.set(self.refused)
+        minute = int(time.monotonic() // 60)
+        if minute != self._refusal_minute:
+            if self._refusals_unlogged:
+                log.warning("%d more refused connections were not logged", self._refusals_unlogged,
+                            extra={"event": "refused_unlogged", "count": self._refusals_unlogged})
+            self._refusal_minute, self._refusals_logged, self._refusals_unlogged = minute, 0, 0
+        if self._refusals_logged < REFUSAL_LOG_BURST:
+            self._refusals_logged += 1
+            log.warning("refused connection from %s: %s", address, shorten(reason, 200),
+                        extra={"event": "refused", "address": str(address)})
+        else:
+            self._refusals_unlogged += 1
 
     def _receive(self, peer: str, message) -> None:
         if isinstance(message, (Hello, Proof)):
@@ -288,7 +324,8 @@ class NodeDriver:
                 log.warning("peer %s is not reading; dropping the link", node, extra={"event": "slow_peer"})
                 writer.close()
                 continue
-            writer.write(b"".join(chunks))
+            seal = self._sealers[node].seal
+            writer.write(b"".join([piece for chunk in chunks for piece in seal(chunk)]))
         for event in self.core.events():
             self._on_event(event)
         when = self.core.next_timer()

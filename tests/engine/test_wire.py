@@ -9,8 +9,7 @@ from hypothesis import given, strategies as st
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello, Hold,
                              NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
                              StatisticsRequest, StreamHead)
-from engine.wire import (EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode,
-                         proof, verify)
+from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
 from operators.plan import ReplicaId, StreamReplica
 
 S = StreamReplica(ReplicaId("load", 1), ReplicaId("correlate", 0), 0)
@@ -79,10 +78,3 @@ def test_oversized_frame_is_refused():
         FrameDecoder(max_frame=10).feed(b"\x00\x00\x01\x00" + b"x" * 300)
 
 
-def test_handshake_proof_binds_secret_nonce_and_name():
-    good = proof(b"secret", b"nonce", "n1", "n2")
-    assert verify(b"secret", b"nonce", "n1", "n2", good)
-    assert not verify(b"other", b"nonce", "n1", "n2", good)
-    assert not verify(b"secret", b"nonce2", "n1", "n2", good)
-    assert not verify(b"secret", b"nonce", "n2", "n1", good)   # reflected back to its prover
-    assert not verify(b"secret", b"nonce", "n1", "n3", good)

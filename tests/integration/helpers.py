@@ -69,6 +69,36 @@ metrics_port = {ports[3]}
     return path
 
 
+def authenticate(sock: socket.socket, name: str, secret: bytes, peer: str):
+    """The dialer's side of the handshake (engine.handshake) on a connected socket, as node ``name``
+    dialling ``peer``.  Returns (sealer, opener, decoder) for the authenticated link; raises
+    WireError if ``peer`` refuses (its proof does not check out, or it closes the connection)."""
+    from engine.handshake import MAX_HANDSHAKE_FRAME, FrameOpener, FrameSealer, Handshake, Role, Stage
+    from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
+
+    shake = Handshake(secret, name, Role.DIALER, os.urandom(16), peers={name, peer}, expected=peer)
+    decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)
+    for message in shake.start():
+        sock.sendall(encode(message))
+    while shake.stage is not Stage.DONE:
+        data = sock.recv(4096)
+        if not data:
+            raise WireError(f"{peer} closed the connection during the handshake")
+        bodies = decoder.feed(data)
+        while bodies and shake.stage is not Stage.DONE:
+            for message in shake.receive(decode(bodies[0])):
+                sock.sendall(encode(message))
+            bodies = decoder.feed(b"")
+    decoder.max_frame, decoder.single = MAX_FRAME, False
+    send, receive = shake.keys()
+    return FrameSealer(send), FrameOpener(receive), decoder
+
+
+def sealed(sealer, *frames: bytes) -> bytes:
+    """``frames`` (from engine.wire.encode) tagged for an authenticated link."""
+    return b"".join(bytes(piece) for frame in frames for piece in sealer.seal(frame))
+
+
 def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.messages import Hello
-from engine.wire import FrameDecoder, decode, encode, proof, verify
-from tests.integration.helpers import cluster, free_ports, metric, mosquitto, two_node_cluster, wait_for
+from engine.wire import WireError
+from tests.integration.helpers import (authenticate, cluster, free_ports, metric, mosquitto, sealed,
+                                       two_node_cluster, wait_for)
 
 SECRET = "right-secret-123"
 
@@ -120,23 +120,15 @@ def test_mosquitto_pub_to_mosquitto_sub_through_the_embedded_amqtt_broker(tmp_pa
 
 
 # -- the TCP side: handshake and garbage ----------------------------------------------------------
-def handshake(port: int, name: str, secret: bytes, verifier: str = "b") -> socket.socket:
-    """Do the client side of the handshake as node ``name``; returns the socket (maybe closed by the node)."""
+def handshake(port: int, name: str, secret: bytes, verifier: str = "b"):
+    """Do the dialer's side of the handshake as node ``name``; returns (socket, sealer), the sealer
+    None if the node refused (it then closes the socket)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    nonce = os.urandom(16)
-    sock.sendall(encode(Hello(name, nonce)))
-    decoder, messages, answered = FrameDecoder(), [], False
-    while len(messages) < 2:
-        data = sock.recv(65536)
-        if not data:
-            break
-        messages += [decode(b) for b in decoder.feed(data)]
-        if messages and not answered:
-            sock.sendall(encode(proof(secret, messages[0].nonce, name, verifier)))
-            answered = True
-    if len(messages) == 2 and secret == SECRET.encode():
-        assert verify(secret, nonce, verifier, name, messages[1])    # the node proves itself too
-    return sock
+    try:
+        sealer, _, _ = authenticate(sock, name, secret, verifier)     # checks the node's proof too
+    except WireError:
+        return sock, None
+    return sock, sealer
 
 
 def closed_by_peer(sock: socket.socket) -> bool:
@@ -166,8 +158,8 @@ def two_nodes(tmp_path_factory):
 def test_a_peer_with_the_wrong_secret_is_refused_and_logged(two_nodes):
     node_port, metrics_port, run_dir, _ = two_nodes
     before = metric(metrics_port, "replicast_refused_connections")
-    sock = handshake(node_port, "a", b"wrong-secret-456")
-    assert closed_by_peer(sock)
+    sock, sealer = handshake(node_port, "a", b"wrong-secret-456")
+    assert sealer is None and closed_by_peer(sock)
     wait_for(lambda: metric(metrics_port, "replicast_refused_connections") == before + 1, 10, "the refusal count")
     assert "failed the shared-secret challenge" in (run_dir / "b.log").read_text()
     assert metric(metrics_port, 'replicast_peer_connected') == 1.0     # the real link to a is untouched
@@ -178,10 +170,11 @@ def test_a_peer_with_the_wrong_secret_is_refused_and_logged(two_nodes):
 def test_garbage_after_a_good_handshake_never_crashes_the_node(two_nodes, chunks):
     node_port, metrics_port, run_dir, _ = two_nodes
     # pose as node "a": the node replaces its link to a with ours, then drops ours on the garbage
-    sock = handshake(node_port, "a", SECRET.encode())
+    sock, sealer = handshake(node_port, "a", SECRET.encode())
+    assert sealer is not None
     for chunk in chunks:
-        try:
-            sock.sendall(len(chunk).to_bytes(4, "big") + chunk if chunk[0] % 2 else chunk)
+        try:     # tagged frames of garbage (they pass authentication, then fail to decode), or raw bytes
+            sock.sendall(sealed(sealer, len(chunk).to_bytes(4, "big") + chunk) if chunk[0] % 2 else chunk)
         except OSError:
             break
     sock.close()
