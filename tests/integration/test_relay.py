@@ -232,3 +232,37 @@ def test_a_relay_on_the_path_cannot_inject_a_record(nodes):
         genuine_records_arrive_and_forged_do_not(nodes)
     finally:
         relay.close()
+
+
+# -- before authentication: small frames, few connections, short log lines ------------------------
+def log_of(nodes, name: str) -> str:
+    return (nodes["dir"] / f"{name}.log").read_text()
+
+
+def test_a_stranger_cannot_make_a_node_buffer_a_large_frame_or_log_a_long_name(nodes):
+    nodes["start"](relayed=False)
+    wait_for(lambda: metric(nodes["b_metrics"], "replicast_ready") == 1.0, 30, "b ready")
+    with socket.create_connection(("127.0.0.1", nodes["b"]), timeout=10) as sock:
+        sock.sendall((64 * 2**20).to_bytes(4, "big") + b"\x92" * 1000)        # "a 64 MiB frame follows"
+        assert sock.recv(100) == b""                                           # closed, not buffered
+    with socket.create_connection(("127.0.0.1", nodes["b"]), timeout=10) as sock:
+        sock.sendall(encode(Hello("n" * 400, os.urandom(16))))
+        assert sock.recv(100) == b""
+    wait_for(lambda: log_of(nodes, "b").count('"event": "refused"') >= 2, 10, "two refusals in b's log")
+    refusals = [line for line in log_of(nodes, "b").splitlines() if '"event": "refused"' in line]
+    assert "exceeds the 512-byte limit" in refusals[0]
+    assert all(len(line) < 600 for line in refusals), refusals
+    assert metric(nodes["b_metrics"], "replicast_peer_connected") == 1.0      # the real a is untouched
+
+
+def test_idle_strangers_cannot_hold_more_than_32_handshakes(nodes):
+    nodes["start"](relayed=False)
+    wait_for(lambda: metric(nodes["b_metrics"], "replicast_ready") == 1.0, 30, "b ready")
+    idle = [socket.create_connection(("127.0.0.1", nodes["b"]), timeout=10) for _ in range(40)]
+    try:
+        wait_for(lambda: "connections are already in their handshake" in log_of(nodes, "b"), 4,
+                 "b to refuse connections beyond 32 before their handshake times out")
+        assert metric(nodes["b_metrics"], "replicast_refused_connections") >= 8
+    finally:
+        for sock in idle:
+            sock.close()
