@@ -60,7 +60,11 @@ class TimeWindowAggregate(Operator):
         while windows and windows.peekitem(0)[0] <= p + 1:
             end, groups = windows.popitem(0)
             if end > self.suppress_through:
-                out.extend(summarise(end, group, self.summaries, rows) for group, rows in groups.items())
+                for group, rows in groups.items():
+                    try:
+                        out.append(summarise(end, group, self.summaries, rows))
+                    except ArithmeticError as error:     # not representable: dropped, counted (summaries)
+                        self.count_error((end, *group), error)
         return out
 
     def rebuild(self, frontiers: list[int]) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from operators.record import Record
+from operators.record import Record, short_repr
 
 #: The frontier before any punctuation: nothing is promised yet.
 NO_PUNCTUATION = -(2**63)
@@ -127,4 +127,4 @@ class Operator:
     def count_error(self, record: Record, error: Exception) -> None:
         """Expression errors are deterministic, so every replica drops the same records."""
         self.errors += 1
-        self.last_error = f"{type(error).__name__}: {error} on record {record!r}"
+        self.last_error = f"{type(error).__name__}: {str(error)[:200]} on record {short_repr(record, 200)}"

@@ -46,7 +46,10 @@ class CountWindowAggregate(Operator):
             for window in state[1]:
                 window.append(record)
             if state[1] and len(state[1][0]) == self.size:
-                out.append(summarise(record[0], group, self.summaries, state[1].pop(0)))
+                try:
+                    out.append(summarise(record[0], group, self.summaries, state[1].pop(0)))
+                except ArithmeticError as error:     # not representable: dropped, counted (summaries)
+                    self.count_error((record[0], *group), error)
         return self.vouch(out)
 
     def rebuild(self, frontiers: list[int]) -> int:

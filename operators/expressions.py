@@ -21,6 +21,7 @@ from typing import Callable, Mapping
 from operators.errors import QueryError
 
 FUNCTIONS: dict[str, Callable] = {"abs": abs, "min": min, "max": max, "round": round}
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
 def finite_float(value: object) -> float:
@@ -33,6 +34,33 @@ def finite_float(value: object) -> float:
     if result - result == 0.0:          # false for inf and nan
         return result
     raise ArithmeticError(f"non-finite result {result}")
+
+def int64(value: object) -> int:
+    """The value of an int-typed output field: it must fit the wire's 64-bit ints (a Map can make
+    wider ones: ``x * 10**30``, ``round(1e300)``); otherwise an evaluation error (the record is
+    dropped and counted, the same on every replica)."""
+    if _INT_MIN <= value <= _INT_MAX:
+        return value
+    raise ArithmeticError(f"int result of {value.bit_length()} bits does not fit in 64 bits")
+
+
+#: Largest int power computed (bits); wider is an evaluation error (``2 ** 10**12`` takes minutes).
+MAX_POWER_BITS = 4096
+
+
+def power(base: object, exponent: object) -> object:
+    """``base ** exponent`` without the hang: an int power of more than :data:`MAX_POWER_BITS` bits
+    is an evaluation error before it is computed (output fields must fit 64 bits anyway)."""
+    if type(base) in (int, bool) and type(exponent) in (int, bool) and exponent > 0 and abs(base) > 1 \
+            and (abs(base).bit_length() - 1) * exponent > MAX_POWER_BITS:
+        raise ArithmeticError(f"int power with exponent {exponent} is wider than {MAX_POWER_BITS} bits")
+    return base ** exponent
+
+
+def float_power(base: object, exponent: object) -> float:
+    """``**`` of two ints whose exponent may be negative: typed float (``2 ** -1`` is 0.5)."""
+    return float(power(base, exponent))
+
 
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 _COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -119,7 +147,15 @@ class _Checker:
             raise self.fail(node, "only + - * / // % ** are allowed")
         left, lkind = self.visit(node.left)
         right, rkind = self.visit(node.right)
-        return ast.BinOp(left, node.op, right), self._arithmetic_type(node, node.op, lkind, rkind)
+        kind = self._arithmetic_type(node, node.op, lkind, rkind)
+        if isinstance(node.op, ast.Pow):
+            # An int power is an int only for an exponent known to be >= 0 (a literal); otherwise
+            # it may be a float (2 ** -1), so it is typed float and evaluated as one.
+            literal = isinstance(node.right, ast.Constant) and type(node.right.value) is int and node.right.value >= 0
+            if kind == "int" and not literal:
+                return ast.Call(ast.Name("_float_power", ast.Load()), [left, right], []), "float"
+            return ast.Call(ast.Name("_power", ast.Load()), [left, right], []), kind
+        return ast.BinOp(left, node.op, right), kind
 
     def _arithmetic_type(self, node: ast.AST, op: ast.operator, lkind: str, rkind: str) -> str:
         if lkind == rkind == "str" and isinstance(op, ast.Add):
@@ -203,9 +239,11 @@ def compile_expression(source: str, scope: Scope, *, where: str, arity: int = 1)
 def compile_tuple(parts: list[tuple[ast.AST, str]], arg_names: tuple[str, ...]) -> Callable:
     """A function building the tuple of ``parts`` (checked trees with their types).
 
-    Float-typed parts go through :func:`finite_float`, so the tuple's floats are exact and finite.
+    Float-typed parts go through :func:`finite_float`, so the tuple's floats are exact and finite;
+    int-typed parts through :func:`int64`, so they fit the wire.
     """
-    wrapped = [ast.Call(ast.Name("_finite_float", ast.Load()), [tree], []) if kind == "float" else tree
+    checks = {"float": "_finite_float", "int": "_int64"}
+    wrapped = [ast.Call(ast.Name(checks[kind], ast.Load()), [tree], []) if kind in checks else tree
                for tree, kind in parts]
     return _to_function(ast.Tuple(wrapped, ast.Load()), arg_names)
 
@@ -226,5 +264,6 @@ def _to_function(body: ast.AST, arg_names: tuple[str, ...]) -> Callable:
     module = ast.Expression(ast.Lambda(args, body))
     ast.fix_missing_locations(module)
     # Only the four whitelisted functions are reachable: builtins are removed.
-    namespace = {"__builtins__": {}, "_finite_float": finite_float, **FUNCTIONS}
+    namespace = {"__builtins__": {}, "_finite_float": finite_float, "_int64": int64, "_power": power,
+                 "_float_power": float_power, **FUNCTIONS}
     return eval(compile(module, "<replicast expression>", "eval"), namespace)

@@ -30,6 +30,9 @@ Record = tuple
 #: The punctuation that closes a stream for good: no record may follow it.
 CLOSED = 2**63 - 1
 
+#: Ints a record may hold: what msgpack (the wire format) encodes as a signed 64-bit integer.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
 #: Field types a stream may declare, mapped to the Python types accepted for them.
 FIELD_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -101,9 +104,9 @@ def make_record(schema: Schema, ts: Any, values: dict[str, Any], where: str) -> 
     from operators.errors import InputError
 
     if isinstance(ts, bool) or not isinstance(ts, int):
-        raise InputError(f"{where}: 'ts' must be an integer number of microseconds, got {ts!r}")
+        raise InputError(f"{where}: 'ts' must be an integer number of microseconds, got {short_repr(ts)}")
     if not -(2**63) < ts < CLOSED:
-        raise InputError(f"{where}: 'ts' {ts} is outside the 64-bit range")
+        raise InputError(f"{where}: 'ts' {short_repr(ts)} is outside the 64-bit range")
     missing = [n for n in schema.names if n not in values]
     extra = [n for n in values if n not in schema.names]
     if missing or extra:
@@ -113,12 +116,23 @@ def make_record(schema: Schema, ts: Any, values: dict[str, Any], where: str) -> 
     for name, kind in zip(schema.names, schema.types):
         value = values[name]
         if kind == "float" and type(value) is int:
-            value = float(value)
+            value = float(value) if INT_MIN <= value <= INT_MAX else math.inf
         if type(value) is not FIELD_TYPES[kind]:
-            raise InputError(f"{where}: field {name!r} must be {kind}, got {value!r}")
+            raise InputError(f"{where}: field {name!r} must be {kind}, got {short_repr(value)}")
+        if kind == "int" and not INT_MIN <= value <= INT_MAX:
+            raise InputError(f"{where}: field {name!r} must be a 64-bit int, got {short_repr(value)}")
         if kind == "float":
             if not math.isfinite(value):
-                raise InputError(f"{where}: field {name!r} must be a finite float, got {value!r}")
+                raise InputError(f"{where}: field {name!r} must be a finite float, got {short_repr(values[name])}")
             value += 0.0
         fields.append(value)
     return (ts, *fields)
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: error messages quote input values, and a value
+    from outside may be megabytes long (or an int of a million digits)."""
+    if type(value) is int and value.bit_length() > 200:
+        return f"an int of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
