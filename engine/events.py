@@ -53,8 +53,17 @@ def parse_events(lines: Iterable[str], query: Query, source: str = "<events>") -
 
 
 def record_to_json(app: str, names: tuple[str, ...], record: Record, arrival: int | None = None) -> str:
-    """One output line ``{"app", "ts", fields…}``, with ``"arrival"`` (µs) when given (a live sink)."""
+    """One output line ``{"app", "ts", fields…}``, with ``"arrival"`` (µs) when given (a live sink).
+    A value JSON has no type for (bytes, which only a misbehaving peer can put in a record) is
+    written as text, bytes decoded as UTF-8 with U+FFFD."""
     line = {"app": app, "ts": record[0], **dict(zip(names, record[1:]))}
     if arrival is not None:
         line["arrival"] = arrival
-    return json.dumps(line, ensure_ascii=False)
+    return json.dumps(line, ensure_ascii=False, default=as_text)
+
+
+def as_text(value: object) -> str:
+    """JSON's fallback for values it has no type for (see :func:`record_to_json`)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return repr(value)

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from engine.events import record_to_json
+from engine.events import as_text, record_to_json
 from engine.node import Delivered
 
 OUT_TOPIC = "replicast/out/{app}"
@@ -28,7 +28,7 @@ def mqtt_items(names: tuple[str, ...], event: Delivered) -> bytes:
     items: list[dict] = [{"ts": r[0], **dict(zip(names, r[1:]))} for r in event.records]
     if event.punctuation is not None:
         items.append({"punctuation": event.punctuation})
-    return json.dumps(items, ensure_ascii=False).encode()
+    return json.dumps(items, ensure_ascii=False, default=as_text).encode()
 
 
 class FileSink:
@@ -61,8 +61,30 @@ class CallbackSink:
         pass
 
 
-def dead_letter_payload(node: str, stream: str, reason: str, item) -> bytes:
+#: Bounds of one dead letter: this many reasons, each and the item cut to this many characters.
+DEAD_LETTER_REASONS, DEAD_LETTER_TEXT = 5, 1024
+
+
+def dead_letter_payload(node: str, stream: str, rejected: list) -> bytes:
+    """The one dead letter for the rejected items of one source message (``DeadLetter`` events of
+    one stream): ``{"node", "stream", "count", "reason", "reasons", "item"}`` — the first reason,
+    the first few distinct reasons, and the first rejected item — at most ~8 KiB whatever came in
+    (20,000 bad items give one message saying 20000, not 20,000 messages)."""
+    reasons = list(dict.fromkeys(_cut(letter.reason) for letter in rejected[:1000]))[:DEAD_LETTER_REASONS]
+    return json.dumps({"node": node, "stream": _cut(stream, 200), "count": len(rejected), "reason": reasons[0],
+                       "reasons": reasons, "item": _item_text(rejected[0].item)}, ensure_ascii=False).encode()
+
+
+def _cut(text: str, limit: int = DEAD_LETTER_TEXT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"…({len(text)} chars)"
+
+
+def _item_text(item) -> object:
+    """The rejected item as JSON-able data, or as text when it is bytes, too deep or too long."""
     if isinstance(item, (bytes, bytearray)):
-        item = bytes(item).decode("utf-8", errors="replace")
-    return json.dumps({"node": node, "stream": stream, "reason": reason, "item": item},
-                      ensure_ascii=False, default=repr).encode()
+        return _cut(bytes(item[:DEAD_LETTER_TEXT * 4]).decode("utf-8", errors="replace"))
+    try:
+        text = json.dumps(item, ensure_ascii=False, default=repr)
+    except (RecursionError, ValueError, TypeError):
+        return "(an item nested too deeply to show)"
+    return item if len(text) <= DEAD_LETTER_TEXT else _cut(text)

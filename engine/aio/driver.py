@@ -33,6 +33,8 @@ from typing import Callable
 import aiomqtt
 
 from engine.aio.metrics import NodeMetrics
+from engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
+from engine.aio.supervise import Backoff, Supervisor
 from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
 from engine.handshake import (MAX_HANDSHAKE_FRAME, NONCE_BYTES, FrameOpener, FrameSealer, Handshake, Role, Stage,
@@ -41,10 +43,15 @@ from engine.messages import Hello, Proof
 from engine.node import (DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError, ReplicaChanged, StreamCutOff,
                          configure)
 from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
+from operators.errors import ReplicastError
 from operators.record import CLOSED
 from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
 
 log = logging.getLogger("replicast.node")
+
+
+class NodeFailed(ReplicastError):
+    """The node stopped because a driver task kept failing; the process exits non-zero."""
 
 HANDSHAKE_TIMEOUT = 5.0
 #: Connections accepted but not yet authenticated; more are refused at once.  Each may hold its
@@ -60,20 +67,6 @@ IN_TOPIC = "replicast/in/+"
 
 def now_us() -> int:
     return time.time_ns() // 1000
-
-
-class Backoff:
-    """Exponential back-off delays: 0.05 s doubling up to ``cap`` seconds."""
-
-    def __init__(self, first: float = 0.05, cap: float = 2.0):
-        self.first, self.cap, self.delay = first, cap, first
-
-    def next(self) -> float:
-        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
-        return delay
-
-    def reset(self) -> None:
-        self.delay = self.first
 
 
 class NodeDriver:
@@ -103,10 +96,13 @@ class NodeDriver:
         self._mqtt_out: deque[tuple[str, bytes]] = deque()
         self._mqtt_wakeup = asyncio.Event()
         self.mqtt_connected = False
+        self._redeliveries = RedeliveryFilter()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: int | None = None
         self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._supervisor = Supervisor(self.metrics.task_failures, self._fatal)
+        #: Why the node stopped on its own (a task in a crash loop), or None.
+        self.failure: str | None = None
         self.refused = 0
         self._peers = frozenset(config.nodes)
         self._sealers: dict[str, FrameSealer] = {}
@@ -135,12 +131,13 @@ class NodeDriver:
             metrics_server = self.metrics.serve(self.spec.host, self.spec.metrics_port)
         log.info("node %s listening on %s:%d", self.name, self.spec.host, self.spec.port,
                  extra={"event": "listening", "replicas": [str(r) for r in self.core.hosted]})
+        supervise = self._supervisor.start
         for peer in sorted(self.config.nodes):
             if peer > self.name:
-                self._tasks.append(asyncio.create_task(self._dial(peer)))
+                supervise(f"dial {peer}", lambda peer=peer: self._dial(peer))
         if self._has_entries or self._mqtt_apps:
-            self._tasks.append(asyncio.create_task(self._mqtt()))
-        self._tasks.append(asyncio.create_task(self._refresh_metrics()))
+            supervise("mqtt", self._mqtt)
+        supervise("metrics", self._refresh_metrics)
         self._transmit()
         try:
             await self._stop.wait()
@@ -149,9 +146,7 @@ class NodeDriver:
             server.close()
             if source_server is not None:
                 source_server.close()
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._supervisor.cancel_all()
             for writer in list(self.links.values()):
                 writer.close()
             if self._timer:
@@ -162,9 +157,17 @@ class NodeDriver:
             if metrics_server is not None:
                 metrics_server[0].shutdown()
             self.metrics.refresh(self.core.statistics())
+        if self.failure is not None:
+            raise NodeFailed(f"node {self.name} stopped: {self.failure}")
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _fatal(self, reason: str) -> None:
+        """A task is in a crash loop: stop, and make the process exit non-zero (engine.aio.supervise)."""
+        log.error("node %s stops: %s", self.name, reason, extra={"event": "fatal"})
+        self.failure = reason
+        self.stop()
 
     def _ssl_context(self, server: bool) -> ssl.SSLContext | None:
         tls = self.config.tls_files(self.name)
@@ -274,10 +277,16 @@ class NodeDriver:
                     self._receive(peer, decode(opener.open(body)))
                 self._transmit()
         except WireError as error:
+            self.metrics.links_dropped.labels(peer, "bad_frame").inc()
             log.warning("closing link to %s: %s", peer, shorten(str(error), 200),
                         extra={"event": "bad_frame", "peer": peer})
         except OSError:
             pass
+        except Exception as error:     # a frame the core could not apply: drop the link, redial later
+            self.metrics.links_dropped.labels(peer, "unapplicable").inc()
+            log.warning("closing link to %s: a frame could not be applied: %s: %s", peer, type(error).__name__,
+                        shorten(str(error), 200), extra={"event": "unapplicable_frame", "peer": peer},
+                        exc_info=not isinstance(error, ReplicastError))
         finally:
             writer.close()
             if self.links.get(peer) is writer:
@@ -315,19 +324,31 @@ class NodeDriver:
         """Flush the core's outbox to the links, handle its events, re-arm the timer."""
         frames: dict[str, list[bytes]] = defaultdict(list)
         for node, message in self.core.messages_to_send():
-            frames[node].append(encode(message))
+            try:
+                frames[node].append(encode(message))
+            except Exception as error:     # a value the wire cannot carry: a bug upstream, never a crash
+                self.metrics.task_failures.labels("encode").inc()
+                log.error("cannot encode a %s for %s: %s: %s", type(message).__name__, node, type(error).__name__,
+                          shorten(str(error), 200), extra={"event": "encode_failed", "peer": node})
         for node, chunks in frames.items():
             writer = self.links.get(node)
             if writer is None:
                 continue                      # replayed by on_peer_up when the link returns
             if writer.transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
+                self.metrics.links_dropped.labels(node, "slow_peer").inc()
                 log.warning("peer %s is not reading; dropping the link", node, extra={"event": "slow_peer"})
                 writer.close()
                 continue
             seal = self._sealers[node].seal
             writer.write(b"".join([piece for chunk in chunks for piece in seal(chunk)]))
+        letters: dict[str, list[DeadLetter]] = {}
         for event in self.core.events():
-            self._on_event(event)
+            if isinstance(event, DeadLetter):
+                letters.setdefault(event.stream, []).append(event)
+            else:
+                self._on_event(event)
+        for stream, rejected in letters.items():     # one dead letter per source message and stream
+            self._dead_letter(stream, rejected)
         when = self.core.next_timer()
         if when != self._timer_when:
             if self._timer:
@@ -337,7 +358,11 @@ class NodeDriver:
 
     def _on_timer(self) -> None:
         self._timer = self._timer_when = None
-        self.core.handle_timer(now=now_us())
+        try:
+            self.core.handle_timer(now=now_us())
+        except Exception:          # a bug: counted and logged; the timer is re-armed below
+            self.metrics.task_failures.labels("timer").inc()
+            log.exception("the core's timer failed", extra={"event": "task_failed", "task": "timer"})
         self._transmit()
 
     def _on_event(self, event) -> None:
@@ -348,15 +373,16 @@ class NodeDriver:
             if event.punctuation is not None:
                 self.metrics.app_punctuation.labels(event.app).set(event.punctuation)
             for sink in self.sinks.get(event.app, ()):
-                sink(event)
+                try:
+                    sink(event)
+                except Exception as error:    # a sink that cannot take a delivery must not stop the node
+                    self.metrics.sink_errors.labels(event.app).inc()
+                    log.error("%s for %s failed: %s: %s", type(sink).__name__, event.app, type(error).__name__,
+                              shorten(str(error), 200), extra={"event": "sink_failed", "app": event.app})
             # Punctuations ride along with records; a bare one is published only when the stream
             # closes, so subscribers are not flooded every punctuation interval.
             if event.app in self._mqtt_apps and (event.records or event.punctuation == CLOSED):
                 self._publish(OUT_TOPIC.format(app=event.app), mqtt_items(self._names[event.app], event))
-        elif isinstance(event, DeadLetter):
-            log.info("dead letter on %s: %s", event.stream, event.reason,
-                     extra={"event": "dead_letter", "stream": event.stream})
-            self._publish(DEAD_LETTER_TOPIC, dead_letter_payload(self.name, event.stream, event.reason, event.item))
         elif isinstance(event, PeerTimedOut):
             writer = self.links.get(event.node)
             log.warning("no heartbeat from %s; dropping the link", event.node, extra={"event": "peer_timeout"})
@@ -376,10 +402,26 @@ class NodeDriver:
                         "its log no longer waits for it", event.stream.source, event.stream.target, event.node,
                         event.retained, extra={"event": "stream_cut", "peer": event.node})
 
+    def _dead_letter(self, stream: str, rejected: list[DeadLetter]) -> None:
+        """The rejects of one source message: one log line, one bounded dead letter with the count."""
+        self.metrics.dead_letter_messages.inc()
+        log.info("%d dead letter(s) on %s: %s", len(rejected), shorten(stream), shorten(rejected[0].reason, 200),
+                 extra={"event": "dead_letter", "stream": shorten(stream), "count": len(rejected)})
+        self._publish(DEAD_LETTER_TOPIC, dead_letter_payload(self.name, stream, rejected))
+
     # -- sources --------------------------------------------------------------------------------
     def _on_source_line(self, stream: str, payload: bytes) -> None:
         """One line from a TCP source connection: the same path as an MQTT input message."""
-        self.core.on_source(stream, payload, now=now_us())
+        self._on_source(stream, payload)
+
+    def _on_source(self, stream: str, payload: bytes) -> None:
+        """One source message (MQTT or TCP line): whatever it holds, the node goes on."""
+        try:
+            self.core.on_source(stream, payload, now=now_us())
+        except Exception as error:         # a bug (the core rejects bad input itself): drop it, loudly
+            self.metrics.source_errors.labels(shorten(stream, 40)).inc()
+            log.exception("a message on %s could not be handled (%d bytes): %s", shorten(stream), len(payload),
+                          type(error).__name__, extra={"event": "source_failed", "stream": shorten(stream)})
         self._transmit()
 
     # -- MQTT -----------------------------------------------------------------------------------
@@ -394,7 +436,7 @@ class NodeDriver:
             try:
                 # A clean session the first time (no stale input from an earlier run), then resume
                 # it, so QoS 1 input published while we were reconnecting is still delivered.
-                async with aiomqtt.Client(host, port, identifier=f"replicast-{self.name}-{os.getpid()}",
+                async with DupAwareClient(host, port, identifier=f"replicast-{self.name}-{os.getpid()}",
                                           clean_session=first, keepalive=10) as client:
                     first = False
                     if self._has_entries:
@@ -403,22 +445,36 @@ class NodeDriver:
                     self.metrics.mqtt_connected.set(1)
                     backoff.reset()
                     log.info("connected to MQTT broker %s:%d", host, port, extra={"event": "mqtt_up"})
-                    publisher = asyncio.create_task(self._publisher(client))
+                    # Input and output live and die together: whichever ends first ends the session.
+                    tasks = [asyncio.create_task(self._mqtt_input(client)), asyncio.create_task(self._publisher(client))]
                     try:
-                        async for message in client.messages:
-                            stream = str(message.topic).rsplit("/", 1)[-1]
-                            payload = message.payload
-                            if not isinstance(payload, (bytes, bytearray)):
-                                payload = str(payload if payload is not None else "").encode()
-                            self.core.on_source(stream, bytes(payload), now=now_us())
-                            self._transmit()
+                        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                     finally:
-                        publisher.cancel()
+                        for task in tasks:
+                            task.cancel()
+                        await asyncio.gather(*tasks, return_exceptions=True)
+                    for task in done:
+                        task.result()                  # re-raise what ended it (MqttError or a bug)
             except aiomqtt.MqttError as error:
-                log.warning("MQTT broker %s:%d: %s", host, port, error, extra={"event": "mqtt_down"})
-            self.mqtt_connected = False
-            self.metrics.mqtt_connected.set(0)
+                log.warning("MQTT broker %s:%d: %s", host, port, shorten(str(error), 200),
+                            extra={"event": "mqtt_down"})
+            finally:
+                self.mqtt_connected = False
+                self.metrics.mqtt_connected.set(0)
             await asyncio.sleep(backoff.next())
+
+    async def _mqtt_input(self, client: aiomqtt.Client) -> None:
+        redeliveries = self._redeliveries
+        async for message in client.messages:
+            topic = str(message.topic)
+            payload = message.payload
+            if not isinstance(payload, (bytes, bytearray)):
+                payload = str(payload if payload is not None else "").encode()
+            payload = bytes(payload)
+            if redeliveries.is_redelivery(message.mid, getattr(message, "dup", False), topic, payload):
+                self.metrics.mqtt_redeliveries.inc()
+                continue
+            self._on_source(topic.rsplit("/", 1)[-1], payload)
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
         queue = self._mqtt_out
@@ -433,8 +489,8 @@ class NodeDriver:
     # -- readiness and metrics ------------------------------------------------------------------
     def is_ready(self) -> bool:
         peers = set(self.config.nodes) - {self.name}
-        return peers <= set(self.links) and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps)) \
-            and self.core.ready()
+        return (peers <= set(self.links) and not self._supervisor.down
+                and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps)) and self.core.ready())
 
     async def _refresh_metrics(self) -> None:
         while True:

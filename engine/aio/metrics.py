@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 #: Latency buckets (seconds): wide-area paths are tens to hundreds of ms (§VI).
@@ -40,6 +40,22 @@ class NodeMetrics:
                                      ["app"], registry=self.registry)
         self.refused = Gauge("replicast_refused_connections", "connections refused by the handshake",
                              registry=self.registry)
+        # Failures the driver survives (issue 11): each is also one log line.
+        self.task_failures = Counter("replicast_task_failures", "unexpected exceptions in a driver task (restarted)",
+                                     ["task"], registry=self.registry)
+        self.links_dropped = Counter("replicast_links_dropped", "links closed by this node, by reason",
+                                     ["peer", "reason"], registry=self.registry)
+        self.sink_errors = Counter("replicast_sink_errors", "deliveries an application sink failed to take",
+                                   ["app"], registry=self.registry)
+        self.source_errors = Counter("replicast_source_errors",
+                                     "source messages dropped because handling them raised (a bug: see the log)",
+                                     ["stream"], registry=self.registry)
+        self.dead_letter_messages = Counter("replicast_dead_letter_messages",
+                                            "dead letters published (one per source message, with a count)",
+                                            registry=self.registry)
+        self.mqtt_redeliveries = Counter("replicast_mqtt_redeliveries",
+                                         "QoS-1 redeliveries of messages already handled, dropped (engine.aio.mqtt_input)",
+                                         registry=self.registry)
         self._stats: dict[str, Any] = {}
         self.registry.register(self)
 

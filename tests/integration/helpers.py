@@ -94,6 +94,28 @@ def authenticate(sock: socket.socket, name: str, secret: bytes, peer: str):
     return FrameSealer(send), FrameOpener(receive), decoder
 
 
+def accept_as(sock: socket.socket, name: str, secret: bytes, peers: set[str]):
+    """The acceptor's side of the handshake as node ``name`` on an accepted socket; returns
+    (peer name, sealer, opener, decoder)."""
+    from engine.handshake import MAX_HANDSHAKE_FRAME, FrameOpener, FrameSealer, Handshake, Role, Stage
+    from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
+
+    shake = Handshake(secret, name, Role.ACCEPTOR, os.urandom(16), peers=peers | {name})
+    decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)
+    while shake.stage is not Stage.DONE:
+        data = sock.recv(4096)
+        if not data:
+            raise WireError("the dialer closed the connection during the handshake")
+        bodies = decoder.feed(data)
+        while bodies and shake.stage is not Stage.DONE:
+            for message in shake.receive(decode(bodies[0])):
+                sock.sendall(encode(message))
+            bodies = decoder.feed(b"")
+    decoder.max_frame, decoder.single = MAX_FRAME, False
+    send, receive = shake.keys()
+    return shake.peer, FrameSealer(send), FrameOpener(receive), decoder
+
+
 def sealed(sealer, *frames: bytes) -> bytes:
     """``frames`` (from engine.wire.encode) tagged for an authenticated link."""
     return b"".join(bytes(piece) for frame in frames for piece in sealer.seal(frame))
