@@ -32,7 +32,7 @@ import struct
 import msgpack
 
 from engine.messages import Hello, Proof
-from engine.wire import WireError
+from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
 
 NONCE_BYTES = 16
 #: Longest node name (characters) a Hello may carry (cluster files are checked against it too).
@@ -72,8 +72,10 @@ def _mac(secret: bytes, purpose: bytes, data: bytes) -> bytes:
 
 
 class Handshake:
-    """One side of the handshake: feed it the peer's handshake messages with :meth:`receive`; send
-    what :meth:`start` and :meth:`receive` return.  Raises :class:`WireError` on anything wrong."""
+    """One side of the handshake.  Bytes in, bytes out: send :meth:`start`, then feed what the peer
+    sends to :meth:`feed` and send what it returns, until :attr:`stage` is DONE; then
+    :meth:`link` gives what the authenticated link needs.  (:meth:`receive` is the same one
+    message at a time.)  Raises :class:`WireError` on anything wrong."""
 
     def __init__(self, secret: bytes, me: str, role: Role, nonce: bytes, *, peers: frozenset[str] | set[str],
                  expected: str | None = None):
@@ -82,10 +84,30 @@ class Handshake:
         self.stage = Stage.AWAIT_HELLO
         self.peer: str | None = None
         self._transcript = b""
+        self._decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)   # small frames until DONE
 
-    def start(self) -> list:
-        """The first messages of this side (the dialer speaks first)."""
-        return [Hello(self.me, self.nonce)] if self.role is Role.DIALER else []
+    def start(self) -> bytes:
+        """The first bytes of this side (the dialer speaks first)."""
+        return encode(Hello(self.me, self.nonce)) if self.role is Role.DIALER else b""
+
+    def feed(self, data: bytes) -> bytes:
+        """Bytes from the peer in; the bytes to send back out."""
+        if not data:
+            raise WireError("connection closed during the handshake")
+        out = []
+        bodies = self._decoder.feed(data)
+        while bodies and self.stage is not Stage.DONE:
+            out += [encode(message) for message in self.receive(decode(bodies[0]))]
+            bodies = self._decoder.feed(b"")
+        return b"".join(out)
+
+    def link(self) -> tuple["FrameSealer", "FrameOpener", FrameDecoder, list[bytes]]:
+        """After DONE: the sealer for frames to send, the opener for frames received, the decoder
+        (now at the full frame limit) and the frames that already followed the handshake."""
+        send, receive = self.keys()
+        decoder = self._decoder
+        decoder.max_frame, decoder.single = MAX_FRAME, False
+        return FrameSealer(send), FrameOpener(receive), decoder, decoder.feed(b"")
 
     def receive(self, message) -> list:
         handler = _TRANSITIONS.get((self.role, self.stage, type(message)))

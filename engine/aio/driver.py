@@ -37,15 +37,14 @@ from engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
 from engine.aio.supervise import Backoff, Supervisor
 from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
-from engine.handshake import (MAX_HANDSHAKE_FRAME, NONCE_BYTES, FrameOpener, FrameSealer, Handshake, Role, Stage,
-                              shorten)
+from engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
 from engine.messages import Hello, Proof
 from engine.node import (DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError, ReplicaChanged, StreamCutOff,
                          configure)
 from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
 from operators.errors import ReplicastError
 from operators.record import CLOSED
-from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
+from engine.wire import WireError, decode, encode
 
 log = logging.getLogger("replicast.node")
 
@@ -213,26 +212,15 @@ class NodeDriver:
         except asyncio.CancelledError:
             pass          # shutdown: asyncio's server callback would log a cancelled handler as an error
 
-    async def _handshake(self, reader, writer, expected: str | None) -> tuple[str, FrameDecoder, list, tuple]:
-        """Run the handshake (engine.handshake); returns the peer, the decoder holding any bytes that
-        followed it, the frames already read after it and the (send, receive) frame keys."""
+    async def _handshake(self, reader, writer, expected: str | None) -> Handshake:
+        """Run the handshake (engine.handshake) to its end; raises WireError if it fails."""
         role = Role.DIALER if expected is not None else Role.ACCEPTOR
         shake = Handshake(self.config.secret, self.name, role, os.urandom(NONCE_BYTES), peers=self._peers,
                           expected=expected)
-        decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)
-        for message in shake.start():
-            writer.write(encode(message))
+        writer.write(shake.start())
         while shake.stage is not Stage.DONE:
-            data = await reader.read(4096)
-            if not data:
-                raise WireError("connection closed during the handshake")
-            bodies = decoder.feed(data)
-            while bodies and shake.stage is not Stage.DONE:
-                for message in shake.receive(decode(bodies[0])):
-                    writer.write(encode(message))
-                bodies = decoder.feed(b"")
-        decoder.max_frame, decoder.single = MAX_FRAME, False
-        return shake.peer, decoder, decoder.feed(b""), shake.keys()
+            writer.write(shake.feed(await reader.read(4096)))
+        return shake
 
     async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, expected: str | None) -> None:
         address = writer.get_extra_info("peername")
@@ -243,8 +231,7 @@ class NodeDriver:
                 stage = "TLS handshake"
                 await asyncio.wait_for(writer.start_tls(self._tls[expected is None]), HANDSHAKE_TIMEOUT)
                 stage = "handshake"
-            peer, decoder, early, (send_key, receive_key) = await asyncio.wait_for(
-                self._handshake(reader, writer, expected), HANDSHAKE_TIMEOUT)
+            shake = await asyncio.wait_for(self._handshake(reader, writer, expected), HANDSHAKE_TIMEOUT)
         except (WireError, asyncio.TimeoutError, OSError) as error:
             if isinstance(error, asyncio.TimeoutError):
                 error = f"no {stage} within {HANDSHAKE_TIMEOUT:.0f} s"
@@ -258,13 +245,14 @@ class NodeDriver:
         finally:
             if expected is None:
                 self._unauthenticated -= 1
+        peer = shake.peer
+        sealer, opener, decoder, early = shake.link()
         old = self.links.pop(peer, None)
         if old is not None:
             old.close()
             self.core.on_peer_down(peer, now=now_us())
         self.links[peer] = writer
-        self._sealers[peer] = FrameSealer(send_key)
-        opener = FrameOpener(receive_key)
+        self._sealers[peer] = sealer
         self.metrics.peer_connected.labels(peer).set(1)
         log.info("link to %s up", peer, extra={"event": "link_up", "peer": peer})
         self.core.on_peer_up(peer, now=now_us())

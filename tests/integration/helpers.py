@@ -73,47 +73,27 @@ def authenticate(sock: socket.socket, name: str, secret: bytes, peer: str):
     """The dialer's side of the handshake (engine.handshake) on a connected socket, as node ``name``
     dialling ``peer``.  Returns (sealer, opener, decoder) for the authenticated link; raises
     WireError if ``peer`` refuses (its proof does not check out, or it closes the connection)."""
-    from engine.handshake import MAX_HANDSHAKE_FRAME, FrameOpener, FrameSealer, Handshake, Role, Stage
-    from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
-
+    from engine.handshake import Handshake, Role
     shake = Handshake(secret, name, Role.DIALER, os.urandom(16), peers={name, peer}, expected=peer)
-    decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)
-    for message in shake.start():
-        sock.sendall(encode(message))
-    while shake.stage is not Stage.DONE:
-        data = sock.recv(4096)
-        if not data:
-            raise WireError(f"{peer} closed the connection during the handshake")
-        bodies = decoder.feed(data)
-        while bodies and shake.stage is not Stage.DONE:
-            for message in shake.receive(decode(bodies[0])):
-                sock.sendall(encode(message))
-            bodies = decoder.feed(b"")
-    decoder.max_frame, decoder.single = MAX_FRAME, False
-    send, receive = shake.keys()
-    return FrameSealer(send), FrameOpener(receive), decoder
+    return run_handshake(sock, shake)[:3]
 
 
 def accept_as(sock: socket.socket, name: str, secret: bytes, peers: set[str]):
     """The acceptor's side of the handshake as node ``name`` on an accepted socket; returns
     (peer name, sealer, opener, decoder)."""
-    from engine.handshake import MAX_HANDSHAKE_FRAME, FrameOpener, FrameSealer, Handshake, Role, Stage
-    from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
-
+    from engine.handshake import Handshake, Role
     shake = Handshake(secret, name, Role.ACCEPTOR, os.urandom(16), peers=peers | {name})
-    decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)
+    sealer, opener, decoder, _ = run_handshake(sock, shake)
+    return shake.peer, sealer, opener, decoder
+
+
+def run_handshake(sock: socket.socket, shake):
+    """Blocking: run ``shake`` (engine.handshake.Handshake) on ``sock``; returns ``shake.link()``."""
+    from engine.handshake import Stage
+    sock.sendall(shake.start())
     while shake.stage is not Stage.DONE:
-        data = sock.recv(4096)
-        if not data:
-            raise WireError("the dialer closed the connection during the handshake")
-        bodies = decoder.feed(data)
-        while bodies and shake.stage is not Stage.DONE:
-            for message in shake.receive(decode(bodies[0])):
-                sock.sendall(encode(message))
-            bodies = decoder.feed(b"")
-    decoder.max_frame, decoder.single = MAX_FRAME, False
-    send, receive = shake.keys()
-    return shake.peer, FrameSealer(send), FrameOpener(receive), decoder
+        sock.sendall(shake.feed(sock.recv(4096)))
+    return shake.link()
 
 
 def sealed(sealer, *frames: bytes) -> bytes:
