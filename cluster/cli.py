@@ -26,7 +26,7 @@ from cluster.preflight import check_ports
 from cluster.processes import (ClusterError, alive, blame_dead, exit_status, last_log_line, read_state, running,
                                spawn, stop, write_state)
 from cluster.readiness import node_ready
-from engine.cluster_config import ClusterConfig, load_cluster
+from engine.cluster_config import ClusterConfig, check_source_commands, load_cluster
 
 DEFAULT_RUN_DIR = Path(".replicast/cluster")
 
@@ -73,6 +73,7 @@ def run_up(args: argparse.Namespace) -> int:
         indexes = trace_nodes(config, trace, args.trace_nodes)
         via, reason = choose(args.wan_via)
     check_ports(config, bind=via != "netem")        # netem nodes listen inside their namespaces
+    check_source_commands(config)                   # a missing program: one line, before anything starts
     run_dir.mkdir(parents=True, exist_ok=True)
     source_dir = config.path.parent.resolve()
     wan: Emulation | None = None

@@ -8,16 +8,19 @@ See ``docs/node.md`` for the format.
 
 from __future__ import annotations
 
-from functools import partial
-
 import os
+import shutil
+import string
+import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
 from engine.entry import MODES
+from engine.handshake import MAX_NAME
 from engine.node import NodeOptions
-from operators.config_file import read_toml, typed_key
+from operators.config_file import MISSING, read_toml, typed_key
 from operators.errors import ReplicastError
 from operators.query import Query
 from operators.query_file import load_query
@@ -89,6 +92,11 @@ class ClusterConfig:
 
 _TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "secret", "secret_env", "entry_mode",
         "entry_modes", "mqtt", "nodes", "placement", "outputs", "sources", "tls", "name"}
+#: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
+_TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": {"broker", "host", "port"},
+               "[outputs.*]": {"file", "mqtt"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"}}
+#: Placeholders a source command may use (expanded by ``cluster up``, see docs/node.md).
+SOURCE_PLACEHOLDERS = ("python", "dir", "node", "nodes", "broker_host", "broker_port", "punctuation_ms")
 
 
 def load_cluster(path: str | Path) -> ClusterConfig:
@@ -99,20 +107,45 @@ def load_cluster(path: str | Path) -> ClusterConfig:
 _get = partial(typed_key, error=ClusterConfigError)
 
 
+def _keys(table: object, kind: str, where: str) -> dict:
+    """``table`` checked to be a table holding only the keys ``kind`` allows."""
+    if not isinstance(table, dict):
+        raise ClusterConfigError(f"{where}: expected a table, got {table!r}")
+    allowed = _TABLE_KEYS.get(kind, _TOP)
+    unknown = set(table) - allowed
+    if unknown:
+        raise ClusterConfigError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
+    return table
+
+
+def _port(table: dict, key: str, where: str, default=MISSING) -> int | None:
+    port = _get(table, key, int, where, default)
+    if port is not None and not 1 <= port <= 65535:
+        raise ClusterConfigError(f"{where}: '{key}' must be a port number in 1-65535, got {port}")
+    return port
+
+
+def _positive_ms(doc: dict, key: str, where: str, default: float) -> float:
+    value = float(_get(doc, key, (int, float), where, default))
+    if not 0 < value < 86_400_000:
+        raise ClusterConfigError(f"{where}: '{key}' must be a positive number of milliseconds (below a day), "
+                                 f"got {doc[key]!r}")
+    return value
+
+
 def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
     where, base = str(path), path.parent
-    unknown = set(doc) - _TOP
-    if unknown:
-        raise ClusterConfigError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_TOP)})")
+    _keys(doc, "top", where)
     nodes: dict[str, NodeSpec] = {}
     for i, table in enumerate(_get(doc, "nodes", list, where), start=1):
         w = f"{where}: [[nodes]] #{i}"
-        name = _get(table, "name", str, w)
-        port = _get(table, "port", int, w)
+        name = _get(_keys(table, "[[nodes]]", w), "name", str, w)
+        if not name or len(name) > MAX_NAME or not name.isprintable():
+            raise ClusterConfigError(f"{w}: 'name' must be 1-{MAX_NAME} printable characters, got {name!r}")
         if name in nodes:
             raise ClusterConfigError(f"{w}: node name {name!r} is used twice")
-        nodes[name] = NodeSpec(name, _get(table, "host", str, w, "127.0.0.1"), port,
-                               _get(table, "metrics_port", int, w, None), _get(table, "source_port", int, w, None))
+        nodes[name] = NodeSpec(name, _get(table, "host", str, w, "127.0.0.1"), _port(table, "port", w),
+                               _port(table, "metrics_port", w, None), _port(table, "source_port", w, None))
     placement = {}
     for name, value in _get(doc, "placement", dict, where).items():
         if not isinstance(value, list) or not value or not all(v in nodes for v in value):
@@ -126,36 +159,47 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         if mode not in MODES:
             raise ClusterConfigError(f"{where}: entry mode of {stream!r} must be one of {MODES}, got {mode!r}")
         modes[stream] = mode
-    mqtt = _get(doc, "mqtt", dict, where, {})
+    mqtt = _keys(_get(doc, "mqtt", dict, where, {}), "[mqtt]", f"{where}: [mqtt]")
     broker = _get(mqtt, "broker", str, f"{where}: [mqtt]", "embedded")
-    host, port = _get(mqtt, "host", str, f"{where}: [mqtt]", "127.0.0.1"), _get(mqtt, "port", int, f"{where}: [mqtt]", 1883)
+    host, port = _get(mqtt, "host", str, f"{where}: [mqtt]", "127.0.0.1"), _port(mqtt, "port", f"{where}: [mqtt]", 1883)
     if broker != "embedded":
         url = urlparse(broker)
         if url.scheme not in ("mqtt", "tcp") or not url.hostname:
             raise ClusterConfigError(f"{where}: [mqtt] broker must be \"embedded\" or mqtt://host:port, got {broker!r}")
-        host, port = url.hostname, url.port or 1883
+        try:
+            host, port = url.hostname, url.port or 1883
+        except ValueError:                 # urllib: "Port out of range 0-65535"
+            raise ClusterConfigError(f"{where}: [mqtt] broker {broker!r}: the port must be in 1-65535") from None
     outputs = {}
     for app, table in _get(doc, "outputs", dict, where, {}).items():
         w = f"{where}: [outputs.{app}]"
-        file = _get(table, "file", str, w, None)
+        file = _get(_keys(table, "[outputs.*]", w), "file", str, w, None)
         outputs[app] = OutputSpec(base / file if file else None, _get(table, "mqtt", bool, w, True))
     sources = []
     for i, table in enumerate(_get(doc, "sources", list, where, []), start=1):
         w = f"{where}: [[sources]] #{i}"
-        node = _get(table, "node", str, w)
+        node = _get(_keys(table, "[[sources]]", w), "node", str, w)
         if node not in nodes:
             raise ClusterConfigError(f"{w}: unknown node {node!r}")
-        sources.append(SourceSpec(node, [str(a) for a in _get(table, "command", list, w)]))
-    tls_table = _get(doc, "tls", dict, where, {})
+        command = [str(a) for a in _get(table, "command", list, w)]
+        if not command:
+            raise ClusterConfigError(f"{w}: 'command' must not be empty")
+        for arg in command:
+            _check_placeholders(arg, w)
+        sources.append(SourceSpec(node, command))
+    tls_table = _keys(_get(doc, "tls", dict, where, {}), "[tls]", f"{where}: [tls]")
     tls = {k: base / _get(tls_table, k, str, f"{where}: [tls]") for k in tls_table}
     if tls and set(tls) != {"cert", "key", "ca"}:
         raise ClusterConfigError(f"{where}: [tls] needs exactly cert, key and ca (paths), got {sorted(tls)}")
     config = ClusterConfig(
         path=path, query_path=base / _get(doc, "query", str, where), nodes=nodes, placement=placement,
-        secret=secret, punctuation_ms=float(_get(doc, "punctuation_ms", (int, float), where, 100.0)),
-        heartbeat_ms=float(_get(doc, "heartbeat_ms", (int, float), where, 500.0)),
-        peer_timeout_ms=float(_get(doc, "peer_timeout_ms", (int, float), where, 3000.0)),
+        secret=secret, punctuation_ms=_positive_ms(doc, "punctuation_ms", where, 100.0),
+        heartbeat_ms=_positive_ms(doc, "heartbeat_ms", where, 500.0),
+        peer_timeout_ms=_positive_ms(doc, "peer_timeout_ms", where, 3000.0),
         broker=broker, broker_host=host, broker_port=port, outputs=outputs, sources=sources, tls=tls)
+    if config.peer_timeout_ms <= config.heartbeat_ms:
+        raise ClusterConfigError(f"{where}: 'peer_timeout_ms' ({config.peer_timeout_ms:g}) must be longer than "
+                                 f"'heartbeat_ms' ({config.heartbeat_ms:g}), or every link times out")
     query = config.query
     config.entry_modes = {s: modes.get(s, modes["*"]) for s in query.streams}
     names = [*query.streams, *query.operators, *query.applications]
@@ -172,6 +216,27 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         if app not in query.applications:
             raise ClusterConfigError(f"{where}: [outputs.{app}]: no such application")
     return config
+
+
+def _check_placeholders(arg: str, where: str) -> None:
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(arg) if name is not None]
+    except ValueError as error:
+        raise ClusterConfigError(f"{where}: command argument {arg!r}: {error} (write {{{{ and }}}} for braces)") from None
+    unknown = [name for name in names if name not in SOURCE_PLACEHOLDERS]
+    if unknown:
+        raise ClusterConfigError(f"{where}: command argument {arg!r}: unknown placeholder {{{unknown[0]}}} "
+                                 f"(known: {', '.join('{' + p + '}' for p in SOURCE_PLACEHOLDERS)})")
+
+
+def check_source_commands(config: ClusterConfig) -> None:
+    """Every ``[[sources]]`` program exists here (``cluster up`` runs them; a node alone does not,
+    so :func:`parse_cluster` leaves this out).  ``{python}`` and ``{dir}`` are expanded first."""
+    for i, source in enumerate(config.sources, start=1):
+        program = source.command[0].replace("{python}", sys.executable).replace("{dir}", str(config.path.parent))
+        if "{" not in program and shutil.which(program) is None:
+            raise ClusterConfigError(f"{config.path}: [[sources]] #{i}: command {source.command[0]!r} not found "
+                                     f"(not an executable file, nor a program on PATH)")
 
 
 def _secret(doc: dict, where: str) -> bytes:

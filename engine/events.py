@@ -24,6 +24,9 @@ def read_events(path: str | Path, query: Query) -> dict[str, list[Record]]:
             return parse_events(lines, query, str(path))
     except OSError as error:
         raise InputError(f"{path}: cannot read events file: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: the events file is not UTF-8 text (byte {error.start}: "
+                         f"{error.object[error.start:error.start + 4]!r}); expected JSON lines") from None
 
 
 def parse_events(lines: Iterable[str], query: Query, source: str = "<events>") -> dict[str, list[Record]]:

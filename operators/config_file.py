@@ -22,6 +22,9 @@ def read_toml(path: str | Path, what: str, error: type[ReplicastError]) -> dict:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as problem:
         raise error(f"{path}: cannot read {what}: {problem.strerror}") from None
+    except UnicodeDecodeError as problem:
+        raise error(f"{path}: the {what} is not UTF-8 text (byte {problem.start}: "
+                    f"{problem.object[problem.start:problem.start + 4]!r})") from None
     except tomllib.TOMLDecodeError as problem:
         raise error(f"{path}: invalid TOML: {problem}") from None
 

@@ -77,6 +77,25 @@ def cmd_build(args) -> int:
 
 
 def cmd_ingest(args) -> int:
+    try:
+        return _ingest(args)
+    except UnicodeDecodeError:
+        raise TraceError(f"{_first_non_utf8(Path(args.source))}; expected UTF-8 text") from None
+
+
+def _first_non_utf8(path: Path) -> str:
+    """Where the first byte that is not UTF-8 is, in the file or in the directory's files."""
+    for file in sorted(path.iterdir()) if path.is_dir() else [path]:
+        with file.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    return f"{file}:{number}: byte {line[error.start:error.start + 1]!r} at column {error.start + 1} is not UTF-8"
+    return "not UTF-8 text"
+
+
+def _ingest(args) -> int:
     from traces import build
 
     source, out = Path(args.source), Path(args.out)
