@@ -43,7 +43,7 @@ def test_both_sides_prove_and_agree_on_frame_keys():
     assert dialer.keys()[0] != dialer.keys()[1]
     d_sealer, d_opener, _, early = dialer.link()
     a_sealer, a_opener, _, _ = acceptor.link()
-    frame = encode(Ack(StreamReplica(ReplicaId("s", 0), ReplicaId("f", 0), 0), 1))
+    frame = encode(Ack(StreamReplica(ReplicaId("s", 0), ReplicaId("f", 0), 0), 0, 1))
     assert a_opener.open(b"".join(d_sealer.seal(frame))[4:]) == frame[4:] and early == []
 
 
@@ -97,7 +97,7 @@ def test_messages_out_of_order_are_refused():
 def test_tagged_frames_open_in_order_and_nothing_else_does():
     key = b"k" * 32
     sealer, opener = FrameSealer(key), FrameOpener(key)
-    frames = [encode(Ack(StreamReplica(ReplicaId("s", 0), ReplicaId("f", 0), 0), i)) for i in range(3)]
+    frames = [encode(Ack(StreamReplica(ReplicaId("s", 0), ReplicaId("f", 0), 0), 0, i)) for i in range(3)]
     tagged = [b"".join(sealer.seal(f))[4:] for f in frames]
     assert opener.open(tagged[0]) == frames[0][4:]
     with pytest.raises(WireError):

@@ -35,7 +35,7 @@ FORGED_STREAM = StreamReplica(ReplicaId("busy", 0), ReplicaId("alerts", 0), 0)
 
 
 def forged_batch() -> bytes:
-    return encode(Batch(FORGED_STREAM, 10**9, [(5_000, "forged", 0.99)], None))
+    return encode(Batch(FORGED_STREAM, 0, 10**9, [(5_000, "forged", 0.99)], None))
 
 
 def cluster_file(directory: Path, name: str, a_ports: tuple[int, int], b_ports: tuple[int, int], broker: int) -> Path:
