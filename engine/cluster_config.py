@@ -118,10 +118,10 @@ def _keys(table: object, kind: str, where: str) -> dict:
     return table
 
 
-def _port(table: dict, key: str, where: str, default=MISSING) -> int | None:
+def _port(table: dict, key: str, where: str, default=MISSING, owner: str = "") -> int | None:
     port = _get(table, key, int, where, default)
     if port is not None and not 1 <= port <= 65535:
-        raise ClusterConfigError(f"{where}: '{key}' must be a port number in 1-65535, got {port}")
+        raise ClusterConfigError(f"{owner or where}: {key} {port} is out of range (1-65535)")
     return port
 
 
@@ -144,8 +144,9 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
             raise ClusterConfigError(f"{w}: 'name' must be 1-{MAX_NAME} printable characters, got {name!r}")
         if name in nodes:
             raise ClusterConfigError(f"{w}: node name {name!r} is used twice")
-        nodes[name] = NodeSpec(name, _get(table, "host", str, w, "127.0.0.1"), _port(table, "port", w),
-                               _port(table, "metrics_port", w, None), _port(table, "source_port", w, None))
+        owner = f"{where}: node {name}"
+        nodes[name] = NodeSpec(name, _get(table, "host", str, w, "127.0.0.1"), _port(table, "port", w, owner=owner),
+                               _port(table, "metrics_port", w, None, owner), _port(table, "source_port", w, None, owner))
     placement = {}
     for name, value in _get(doc, "placement", dict, where).items():
         if not isinstance(value, list) or not value or not all(v in nodes for v in value):

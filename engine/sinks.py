@@ -72,7 +72,8 @@ def dead_letter_payload(node: str, stream: str, rejected: list) -> bytes:
     (20,000 bad items give one message saying 20000, not 20,000 messages)."""
     reasons = list(dict.fromkeys(_cut(letter.reason) for letter in rejected[:1000]))[:DEAD_LETTER_REASONS]
     return json.dumps({"node": node, "stream": _cut(stream, 200), "count": len(rejected), "reason": reasons[0],
-                       "reasons": reasons, "item": _item_text(rejected[0].item)}, ensure_ascii=False).encode()
+                       "reasons": reasons, "item": _item_text(rejected[0].item)}, ensure_ascii=False,
+                      default=as_text).encode()
 
 
 def _cut(text: str, limit: int = DEAD_LETTER_TEXT) -> str:

@@ -58,6 +58,20 @@ def test_the_acceptor_proves_nothing_before_the_dialer_has_proved():
     assert acceptor.stage is not Stage.DONE
 
 
+def test_frames_that_arrive_with_the_last_handshake_frame_belong_to_the_link():
+    """The acceptor sends its proof and, at once, its first frames; a relay may deliver them in one
+    read.  (Found by the relay tests: the frame right after the proof was dropped, so every later
+    frame failed its tag.)"""
+    dialer, acceptor = pair()
+    to_dialer = acceptor.feed(dialer.start())
+    proof = acceptor.feed(dialer.feed(to_dialer))
+    sealer, _, _, _ = acceptor.link()
+    frames = [encode(Ack(StreamReplica(ReplicaId("s", 0), ReplicaId("f", 0), 0), 0, i)) for i in range(3)]
+    assert dialer.feed(proof + b"".join(bytes(p) for f in frames for p in sealer.seal(f))) == b""
+    _, opener, _, early = dialer.link()
+    assert [opener.open(body) for body in early] == [f[4:] for f in frames]
+
+
 def test_a_proof_cannot_be_reflected_or_replayed():
     # The attacker holds a dialer proof from one real session a -> b ...
     dialer, acceptor = pair()

@@ -205,3 +205,14 @@ def test_a_sink_that_fails_is_counted_and_the_next_deliveries_still_happen(tmp_p
     assert [line["server"] for line in lines] == ["\ufffdbytes", "plain"]
     assert len(seen) == 2
     assert driver.metrics.sink_errors.labels("alerts")._value.get() == 1
+
+
+def test_a_dead_letter_item_holding_bytes_is_published(one_node):
+    """Found by benchmarks/fuzz.py: a rejected msgpack item with a bytes value made the dead letter's
+    JSON raise TypeError inside the MQTT task (restarted by its supervisor, but the message was lost)."""
+    import msgpack
+    before = metric(one_node["a_metrics"], "replicast_dead_letter_messages_total")
+    publish(one_node["broker"], [msgpack.packb({"ts": 1, "server": b"\xffraw", "load": 0.5}, use_bin_type=True)])
+    wait_for(lambda: metric(one_node["a_metrics"], "replicast_dead_letter_messages_total") == before + 1, 20,
+             "the dead letter")
+    assert '"event": "task_failed"' not in (one_node["run"] / "a.log").read_text()
