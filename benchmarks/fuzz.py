@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -39,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from engine.node import Delivered, NodeCore, configure  # noqa: E402
@@ -50,7 +51,6 @@ from tests.integration.helpers import CPU_FILTER_QUERY, accept_as, free_ports, s
 from tests.wire_strategies import frames, payloads  # noqa: E402
 
 SECRET = "fuzz-benchmark-secret"
-CHUNK = 25                       # frames per Hypothesis example
 
 
 def run_examples(strategy, count: int, body, desc: str) -> None:
@@ -68,6 +68,36 @@ def run_examples(strategy, count: int, body, desc: str) -> None:
     bar.close()
 
 
+def corpus(strategy, size: int, desc: str) -> list[bytes]:
+    """``size`` examples drawn by Hypothesis (about 15 ms each: too slow for 10^5, so the rest are
+    mutations of these)."""
+    found: list[bytes] = []
+    run_examples(strategy, size, found.append, desc)
+    return found
+
+
+def mutants(seeds: list[bytes], n: int, rng: random.Random):
+    """``n`` inputs: the Hypothesis seeds, then seeds with a flipped byte, a cut, a lying length
+    prefix, or two spliced together (a seeded random.Random, so a run can be repeated)."""
+    for i in range(n):
+        seed = seeds[i % len(seeds)]
+        if i < len(seeds) or not seed:
+            yield seed
+            continue
+        how = rng.randrange(5)
+        if how == 0:
+            j = rng.randrange(len(seed))
+            yield seed[:j] + bytes([rng.randrange(256)]) + seed[j + 1:]
+        elif how == 1:
+            yield seed[:rng.randrange(len(seed))]
+        elif how == 2:
+            yield rng.choice([0, 1, len(seed), 2**20, 2**32 - 1]).to_bytes(4, "big") + seed[4:]
+        elif how == 3:
+            yield seed + rng.choice(seeds)
+        else:
+            yield seed
+
+
 def reason(error: WireError) -> str:
     text = str(error)
     for prefix, name in (("frame of", "oversized frame"), ("not msgpack", "not msgpack"), ("unknown message code", "unknown code"),
@@ -79,7 +109,7 @@ def reason(error: WireError) -> str:
 
 
 # -- 1. core --------------------------------------------------------------------------------------
-def fuzz_core(n: int) -> dict:
+def fuzz_core(n: int, seeds: list[bytes]) -> dict:
     query = parse_query(CPU_FILTER_QUERY, "cpu-filter.toml")
     core = NodeCore("b", query, now=0)
     core.apply(configure(query, {"cpu": ["b"], "busy": ["b"], "alerts": ["b"]}, "b"), now=0)
@@ -87,8 +117,8 @@ def fuzz_core(n: int) -> dict:
     outcome: Counter = Counter()
     clock = [10]
 
-    def body(chunk: list[bytes]) -> None:
-        for frame in chunk:
+    def feed(frame: bytes) -> None:
+        if True:
             clock[0] += 1000
             try:
                 bodies = FrameDecoder(MAX_FRAME).feed(frame)
@@ -107,14 +137,15 @@ def fuzz_core(n: int) -> dict:
         core.events()
 
     started = time.perf_counter()
-    run_examples(st.lists(frames(), min_size=CHUNK, max_size=CHUNK), n // CHUNK, body, "core frames")
+    for frame in tqdm(mutants(seeds, n, random.Random(1)), total=n, desc="core frames", unit="frame"):
+        feed(frame)
     elapsed = time.perf_counter() - started
     core.on_source("cpu", b'[{"ts": %d, "server": "ok", "load": 0.9}, {"punctuation": %d}]' % (clock[0] + 1, CLOSED),
                    now=clock[0] + 2)
     core.handle_timer(now=clock[0] + 3)
     delivered = [r for e in core.events() if isinstance(e, Delivered) for r in e.records]
     stats = core.statistics()
-    return {"frames": n // CHUNK * CHUNK, "seconds": round(elapsed, 1), "outcomes": dict(sorted(outcome.items())),
+    return {"frames": n, "hypothesis_seeds": len(seeds), "seconds": round(elapsed, 1), "outcomes": dict(sorted(outcome.items())),
             "crashes": sum(v for k, v in outcome.items() if k.startswith("CRASH")),
             "silent_streams": 0 if any(r[1] == "ok" for r in delivered) else 1,
             "core_counters": {k: v for k, v in stats.items() if isinstance(v, int) and v}}
@@ -242,7 +273,8 @@ def latency(lines: list[dict], since: int, until: int) -> dict:
             "p99_ms": round(values[int(0.99 * (len(values) - 1))] / 1000, 2)}
 
 
-def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, keep: Path | None = None) -> dict:
+def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, seeds: list[bytes], payload_seeds: list[bytes],
+              keep: Path | None = None) -> dict:
     import aiomqtt
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or Path(scratch)
@@ -275,33 +307,26 @@ def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, keep: Path | 
             started = time.perf_counter()
             sent = Counter()
 
-            def frame_body(chunk):
-                for frame in chunk:
-                    sent["tcp frames (tagged, from c)" if peer.send(frame) else "tcp frames (no link up)"] += 1
-
-            run_examples(st.lists(frames(), min_size=CHUNK, max_size=CHUNK), tcp_frames // CHUNK, frame_body,
-                         "live frames")
-            run_examples(frames(), strangers, lambda f: (stranger(a, f), sent.update(["stranger connections"])),
-                         "strangers")
+            rng = random.Random(2)
+            for frame in tqdm(mutants(seeds, tcp_frames, rng), total=tcp_frames, desc="live frames", unit="frame"):
+                if not peer.send(frame):
+                    time.sleep(0.01)                    # both links are being re-dialled
+                    sent["tcp frames (no link up)"] += 1
+                else:
+                    sent["tcp frames (tagged, from c)"] += 1
+            for frame in tqdm(mutants(seeds, strangers, rng), total=strangers, desc="strangers", unit="conn"):
+                stranger(a if sent["stranger connections"] % 2 else b, frame)
+                sent["stranger connections"] += 1
 
             async def publish_all(items):
                 async with aiomqtt.Client("127.0.0.1", broker, identifier=f"fuzz-mqtt-{os.getpid()}") as client:
                     for payload in items:
                         await client.publish("replicast/in/cpu", payload, qos=1)
 
-            batch: list[bytes] = []
-
-            def payload_body(payload):
-                batch.append(payload)
-                if len(batch) >= 500:
-                    asyncio.run(publish_all(batch))
-                    sent["mqtt payloads"] += len(batch)
-                    batch.clear()
-
-            run_examples(payloads, payload_count, payload_body, "mqtt payloads")
-            if batch:
-                asyncio.run(publish_all(batch))
-                sent["mqtt payloads"] += len(batch)
+            hostile = list(mutants(payload_seeds, payload_count, rng))
+            for start in tqdm(range(0, len(hostile), 500), desc="mqtt payloads (x500)"):
+                asyncio.run(publish_all(hostile[start:start + 500]))
+                sent["mqtt payloads"] += len(hostile[start:start + 500])
             fuzz_until = time.time_ns() // 1000
             fuzz_seconds = time.perf_counter() - started
             source.stop.set()
@@ -320,7 +345,9 @@ def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, keep: Path | 
             counters = {}
             for name, values in metrics.items():
                 for key, value in values.items():
-                    if key.endswith("_total") and value and not key.startswith("replicast_replica_"):
+                    name_only = key.split("{")[0]
+                    if value and (name_only.endswith("_total") or name_only == "replicast_refused_connections") \
+                            and not name_only.startswith("replicast_replica_"):
                         counters[f"{name}: {key}"] = value
             return {
                 "sent": dict(sent), "fuzz_seconds": round(fuzz_seconds, 1), "links_accepted_by_c": peer.accepted,
@@ -351,12 +378,16 @@ def main() -> None:
     parser.add_argument("--tcp-frames", type=int, default=20_000, help="hostile tagged frames into live nodes")
     parser.add_argument("--strangers", type=int, default=1_000, help="connections from peers without the secret")
     parser.add_argument("--payloads", type=int, default=10_000, help="hostile MQTT payloads into the entry point")
+    parser.add_argument("--seeds", type=int, default=3000, help="frames drawn by Hypothesis; the rest are mutants")
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--keep", type=Path, help="run the live cluster in this directory and keep its logs")
     parser.add_argument("--skip-core", action="store_true", help="only the live part")
     args = parser.parse_args()
-    core = {"frames": 0, "crashes": 0, "silent_streams": 0} if args.skip_core else fuzz_core(args.frames)
-    report = {"core": core, "live": fuzz_live(args.tcp_frames, args.payloads, args.strangers, args.keep),
+    seeds = corpus(frames(), args.seeds, "hypothesis frames")
+    payload_seeds = corpus(payloads, max(1, args.seeds // 3), "hypothesis payloads")
+    core = {"frames": 0, "crashes": 0, "silent_streams": 0} if args.skip_core else fuzz_core(args.frames, seeds)
+    live = fuzz_live(args.tcp_frames, args.payloads, args.strangers, seeds, payload_seeds, args.keep)
+    report = {"core": core, "live": live,
               "load_average": os.getloadavg()}
     print(json.dumps(report, indent=2))
     if args.json:

@@ -71,11 +71,12 @@ metrics_port = {ports[3]}
 
 def authenticate(sock: socket.socket, name: str, secret: bytes, peer: str):
     """The dialer's side of the handshake (engine.handshake) on a connected socket, as node ``name``
-    dialling ``peer``.  Returns (sealer, opener, decoder) for the authenticated link; raises
-    WireError if ``peer`` refuses (its proof does not check out, or it closes the connection)."""
+    dialling ``peer``.  Returns (sealer, opener, decoder, early) for the authenticated link, ``early``
+    the frames that came with the peer's proof; raises WireError if ``peer`` refuses (its proof does
+    not check out, or it closes the connection)."""
     from engine.handshake import Handshake, Role
     shake = Handshake(secret, name, Role.DIALER, os.urandom(16), peers={name, peer}, expected=peer)
-    return run_handshake(sock, shake)[:3]
+    return run_handshake(sock, shake)
 
 
 def accept_as(sock: socket.socket, name: str, secret: bytes, peers: set[str]):

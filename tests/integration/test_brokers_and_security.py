@@ -126,7 +126,7 @@ def handshake(port: int, name: str, secret: bytes, verifier: str = "b"):
     None if the node refused (it then closes the socket)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
-        sealer, _, _ = authenticate(sock, name, secret, verifier)     # checks the node's proof too
+        sealer, _, _, _ = authenticate(sock, name, secret, verifier)     # checks the node's proof too
     except WireError:
         return sock, None
     return sock, sealer

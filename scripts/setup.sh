@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Everything the tests need, installed when missing: the one set-up step that both the README's
+# test command and CI (.ci/run) run, so a newcomer's run is CI's run.
+#
+#   Java 17+ (PySpark), mosquitto + its clients (broker tests), openssl (TLS tests),
+#   iproute2 (wide-area emulation tests) — from Debian packages, as root or through sudo;
+#   then this package with its test and benchmark extras: pip install -e '.[test,bench]'.
+#
+# Re-running is cheap: packages present are not touched, and pip runs again only when setup.cfg
+# changed since the last successful run (a stamp in .replicast/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])'; then
+  need+=(openjdk-17-jre-headless)
+fi
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+{ command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1; } || need+=(iproute2)
+
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo";
+  else sudo="none"; fi
+  if [ "$sudo" != "none" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian packages: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "setup: cannot install ${need[*]} here (needs apt-get as root or sudo); the tests that need them will skip" >&2
+  fi
+fi
+
+stamp=.replicast/setup.stamp
+want="$(python3 --version 2>&1) $(sha256sum setup.cfg | cut -c1-16)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! python3 -m pip show replicast >/dev/null 2>&1; then
+  echo "setup: pip install -e '.[test,bench]'"
+  python3 -m pip install --quiet --upgrade pip
+  python3 -m pip install --quiet -e '.[test,bench]'
+  mkdir -p .replicast && echo "$want" > "$stamp"
+fi
