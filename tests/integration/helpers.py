@@ -102,6 +102,17 @@ def sealed(sealer, *frames: bytes) -> bytes:
     return b"".join(bytes(piece) for frame in frames for piece in sealer.seal(frame))
 
 
+def shut(*sockets: socket.socket, close: bool = True) -> None:
+    """Shut both directions of each socket (the peer sees the connection end), then close it."""
+    for s in sockets:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if close:
+            s.close()
+
+
 def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:

@@ -17,7 +17,7 @@ import threading
 import aiomqtt
 
 from operators.record import CLOSED
-from tests.integration.helpers import ROOT, free_ports, metric, mosquitto, two_node_cluster, wait_for, wait_port
+from tests.integration.helpers import ROOT, free_ports, metric, mosquitto, shut, two_node_cluster, wait_for, wait_port
 
 PUBACK = 4
 
@@ -34,11 +34,7 @@ class PubackLosingProxy:
 
     def break_connections(self) -> None:
         """Cut every connection (nothing lost): the node reconnects, now resuming its session."""
-        for s in self.connections:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut(*self.connections, close=False)
 
     def _serve(self) -> None:
         while True:
@@ -85,12 +81,7 @@ class PubackLosingProxy:
         except OSError:
             pass
         finally:
-            for s in (node, broker):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            shut(node, broker)
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:

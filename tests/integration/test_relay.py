@@ -28,7 +28,7 @@ from engine.messages import Batch, Hello, Proof
 from engine.wire import FrameDecoder, WireError, decode, encode
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import CLOSED
-from tests.integration.helpers import CPU_FILTER_QUERY, ROOT, free_ports, metric, wait_for, wait_port
+from tests.integration.helpers import CPU_FILTER_QUERY, ROOT, free_ports, metric, shut, wait_for, wait_port
 
 SECRET = "relay-test-secret"
 FORGED_STREAM = StreamReplica(ReplicaId("busy", 0), ReplicaId("alerts", 0), 0)
@@ -217,12 +217,7 @@ class InjectingRelay:
         except OSError:
             pass
         finally:
-            for s in (source, sink):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            shut(source, sink)
 
     def close(self) -> None:
         self.server.close()
