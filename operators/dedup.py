@@ -80,6 +80,9 @@ COVERED_RECORDS = 1 << 16
 #: Masks collected per replica before their ranks are counted (bounds that memory).
 _RANK_BUFFER = 1 << 16
 
+#: Base of a stream replica whose base is its first punctuation (see ``add_replica``).
+_FIRST = None
+
 #: Mask of a record some replica sent more than once: every bit set, so the slow path handles it.
 _MULTIPLE = -1
 
@@ -130,9 +133,11 @@ class DuplicateFilter:
         self.duplicates = 0
         self.below_punctuation = 0
 
-    def add_replica(self, base: int = NO_PUNCTUATION) -> int:
+    def add_replica(self, base: int | None = NO_PUNCTUATION) -> int:
         """Accept one more stream replica (a revived or newly connected upstream, a new incarnation of
-        one); returns its index.  It carries every record above ``base`` (see the module docstring)."""
+        one); returns its index.  It carries every record above ``base`` (see the module docstring);
+        ``base`` None: above its own first punctuation (all that can be said of a stream that claims
+        to be whole from the start when this port already has a past)."""
         if self._recent is not None:            # leave single-replica mode with exact counts
             self._recent, recent = None, self._recent
             self.on_batch(0, recent)
@@ -147,13 +152,20 @@ class DuplicateFilter:
         self.rebase(self.k - 1, base)
         return self.k - 1
 
-    def rebase(self, i: int, base: int) -> None:
-        """Replica ``i`` lost items (a gap) and from now on carries every record above ``base``."""
+    def rebase(self, i: int, base: int | None) -> None:
+        """Replica ``i`` lost items (a gap) and from now on carries every record above ``base``
+        (None: above its first punctuation from now on)."""
         self._held.pop(i, None)
-        if base > self.max_punctuation:
+        if base is None:
+            self._bases[i] = _FIRST
+        elif base > self.max_punctuation:
             self._bases[i] = base
         else:
             self._bases.pop(i, None)
+
+    def has_past(self) -> bool:
+        """Whether anything passed this port yet (a punctuation or a record)."""
+        return self.max_punctuation > NO_PUNCTUATION or self.passed > 0
 
     def adopt(self, frontier: int) -> None:
         """Rebuilding without a live peer: take ``frontier`` as this port's ``max_punctuation`` —
@@ -346,6 +358,8 @@ class DuplicateFilter:
     def on_punctuation(self, i: int, p: int) -> int | None:
         """Punctuation ``p`` from replica ``i``; returns the punctuation to forward, if any (lines 7-11)."""
         if self._bases and i in self._bases:
+            if self._bases[i] is _FIRST:                # its first punctuation is its base
+                self._bases[i] = p
             if self.max_punctuation < self._bases[i]:   # it does not promise what lies below its base
                 if p > self._held.get(i, NO_PUNCTUATION):
                     self._held[i] = p
@@ -361,7 +375,7 @@ class DuplicateFilter:
     def _release_held(self) -> None:
         """Punctuations held from replicas whose base the port has now reached count at last."""
         while True:
-            ready = [i for i in self._held if self._bases[i] <= self.max_punctuation]
+            ready = [i for i in self._held if self._bases[i] is not _FIRST and self._bases[i] <= self.max_punctuation]
             if not ready:
                 return
             p = max(self._held.pop(i) for i in ready)
@@ -375,7 +389,7 @@ class DuplicateFilter:
         """Lines 9 and 11: ``max_punctuation ← p`` and forget every count at or below it."""
         self.max_punctuation = p
         if self._bases:
-            for i in [i for i, base in self._bases.items() if base <= p and i not in self._held]:
+            for i in [i for i, base in self._bases.items() if base is not _FIRST and base <= p and i not in self._held]:
                 del self._bases[i]
         if self._recent is not None:                    # single-replica mode
             self._recent = [] if self._newest <= p else [r for r in self._recent if r[0] > p]

@@ -62,9 +62,9 @@ class Observer:
 class SimNode:
     """One server's node core, driven like :class:`engine.aio.driver.NodeDriver` drives it."""
 
-    def __init__(self, sim: "Simulation", name: str, *, now: int):
+    def __init__(self, sim: "Simulation", name: str, *, now: int, incarnation: int | None = None):
         self.sim, self.name = sim, name
-        self.core = NodeCore(name, sim.query, sim.options, now=now)
+        self.core = NodeCore(name, sim.query, sim.options, now=now, incarnation=incarnation)
         self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical), now=now)
         self.alive = True
         self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
@@ -284,7 +284,8 @@ class Simulation:
         old = self.nodes.get(server)
         if old is None or old.alive:
             return
-        self.nodes[server] = SimNode(self, server, now=self.env.now)
+        now = self.env.now
+        self.nodes[server] = SimNode(self, server, now=now, incarnation=max(now, old.core.max_epoch() + 1))
         for pair in self.pairs:
             if server in pair:
                 self._redial(*sorted(pair), self.env.now)

@@ -1,14 +1,24 @@
-"""The control messages of a manual placement (what a node applies from its cluster file, DESIGN.md §6)."""
+"""The control messages of a placement: a node's own part at start (DESIGN.md §6), and the changes
+a coordinator sends to add or remove a replica mid-stream (§V, DESIGN.md §6a).
+
+A placement maps every stream, operator and application to the nodes of its replicas by index;
+an index whose replica was removed holds None (indices are never reused, so a replica id always
+names one replica).
+"""
 
 from __future__ import annotations
 
-from engine.messages import ConnectStream, DeployReplica, Message
+from collections import defaultdict
+
+from engine.messages import ConnectStream, DeployReplica, Message, RemoveReplica
 from operators.errors import QueryError
-from operators.plan import PhysicalPlan, StreamReplica, plan
+from operators.plan import PhysicalPlan, ReplicaId, StreamReplica
 from operators.query import Query
 
+Placement = dict[str, list[str | None]]
 
-def configure(query: Query, placement: dict[str, list[str]], node: str,
+
+def configure(query: Query, placement: Placement, node: str,
               entry_modes: dict[str, str] | None = None, physical: PhysicalPlan | None = None) -> list[Message]:
     """The control messages that set up ``node``'s part of a manual placement.
 
@@ -19,27 +29,84 @@ def configure(query: Query, placement: dict[str, list[str]], node: str,
     one process may pass ``physical = placement_plan(query, placement)`` once: the nodes then share
     the replica and stream-replica ids, so their dict lookups match by identity.
     """
-    missing = [n for n in (*query.streams, *query.operators, *query.applications) if not placement.get(n)]
-    if missing:
-        raise QueryError(f"placement: no nodes given for {', '.join(missing)}")
     if physical is None:
         physical = placement_plan(query, placement)
-    where = {r: placement[r.name][r.index] for ids in physical.replicas.values() for r in ids}
-    messages: list[Message] = [DeployReplica(r, tuple(placement[r.name])) for r, n in where.items() if n == node]
-    for stream in (entry_modes or {}):
-        if entry_modes[stream] != "entry":
-            continue
-        ids = physical.replicas[stream]
-        for a in ids:
-            for b in ids:
-                if a != b and node in (where[a], where[b]):
-                    messages.append(ConnectStream(StreamReplica(a, b, 0), where[a], where[b]))
-    for s in physical.stream_replicas:
-        if node in (where[s.source], where[s.target]):
-            messages.append(ConnectStream(s, where[s.source], where[s.target]))
+    where = _where(physical, placement)
+    messages: list[Message] = [DeployReplica(r, _peers(placement, r.name)) for r, n in where.items() if n == node]
+    messages += [ConnectStream(s, where[s.source], where[s.target]) for s in _streams(physical, entry_modes)
+                 if node in (where[s.source], where[s.target])]
     return messages
 
 
-def placement_plan(query: Query, placement: dict[str, list[str]]) -> PhysicalPlan:
-    """The physical plan of a manual placement (its lengths are the replica counts)."""
-    return plan(query, {name: len(nodes) for name, nodes in placement.items()})
+def placement_plan(query: Query, placement: Placement) -> PhysicalPlan:
+    """The physical plan of a placement: every replica of an upstream node feeds every replica of
+    each downstream node (§III), one stream replica per pair, in index order."""
+    names = (*query.streams, *query.operators, *query.applications)
+    missing = [n for n in names if not any(placement.get(n) or ())]
+    if missing:
+        raise QueryError(f"placement: no nodes given for {', '.join(missing)}")
+    unknown = sorted(set(placement) - set(names))
+    if unknown:
+        raise QueryError(f"placement: {', '.join(unknown)} not in the query")
+    several = [n for n in query.applications if sum(1 for x in placement[n] if x) != 1]
+    if several:
+        raise QueryError(f"placement: an application runs on exactly one node: {', '.join(several)}")
+    ids = {name: [ReplicaId(name, i) for i, node in enumerate(placement[name]) if node] for name in names}
+    stream_replicas = [StreamReplica(source, target, port)
+                       for name in (*query.operators, *query.applications)
+                       for port, upstream in enumerate(query.inputs_of(name))
+                       for target in ids[name] for source in ids[upstream]]
+    return PhysicalPlan(query, ids, stream_replicas)
+
+
+# -- changes mid-stream (a coordinator's decisions, §V) ---------------------------------------------
+def add_replica(query: Query, placement: Placement, name: str, node: str,
+                entry_modes: dict[str, str] | None = None) -> tuple[Placement, dict[str, list[Message]]]:
+    """A new replica of ``name`` on ``node``: the new placement and the control messages per node
+    (the replica is deployed, then every stream replica into and out of it is connected at both ends).
+    It joins mid-stream from a live peer's snapshot (``docs/lifecycle.md``)."""
+    if name in query.applications:
+        raise QueryError(f"placement: application {name!r} is not replicated")
+    if name not in placement:
+        raise QueryError(f"placement: {name!r} is not in the placement")
+    new = {k: list(v) for k, v in placement.items()}
+    new[name].append(node)
+    replica = ReplicaId(name, len(new[name]) - 1)
+    physical = placement_plan(query, new)
+    where = _where(physical, new)
+    messages: dict[str, list[Message]] = defaultdict(list)
+    messages[node].append(DeployReplica(replica, _peers(new, name)))
+    for s in _streams(physical, entry_modes):
+        if replica in (s.source, s.target):
+            for at in dict.fromkeys((where[s.source], where[s.target])):
+                messages[at].append(ConnectStream(s, where[s.source], where[s.target]))
+    return new, dict(messages)
+
+
+def remove_replica(placement: Placement, replica: ReplicaId) -> tuple[Placement, dict[str, list[Message]]]:
+    """Remove ``replica``: its node removes it and tells the other end of each of its stream replicas."""
+    nodes = placement.get(replica.name) or []
+    if replica.index >= len(nodes) or not nodes[replica.index]:
+        raise QueryError(f"placement: no replica {replica} to remove")
+    if sum(1 for n in nodes if n) == 1:
+        raise QueryError(f"placement: {replica} is the last replica of {replica.name!r}")
+    new = {k: list(v) for k, v in placement.items()}
+    new[replica.name][replica.index] = None
+    return new, {nodes[replica.index]: [RemoveReplica(replica)]}
+
+
+def _where(physical: PhysicalPlan, placement: Placement) -> dict[ReplicaId, str]:
+    return {r: placement[r.name][r.index] for ids in physical.replicas.values() for r in ids}
+
+
+def _peers(placement: Placement, name: str) -> tuple[str, ...]:
+    """``DeployReplica.peers``: the node of every replica of ``name`` by index ("" where removed)."""
+    return tuple(n or "" for n in placement[name])
+
+
+def _streams(physical: PhysicalPlan, entry_modes: dict[str, str] | None) -> list[StreamReplica]:
+    """The physical plan's stream replicas; in entry-stamped mode every entry-point replica also feeds
+    its peers, and those come first, so a stamper sends to its peers before downstream (§II-B)."""
+    peers = [StreamReplica(a, b, 0) for stream, mode in (entry_modes or {}).items() if mode == "entry"
+             for a in physical.replicas[stream] for b in physical.replicas[stream] if a != b]
+    return peers + physical.stream_replicas

@@ -60,7 +60,8 @@ class Control:
         else:
             self._refuse(f"cannot deploy {replica}: {name!r} is not in the query")
             return
-        hosted = core.hosted[replica] = Hosted(replica, kind, self.new_logic(replica), entry, message.peers, now)
+        hosted = core.hosted[replica] = Hosted(replica, kind, self.new_logic(replica), entry, message.peers,
+                                                    core.new_epoch(now))
         if core.options.trace_paths:
             hosted.hop = (f"{replica}@{core.name}",)
         core.lifecycle.start(hosted, now)

@@ -75,7 +75,7 @@ class Lifecycle:
     def start(self, hosted: Hosted, now: int) -> None:
         """A replica was just deployed (or rejoins): join (rule 1) or, without peers, rebuild (rule 3)."""
         donors = [(ReplicaId(hosted.replica.name, i), node) for i, node in enumerate(hosted.peers)
-                  if i != hosted.replica.index]
+                  if i != hosted.replica.index and node]
         if not donors:
             self.rebuild(hosted, now, "it has no peer replicas", lost=False)
             return
@@ -268,7 +268,7 @@ class Lifecycle:
         """Start a new incarnation of ``hosted`` from scratch (rule 4)."""
         core = self.core
         core.counters["rejoins"] += 1
-        hosted.epoch = max(now, hosted.epoch + 1)
+        hosted.epoch = core.new_epoch(now, hosted.epoch)
         hosted.logic = core.control.new_logic(hosted.replica)
         hosted.log = OutputLog(frontier=None)
         hosted.parked = {}

@@ -45,8 +45,14 @@ from operators.record import Record
 class NodeCore:
     """The pure node: see the module docstring for its contract."""
 
-    def __init__(self, name: str, query: Query, options: NodeOptions = NodeOptions(), *, now: int):
+    def __init__(self, name: str, query: Query, options: NodeOptions = NodeOptions(), *, now: int,
+                 incarnation: int | None = None):
         self.name = name
+        # Epochs name replica incarnations (messages rule 2) and must never repeat for one replica:
+        # a restarted process starts above every epoch of the one before — its start time in µs
+        # does on a real clock; a driver that may restart a node within one µs (a simulator, a
+        # test) passes ``incarnation`` above the old core's :meth:`max_epoch`.
+        self.incarnation = now if incarnation is None else incarnation
         self.query = query
         self.options = options
         self.hosted: dict[ReplicaId, Hosted] = {}
@@ -158,6 +164,15 @@ class NodeCore:
         return all(h.state is ReplicaState.LIVE for h in self.hosted.values())
 
     # -- for the parts (rule 5) -----------------------------------------------------------------
+    def new_epoch(self, now: int, previous: int | None = None) -> int:
+        """The epoch of a replica deployed (or, after ``previous``, rejoining) at ``now``."""
+        epoch = max(now, self.incarnation)
+        return epoch if previous is None else max(epoch, previous + 1)
+
+    def max_epoch(self) -> int:
+        """The largest epoch of any replica hosted here (a driver restarting this node starts above it)."""
+        return max((h.epoch for h in self.hosted.values()), default=self.incarnation)
+
     def send(self, node: str, message: Message) -> None:
         """Address ``message`` to ``node``: itself through the local queue, a connected peer through the outbox."""
         if node == self.name:

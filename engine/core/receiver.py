@@ -93,23 +93,28 @@ class Receiver:
                 core.lifecycle.adopt(hosted, port, head.frontier, now)
             elif following and inbound.epoch == head.epoch:
                 core.counters["gaps"] += 1             # its log was trimmed past what we hold
-                dedup.rebase(inbound.index, self._base(head))
+                dedup.rebase(inbound.index, self._base(head, dedup))
             else:
-                inbound.index = dedup.add_replica(self._base(head))   # a new incarnation: a new stream replica
+                inbound.index = dedup.add_replica(self._base(head, dedup))   # a new incarnation: a new stream replica
         inbound.epoch, inbound.next = head.epoch, head.offset
         inbound.state = advance(inbound.state, InboundState.FOLLOWING)
         if hosted.logic is not None and hosted.state in _TAKING:
             core.lifecycle.check_port(hosted, port, now)
 
-    def _base(self, head: StreamHead) -> int:
+    def _base(self, head: StreamHead, dedup) -> int | None:
         """What the receiver's port must reach before this stream's punctuations count: nothing if
-        it holds the stream the head's lineage continues up to there, else the head's frontier."""
+        it holds the stream the head's lineage continues up to there, else the head's frontier —
+        except that a stream claiming to be whole from the start (frontier −∞) is taken at its word
+        only by a port without a past: elsewhere it may be an entry point or a rebuilt replica that
+        cannot know what was lost before it started, so its first punctuation is its base (None)."""
         if head.lineage is not None:
             replica, epoch, offset = head.lineage
             held = self.core.inbound.get(StreamReplica(replica, head.stream.target, head.stream.port))
             if held is not None and held.state is InboundState.FOLLOWING and held.epoch == epoch \
                     and held.next >= offset:
                 return NO_PUNCTUATION
+        if head.frontier == NO_PUNCTUATION and dedup.has_past():
+            return None
         return head.frontier
 
     # -- batches (rules 3, 4) ---------------------------------------------------------------------

@@ -77,7 +77,7 @@ class Stamping:
         """The lowest-indexed replica of this entry point whose node is alive."""
         core = self.core
         for index, node in enumerate(hosted.peers):
-            if node == core.name or node in core.connected:
+            if node and (node == core.name or node in core.connected):
                 return index
         return hosted.replica.index
 

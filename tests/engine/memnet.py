@@ -5,7 +5,9 @@ receiver, exactly as on TCP.
 
 Each ``step`` delivers one message chosen by a seeded RNG among the heads of all non-empty links,
 so interleavings differ across links while every link stays FIFO (TCP).  Links can be cut
-(in-flight messages are lost, both ends are told ``on_peer_down``) and restored (``on_peer_up``).
+(in-flight messages are lost, both ends are told ``on_peer_down``) and restored (``on_peer_up``);
+nodes can be killed (their state is lost) and restarted with a fresh core, as ``replicast node``
+after ``kill -9``; control messages (a coordinator's) can be applied at any node mid-stream.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import random
 from collections import defaultdict, deque
 
+from engine.core.configure import add_replica, remove_replica
 from engine.node import Delivered, NodeCore, NodeOptions, configure
 from engine.wire import decode, encode
 from operators.query import Query
@@ -21,10 +24,12 @@ from operators.query import Query
 
 class MemoryNetwork:
     def __init__(self, query: Query, placement: dict[str, list[str]], *, seed: int = 0,
-                 options: NodeOptions = NodeOptions(), now: int = 0):
+                 options: NodeOptions = NodeOptions(), now: int = 0, spare: tuple[str, ...] = ()):
         self.now = now
         self.rng = random.Random(seed)
-        self.names = sorted({n for nodes in placement.values() for n in nodes})
+        self.query, self.options = query, options
+        self.placement = {name: list(nodes) for name, nodes in placement.items()}
+        self.names = sorted({n for nodes in placement.values() for n in nodes} | set(spare))   # spare: idle nodes
         self.cores = {n: NodeCore(n, query, options, now=now) for n in self.names}
         self.links: dict[tuple[str, str], deque] = defaultdict(deque)
         self.dead: set[str] = set()
@@ -51,6 +56,37 @@ class MemoryNetwork:
                 self.events.append((name, event))
                 if isinstance(event, Delivered):
                     self.delivered[event.app].extend(event.records)
+
+    def live(self, node: str) -> bool:
+        return node not in self.dead
+
+    def restart(self, node: str) -> None:
+        """A fresh node process on ``node`` with the same configuration (its replicas rejoin)."""
+        self.dead.discard(node)
+        old = self.cores[node]
+        core = self.cores[node] = NodeCore(node, self.query, self.options, now=self.now,
+                                           incarnation=max(self.now, old.max_epoch() + 1))
+        core.apply(configure(self.query, self.placement, node, self.options.entry_modes), now=self.now)
+        for other in self.names:
+            if other != node and other not in self.dead and frozenset((node, other)) not in self.cut:
+                core.on_peer_up(other, now=self.now)
+                self.cores[other].on_peer_up(node, now=self.now)
+        self.flush()
+
+    def control(self, messages: dict[str, list]) -> None:
+        """Apply a coordinator's control messages at their nodes (dead nodes miss theirs)."""
+        for node, batch in messages.items():
+            if node not in self.dead:
+                self.cores[node].apply(batch, now=self.now)
+        self.flush()
+
+    def add_replica(self, name: str, node: str) -> None:
+        self.placement, messages = add_replica(self.query, self.placement, name, node, self.options.entry_modes)
+        self.control(messages)
+
+    def remove_replica(self, replica) -> None:
+        self.placement, messages = remove_replica(self.placement, replica)
+        self.control(messages)
 
     def publish(self, node: str, stream: str, items: list) -> None:
         self.cores[node].on_source(stream, json.dumps(items).encode(), now=self.now)
