@@ -99,15 +99,26 @@ class StreamHead:
     incarnation ``epoch``; what came before is no longer kept.  From ``offset`` on, the stream
     carries every record with ``ts > frontier`` — a receiver that lacks items before ``offset``
     may trust this stream's punctuations only once its input has reached ``frontier`` (§IV-B) —
-    unless ``lineage`` ``(replica, epoch, offset)`` names a position in another replica's stream
-    that this one continues (a joined replica's copied log) and the receiver holds that stream up
-    to there."""
+    unless ``lineage`` ``(replica, epoch, start, end)`` says that this stream from ``offset`` is
+    another replica's stream from ``start`` to ``end`` (a joined replica's copied log) and then
+    continues it, and the receiver holds that stream up to ``start``."""
 
     stream: StreamReplica
     epoch: int
     offset: int
     frontier: int
-    lineage: tuple[ReplicaId, int, int] | None = None
+    lineage: tuple[ReplicaId, int, int, int] | None = None   # (replica, epoch, its offset here, end of the copy)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """In ``stream`` at ``offset`` of incarnation ``epoch``: a peer took a snapshot here, so a joined
+    replica's stream will continue this one from this offset.  The receiver notes its counts for
+    this stream replica at this point (see :class:`StreamHead` and ``docs/lifecycle.md``)."""
+
+    stream: StreamReplica
+    epoch: int
+    offset: int
 
 
 # -- replica lifecycle (rule 7) ---------------------------------------------------------------------
@@ -203,7 +214,7 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | Resume | Hold | Held | StreamHead | SnapshotRequest | Snapshot | NoSnapshot
+Message = (Batch | Ack | Resume | Hold | Held | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Hello | Proof)
 CONTROL = (DeployReplica, RemoveReplica, ConnectStream, DisconnectStream)

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import msgpack
 
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello,
-                             Hold, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest,
+                             Hold, Mark, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest,
                              Statistics, StatisticsRequest, StreamHead)
 from operators.errors import ReplicastError
 from operators.plan import ReplicaId, StreamReplica
@@ -52,16 +52,16 @@ def _replica(name: Any, index: Any) -> ReplicaId:
     return ReplicaId(name, index)
 
 
-def _lineage_fields(lineage: tuple[ReplicaId, int, int] | None) -> list | None:
-    return None if lineage is None else [lineage[0].name, lineage[0].index, lineage[1], lineage[2]]
+def _lineage_fields(lineage: tuple[ReplicaId, int, int, int] | None) -> list | None:
+    return None if lineage is None else [lineage[0].name, lineage[0].index, *lineage[1:]]
 
 
-def _lineage(f: Any) -> tuple[ReplicaId, int, int] | None:
+def _lineage(f: Any) -> tuple[ReplicaId, int, int, int] | None:
     if f is None:
         return None
-    if type(f) is not tuple or len(f) != 4:
+    if type(f) is not tuple or len(f) != 5:
         raise WireError(f"bad lineage {f!r}")
-    return _replica(f[0], f[1]), _int(f[2], "lineage epoch"), _int(f[3], "lineage offset")
+    return _replica(f[0], f[1]), _int(f[2], "lineage epoch"), _int(f[3], "lineage start"), _int(f[4], "lineage end")
 
 
 def _replica_fields(r: ReplicaId) -> list:
@@ -142,6 +142,8 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
      lambda f: SnapshotRequest(_replica(f[0], f[1]), _replica(f[2], f[3])), 4),
     (17, Snapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.state],
      lambda f: Snapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _dict(f[4], "snapshot state")), 5),
+    (19, Mark, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset],
+     lambda f: Mark(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset")), 7),
     (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],
      lambda f: NoSnapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _str(f[4], "reason")), 5),
 ]

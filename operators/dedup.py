@@ -136,8 +136,8 @@ class DuplicateFilter:
     def add_replica(self, base: int | None = NO_PUNCTUATION) -> int:
         """Accept one more stream replica (a revived or newly connected upstream, a new incarnation of
         one); returns its index.  It carries every record above ``base`` (see the module docstring);
-        ``base`` None: above its own first punctuation (all that can be said of a stream that claims
-        to be whole from the start when this port already has a past)."""
+        ``base`` None: above its own first punctuation (all that can be said of a new incarnation
+        that claims to be whole from the start but cannot know what was lost before it)."""
         if self._recent is not None:            # leave single-replica mode with exact counts
             self._recent, recent = None, self._recent
             self.on_batch(0, recent)
@@ -163,9 +163,6 @@ class DuplicateFilter:
         else:
             self._bases.pop(i, None)
 
-    def has_past(self) -> bool:
-        """Whether anything passed this port yet (a punctuation or a record)."""
-        return self.max_punctuation > NO_PUNCTUATION or self.passed > 0
 
     def adopt(self, frontier: int) -> None:
         """Rebuilding without a live peer: take ``frontier`` as this port's ``max_punctuation`` —
@@ -445,6 +442,49 @@ class DuplicateFilter:
             self._covered_records += size
         while self._covered_records > COVERED_RECORDS and len(kept) > 1:
             self._covered_records -= kept.popitem(last=False)[1]     # O(1), unlike a dict's front
+
+    # -- continuing another stream replica's counts (docs/lifecycle.md, "lineage") ---------------
+    def counts(self, i: int) -> dict[Record, int]:
+        """``count[t][i]`` for every remembered record (those above ``max_punctuation``) with a copy from ``i``."""
+        if self._recent is not None:                    # single-replica mode: each record passed is a copy
+            return dict(Counter(self._recent)) if i == 0 else {}
+        bit, masks, multiple = 1 << i, self._masks, self._multiple
+        out: dict[Record, int] = {}
+        for record, s in self._slots.items():
+            mask = masks[s]
+            if mask == _MULTIPLE:
+                entry = multiple[record]
+                if len(entry) > i + 1 and entry[i + 1]:
+                    out[record] = entry[i + 1]
+            elif mask & bit:
+                out[record] = 1
+        for run in self._runs.values():
+            if run.mask & bit:
+                out.update(dict.fromkeys(run.records, 1))
+        return out
+
+    def seed(self, j: int, counts: dict[Record, int]) -> None:
+        """Stream replica ``j`` continues a stream of which this port already holds ``counts``
+        (taken with :meth:`counts` from the replica it continues): ``count[t][j] = counts[t]``, so
+        equal records from distinct events keep their multiplicity across the hand-over (§IV-B)."""
+        if self._runs:
+            self._to_slots(list(self._runs.values()))
+        slots, masks, multiple, p = self._slots, self._masks, self._multiple, self.max_punctuation
+        for record, n in counts.items():
+            s = slots.get(record)
+            if s is None or record[0] <= p:
+                continue                                # forgotten at a punctuation since (line 11)
+            mask = masks[s]
+            if n == 1 and mask != _MULTIPLE:
+                masks[s] = mask | (1 << j)
+                continue
+            entry = multiple.get(record)
+            if entry is None:                           # every replica sent it at most once so far
+                entry = multiple[record] = [1] + [(mask >> x) & 1 for x in range(self.k)]
+                masks[s] = _MULTIPLE
+            if len(entry) <= j + 1:
+                entry.extend([0] * (j + 2 - len(entry)))
+            entry[j + 1] = n                            # ≤ max_count: copies the port already passed
 
     # -- statistics and state -------------------------------------------------------------------
     def weights(self) -> list[float]:

@@ -67,7 +67,8 @@ class Hosted:
         self.joining: "Joining | None" = None          # progress of a join (lifecycle)
         self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier
         self.horizon: int | None = None                # rebuilding: outputs complete above it
-        self.parked: dict[StreamReplica, int | None] = {}   # Resume requests waiting for the log's frontier
+        self.parked: dict[StreamReplica, tuple[int | None, int]] = {}   # Resume requests waiting for the log's frontier
+        self.held: list = []                           # an entry point's segments taken while it joins
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.replica} {self.state.value} epoch {self.epoch}>"

@@ -23,14 +23,19 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    It is ``LIVE`` once its frontier passes the horizon.
 4. A replica whose port can no longer advance — every positioned input is complete only above where
    the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.
-5. Entry points have no input state: a restarted one with a live peer starts its stream at the first
-   punctuation it emits (sources publish every record before any punctuation above its timestamp,
-   §IV-A as the sources here do); with no live peer, at −∞.  Applications are not replicated: they
-   rebuild.
+5. Entry points have no input to resume: while joining, one keeps what its source sends.  With a
+   live peer it takes the peer's retained log (lineage, as in rule 2) and then emits what it kept,
+   less what that log carries — every record at or below the peer's punctuation, and the copied
+   records themselves (sources publish every record before any punctuation above its timestamp,
+   §IV-A, as the sources here do).  With no live peer it claims the whole stream (frontier −∞), which
+   only a receiver without a past believes (receiver rule 2).  In entry-stamped mode an entry point
+   follows the stamper's stream (:mod:`engine.core.stamping`) and starts at once.  Applications are
+   not replicated: they rebuild.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -39,7 +44,7 @@ from engine.core.events import ReplicaChanged
 from engine.core.hosted import Hosted
 from engine.core.output_log import OutputLog
 from engine.core.states import InboundState, ReplicaState, RouteState, advance
-from engine.messages import Held, NoSnapshot, Snapshot, SnapshotRequest
+from engine.messages import Held, Mark, NoSnapshot, Snapshot, SnapshotRequest
 from operators.base import NO_PUNCTUATION
 from operators.plan import ReplicaId
 from operators.record import CLOSED
@@ -78,6 +83,10 @@ class Lifecycle:
                   if i != hosted.replica.index and node]
         if not donors:
             self.rebuild(hosted, now, "it has no peer replicas", lost=False)
+            return
+        if hosted.entry is not None and hosted.entry.mode == "entry":
+            # Entry-stamped replicas follow the stamper's stream instead (engine.core.stamping).
+            self.rebuild(hosted, now, "entry-stamped: it follows the stamper", lost=False)
             return
         hosted.joining = Joining(now + self.core.options.join_timeout_us, donors)
         self.joining.add(hosted.replica)
@@ -157,11 +166,16 @@ class Lifecycle:
             return
         core.counters["snapshots_given"] += 1
         core.send(src, Snapshot(message.joiner, message.donor, self.snapshot(donor)))
+        # The joiner's stream will continue ours from here: receivers note their counts (receiver rule 5).
+        for stream, route in donor.routes.items():
+            if route.state in (RouteState.ACTIVE, RouteState.CUT):
+                core.send(route.node, Mark(stream, donor.epoch, donor.log.end))
 
     def snapshot(self, donor: Hosted) -> dict[str, Any]:
         """``donor``'s state at this instant (rule 2), as plain data."""
         if donor.kind == "entry":
-            return {"kind": "entry"}
+            return {"kind": "entry", "epoch": donor.epoch, "log": donor.log.snapshot(),
+                    "punctuation": donor.entry.punctuation}
         positions = [[s.source.name, s.source.index, s.port, i.epoch, i.next, i.index]
                      for s, i in self.core.inbound.items()
                      if s.target == donor.replica and i.state is InboundState.FOLLOWING]
@@ -176,8 +190,11 @@ class Lifecycle:
                 or join.asked[0] != message.donor:
             return                                    # stale: removed, or asked another since
         state = message.state
-        if hosted.kind == "entry":                    # rule 5: from the first punctuation it emits
-            hosted.log.frontier = next((b[2] for b in hosted.log.since(0) if b[2] is not None), None)
+        if hosted.kind == "entry":                    # rule 5: the donor's retained log, then its own
+            hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
+            copied = Counter(r for batch in hosted.log.since(0) for r in batch[1])
+            covered = state["punctuation"]
+            hosted.entry.punctuation = max(hosted.entry.punctuation, covered)
         else:
             hosted.logic.restore(state["logic"])
             hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
@@ -195,10 +212,10 @@ class Lifecycle:
                     inbound.state = advance(inbound.state, InboundState.FOLLOWING)
         core.counters["snapshots_taken"] += 1
         self._change(hosted, ReplicaState.LIVE, f"restored from {message.donor}'s snapshot")
-        hosted.joining = None
         core.receiver.request_all(hosted)
-        if hosted.log.frontier is not None:
-            core.sender.serve_parked(hosted)
+        core.sender.serve_parked(hosted)
+        if hosted.kind == "entry":
+            core.stamping.release_held(hosted, now, covered, copied)
 
     def on_no_snapshot(self, src: str, message: NoSnapshot, now: int) -> None:
         hosted = self.core.hosted.get(message.joiner)
@@ -215,10 +232,11 @@ class Lifecycle:
         for stream, inbound in core.inbound.items():
             if stream.target == hosted.replica and inbound.state is InboundState.HOLDING:
                 inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
-        if hosted.kind == "entry":                    # rule 5: nothing was before us
+        if hosted.kind == "entry":                    # rule 5: nothing is known to be before us
             hosted.log.frontier = NO_PUNCTUATION
             self._change(hosted, ReplicaState.LIVE, reason)
             core.sender.serve_parked(hosted)
+            core.stamping.release_held(hosted, now)
         else:
             if lost:
                 core.counters["rebuilt_without_peer"] += 1

@@ -35,7 +35,7 @@ from engine.core.stamping import Stamping
 from engine.core.states import InboundState, ReplicaState
 from engine.core.stats import COUNTERS, Latency, statistics
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hold,
-                             Message, NoSnapshot, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
+                             Mark, Message, NoSnapshot, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
                              StatisticsRequest, StreamHead)
 from operators.plan import ReplicaId, StreamReplica
 from operators.query import Query
@@ -73,7 +73,7 @@ class NodeCore:
         self.sender, self.receiver = Sender(self), Receiver(self)
         self.lifecycle, self.control, self.stamping = Lifecycle(self), Control(self), Stamping(self)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
-            Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head,
+            Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
             Held: self.lifecycle.on_held, SnapshotRequest: self.lifecycle.on_snapshot_request,
             Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,

@@ -32,6 +32,8 @@ _ts = itemgetter(0)
 Entry = tuple[int, list[Record], int | None, tuple[str, ...], int, int]
 #: (donor replica, donor epoch, donor offset of this log's offset 0).
 Lineage = tuple[ReplicaId, int, int]
+#: In a StreamHead: (donor replica, donor epoch, donor offset of the head's offset, donor offset where the copy ends).
+HeadLineage = tuple[ReplicaId, int, int, int]
 
 
 class OutputLog:
@@ -83,12 +85,12 @@ class OutputLog:
             if frontier > self.frontier:
                 self.frontier = frontier
 
-    def lineage_at(self, offset: int) -> Lineage | None:
-        """The donor position this log's suffix from ``offset`` continues, if it still does."""
+    def lineage_at(self, offset: int) -> HeadLineage | None:
+        """The donor positions this log's suffix from ``offset`` copies, if it still does."""
         if self.lineage is None or offset > self.copied:
             return None
         replica, epoch, start = self.lineage
-        return replica, epoch, start + offset
+        return replica, epoch, start + offset, start + self.copied
 
     def __len__(self) -> int:
         """Retained items."""

@@ -15,6 +15,15 @@ Rules of this module:
    that is malformed or skips offsets without a head is a protocol error: the driver drops the
    connection and the stream resumes from what the receiver holds.  A batch is never half-taken.
 4. After a batch that carries a punctuation the receiver acknowledges, cumulatively (messages rule 3).
+5. A joined replica's stream starts with a copy of its donor's retained log and then continues the
+   donor's stream (lifecycle rule 2).  A receiver that holds the donor's stream up to where the
+   copy starts takes the joined stream as its continuation: it skips what it holds and seeds the
+   new stream replica's counts with the donor stream's counts at that point — at once if it holds
+   the donor's stream only up to a point inside the copy, else from the counts it noted when the
+   donor's :class:`~engine.messages.Mark` passed (the donor marks its stream where it took the
+   snapshot).  So the joined stream is trusted at once (the joiner can be the only survivor right
+   away) and equal records from distinct events keep their multiplicity.  Otherwise the head's
+   frontier applies (rule 2).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from typing import TYPE_CHECKING
 from engine.core.events import ProtocolError
 from engine.core.hosted import Hosted, Inbound
 from engine.core.states import InboundState, ReplicaState, advance
-from engine.messages import Ack, Batch, Hold, Resume, StreamHead
+from engine.messages import Ack, Batch, Hold, Mark, Resume, StreamHead
 from engine.wire import EncodedRecords, PackedRecords, WireError
 from operators.base import NO_PUNCTUATION
 from operators.plan import StreamReplica
@@ -36,11 +45,17 @@ _KEYED = (EncodedRecords, PackedRecords)      # records that may carry their byt
 _TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)
 
 
+#: Count checkpoints a receiver keeps for joined replicas' heads still to come (rule 5).
+MAX_CHECKPOINTS = 64
+
+
 class Receiver:
     """Inbound stream replicas of the replicas hosted by ``core``."""
 
     def __init__(self, core: "NodeCore"):
         self.core = core
+        #: (stream replica, epoch, offset) -> its counts at that offset, noted at a Mark (rule 5).
+        self.checkpoints: dict[tuple[StreamReplica, int, int], dict] = {}
 
     # -- asking for streams (rule 1) --------------------------------------------------------------
     def request(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted) -> None:
@@ -93,29 +108,58 @@ class Receiver:
                 core.lifecycle.adopt(hosted, port, head.frontier, now)
             elif following and inbound.epoch == head.epoch:
                 core.counters["gaps"] += 1             # its log was trimmed past what we hold
-                dedup.rebase(inbound.index, self._base(head, dedup))
+                dedup.rebase(inbound.index, self._base(head, inbound))
+            elif head.lineage is not None and self._continue(head, inbound, dedup):
+                inbound.state = advance(inbound.state, InboundState.FOLLOWING)
+                return                                 # a joined replica continuing one we hold
             else:
-                inbound.index = dedup.add_replica(self._base(head, dedup))   # a new incarnation: a new stream replica
+                inbound.index = dedup.add_replica(self._base(head, inbound))   # a new incarnation: a new stream replica
         inbound.epoch, inbound.next = head.epoch, head.offset
         inbound.state = advance(inbound.state, InboundState.FOLLOWING)
         if hosted.logic is not None and hosted.state in _TAKING:
             core.lifecycle.check_port(hosted, port, now)
 
-    def _base(self, head: StreamHead, dedup) -> int | None:
-        """What the receiver's port must reach before this stream's punctuations count: nothing if
-        it holds the stream the head's lineage continues up to there, else the head's frontier —
-        except that a stream claiming to be whole from the start (frontier −∞) is taken at its word
-        only by a port without a past: elsewhere it may be an entry point or a rebuilt replica that
-        cannot know what was lost before it started, so its first punctuation is its base (None)."""
-        if head.lineage is not None:
-            replica, epoch, offset = head.lineage
-            held = self.core.inbound.get(StreamReplica(replica, head.stream.target, head.stream.port))
-            if held is not None and held.state is InboundState.FOLLOWING and held.epoch == epoch \
-                    and held.next >= offset:
-                return NO_PUNCTUATION
-        if head.frontier == NO_PUNCTUATION and dedup.has_past():
+    @staticmethod
+    def _base(head: StreamHead, inbound: Inbound) -> int | None:
+        """What the receiver's port must reach before this stream's punctuations count: the head's
+        frontier — except that a *new incarnation* of a stream replica we followed, claiming to be
+        whole from the start (frontier −∞), cannot know what was lost before it started (an entry
+        point or a replica rebuilt with no live peer): its first punctuation is its base (None)."""
+        if head.frontier == NO_PUNCTUATION and inbound.epoch is not None and inbound.epoch != head.epoch:
             return None
         return head.frontier
+
+    def _continue(self, head: StreamHead, inbound: Inbound, dedup) -> bool:
+        """Rule 5: if ``head`` continues a stream this port holds far enough, take it as that
+        stream's continuation — seeded counts, trusted at once — and return True."""
+        replica, epoch, start, end = head.lineage
+        lineage = StreamReplica(replica, head.stream.target, head.stream.port)
+        held = self.core.inbound.get(lineage)
+        if held is None or held.state is not InboundState.FOLLOWING or held.epoch != epoch or held.next < start:
+            return False
+        if held.next <= end:                           # we hold it up to a point inside the copy
+            counts, at = dedup.counts(held.index), held.next
+        else:                                          # past it: the counts noted at its mark
+            counts, at = self.checkpoints.get((lineage, epoch, end)), end
+            if counts is None:
+                return False
+        inbound.index = dedup.add_replica()
+        dedup.seed(inbound.index, counts)
+        inbound.epoch, inbound.next = head.epoch, head.offset + (at - start)
+        self.core.counters["continued_streams"] += 1
+        return True
+
+    def on_mark(self, src: str, mark: Mark, now: int) -> None:
+        """A peer of the sender took a snapshot at this point of the stream: note our counts (rule 5)."""
+        inbound = self.core.inbound.get(mark.stream)
+        if inbound is None or inbound.node != src or inbound.epoch != mark.epoch or inbound.next != mark.offset \
+                or inbound.state is not InboundState.FOLLOWING or inbound.index is None:
+            return
+        hosted = self.core.hosted[mark.stream.target]
+        checkpoints = self.checkpoints
+        checkpoints[(mark.stream, mark.epoch, mark.offset)] = hosted.logic.filters[mark.stream.port].counts(inbound.index)
+        while len(checkpoints) > MAX_CHECKPOINTS:
+            del checkpoints[next(iter(checkpoints))]
 
     # -- batches (rules 3, 4) ---------------------------------------------------------------------
     def on_batch(self, src: str, batch: Batch, now: int) -> None:

@@ -61,10 +61,6 @@ class Sender:
                     local.append((stream, epoch, offset, records, punctuation, path))
                 elif node in connected:
                     outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
-        if log.frontier is None and punctuation is not None and hosted.kind == "entry" \
-                and hosted.state is ReplicaState.LIVE:
-            log.frontier = punctuation                 # a restarted entry point: lifecycle rule 5
-            self.serve_parked(hosted)
         if not hosted.retained:
             log.trim(log.end)
         elif len(log) > core.options.retention_items:

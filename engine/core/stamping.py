@@ -11,11 +11,14 @@ Rules of this module:
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from engine.core.events import DeadLetter
 from engine.core.hosted import Hosted
+from engine.core.states import ReplicaState
 from engine.entry import decode_payload
+from operators.base import NO_PUNCTUATION
 from operators.errors import InputError
 from operators.plan import StreamReplica
 
@@ -50,9 +53,32 @@ class Stamping:
             if i == 0:
                 for reason, item in rejects:
                     self.dead_letter(stream, reason, item)
+            if hosted.state is ReplicaState.JOINING:
+                hosted.held.extend(segments)      # until it knows whether it continues a peer (lifecycle rule 5)
+                continue
             for records, punctuation in segments:
                 core.sender.emit(hosted, records, punctuation, now)
         return True
+
+    def release_held(self, hosted: Hosted, now: int, covered: int = NO_PUNCTUATION,
+                     copied: Counter | None = None) -> None:
+        """Emit what the entry point took while it joined, less what its donor's copied log carries:
+        every record at or below the donor's punctuation ``covered``, and ``copied`` (a multiset)."""
+        held, hosted.held = hosted.held, []
+        for records, punctuation in held:
+            if covered > NO_PUNCTUATION or copied:
+                kept = []
+                for record in records:
+                    if record[0] <= covered:
+                        continue
+                    if copied and copied[record] > 0:
+                        copied[record] -= 1
+                        continue
+                    kept.append(record)
+                records = kept
+                if punctuation is not None and punctuation <= covered:
+                    punctuation = None
+            self.core.sender.emit(hosted, records, punctuation, now)
 
     def dead_letter(self, stream: str, reason: str, item) -> None:
         self.core.counters["dead_letters"] += 1

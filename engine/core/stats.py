@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 #: Counters every node core keeps (all start at 0; ``docs/node.md`` says what each counts).
 COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_errors", "gaps", "stale_batches",
             "stale_requests", "known_batches", "refused_control", "streams_cut", "snapshots_given",
-            "snapshots_taken", "rebuilt_without_peer", "rejoins")
+            "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams")
 
 
 class Latency:

@@ -97,8 +97,16 @@ def fig1_messages() -> list[tuple[int, str, dict]]:
     return sorted(messages, key=lambda m: m[0])
 
 
+def start(net: MemoryNetwork) -> None:
+    """Bring the cluster up before sources publish (as ``cluster up`` waits for readiness)."""
+    while not all(core.ready() for node, core in net.cores.items() if net.live(node)):
+        net.run()
+        net.tick(500_000)
+
+
 def run_fig1(net: MemoryNetwork, actions: dict[int, callable], steps_between: int = 3) -> None:
     """Publish the Fig. 1 events in time order, doing ``actions[i]`` before message ``i``."""
+    start(net)
     for i, (_, stream, item) in enumerate(fig1_messages()):
         if i in actions:
             actions[i](net)

@@ -6,7 +6,7 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello, Hold,
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello, Hold, Mark,
                              NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
                              StatisticsRequest, StreamHead)
 from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
@@ -22,7 +22,7 @@ EXAMPLES = [
     ConnectStream(S, "n1", "n2"), DisconnectStream(S), StatisticsRequest(), Statistics("n1", {"a": 1}),
     Hello("n1", b"\x00" * 16), Proof(b"m" * 32),
     Resume(S, 12, 40), Resume(S, None, 0), Hold(S), Held(S, 12), StreamHead(S, 12, 40, -(2**63)),
-    StreamHead(S, 12, 0, 5, (ReplicaId("load", 0), 9, 4)),
+    StreamHead(S, 12, 0, 5, (ReplicaId("load", 0), 9, 4, 20)), Mark(S, 12, 7),
     SnapshotRequest(ReplicaId("join", 1), ReplicaId("join", 0)),
     Snapshot(ReplicaId("join", 1), ReplicaId("join", 0), {"kind": "operator", "positions": ((b"x", 1),)}),
     NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), "it is joining"),
