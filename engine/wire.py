@@ -46,9 +46,16 @@ class WireError(ReplicastError):
 
 
 # -- fields ---------------------------------------------------------------------------------------
+#: Ints in messages are signed 64-bit (msgpack also carries 2**63 … 2**64-1; a peer sending those
+#: would make the core's replies, offset + 1 and the like, unencodable).
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+#: Replica indexes and ports are small: a replica count is a handful (§III).
+_SMALL = 1 << 16
+
+
 def _replica(name: Any, index: Any) -> ReplicaId:
-    if type(name) is not str or type(index) is not int:
-        raise WireError(f"bad replica id {name!r}#{index!r}")
+    if type(name) is not str or type(index) is not int or not 0 <= index < _SMALL or len(name) > 256:
+        raise WireError(f"bad replica id {repr(name)[:80]}#{repr(index)[:40]}")
     return ReplicaId(name, index)
 
 
@@ -73,15 +80,15 @@ def _stream_fields(s: StreamReplica) -> list:
 
 
 def _stream(f: tuple) -> StreamReplica:
-    if type(f[4]) is not int:
-        raise WireError(f"bad port {f[4]!r}")
+    if type(f[4]) is not int or not 0 <= f[4] < _SMALL:
+        raise WireError(f"bad port {repr(f[4])[:40]}")
     return StreamReplica(_replica(f[0], f[1]), _replica(f[2], f[3]), f[4])
 
 
 def _int(value: Any, what: str, optional: bool = False) -> Any:
-    if (value is None and optional) or type(value) is int:
+    if (value is None and optional) or (type(value) is int and _INT_MIN <= value <= _INT_MAX):
         return value
-    raise WireError(f"{what} must be an integer, got {value!r}")
+    raise WireError(f"{what} must be a signed 64-bit integer, got {repr(value)[:40]}")
 
 
 def _batch(f: tuple) -> Batch:

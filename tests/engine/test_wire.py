@@ -9,6 +9,7 @@ from hypothesis import given, strategies as st
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello, Hold, Mark,
                              NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
                              StatisticsRequest, StreamHead)
+from engine import wire
 from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
 from operators.plan import ReplicaId, StreamReplica
 
@@ -78,3 +79,17 @@ def test_oversized_frame_is_refused():
         FrameDecoder(max_frame=10).feed(b"\x00\x00\x01\x00" + b"x" * 300)
 
 
+
+
+@pytest.mark.parametrize("fields", [
+    [7, "load", 1, "correlate", 0, 0, 0, 2**64 - 1],          # Ack offset beyond signed 64 bits
+    [7, "load", 1, "correlate", 0, 0, -(2**63) - 1 + 2**63, 2**63],
+    [7, "load", 2**40, "correlate", 0, 0, 0, 1],              # a replica index no plan has
+    [7, "load", 1, "correlate", 0, 2**20, 0, 1],              # a port no operator has
+])
+def test_ints_the_core_could_not_send_back_are_refused(fields):
+    """Found by benchmarks/fuzz.py: msgpack carries 2**63 … 2**64-1, and a core replying with
+    offset + 1 (or echoing such a value) then produced a message it could not encode."""
+    code = next(c for c, cls, *_ in wire._CODECS if cls is Ack)
+    with pytest.raises(WireError, match="64-bit|bad replica|bad port"):
+        decode(msgpack.packb([code, *fields[1:]]))
