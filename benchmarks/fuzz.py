@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from engine.entry import EntryPoint, decode_payload  # noqa: E402
 from engine.node import Delivered, NodeCore, configure  # noqa: E402
 from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode  # noqa: E402
 from operators.query_file import parse_query  # noqa: E402
@@ -96,6 +97,28 @@ def mutants(seeds: list[bytes], n: int, rng: random.Random):
             yield seed + rng.choice(seeds)
         else:
             yield seed
+
+
+def malformed_only(candidates, n: int) -> tuple[list[bytes], int]:
+    """The first ``n`` payloads the entry point rejects whole, and how many others were skipped:
+    a payload with a valid record or punctuation is input (a punctuation of CLOSED from anyone on
+    the topic ends the stream: in source-stamped mode whoever publishes there is a source)."""
+    query = parse_query(CPU_FILTER_QUERY, "cpu-filter.toml")
+    kept, skipped = [], 0
+    for payload in candidates:
+        if len(kept) == n:
+            break
+        try:
+            items = decode_payload(payload)
+        except Exception:
+            kept.append(payload)
+            continue
+        segments, _ = EntryPoint(query.streams["cpu"]).on_items(items, now=1, stamping=False)
+        if segments:
+            skipped += 1
+        else:
+            kept.append(payload)
+    return kept, skipped
 
 
 def reason(error: WireError) -> str:
@@ -323,7 +346,8 @@ def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, seeds: list[b
                     for payload in items:
                         await client.publish("replicast/in/cpu", payload, qos=1)
 
-            hostile = list(mutants(payload_seeds, payload_count, rng))
+            hostile, legit = malformed_only(mutants(payload_seeds, payload_count * 2, rng), payload_count)
+            sent["payloads not sent: valid input (a source's right)"] = legit
             for start in tqdm(range(0, len(hostile), 500), desc="mqtt payloads (x500)"):
                 asyncio.run(publish_all(hostile[start:start + 500]))
                 sent["mqtt payloads"] += len(hostile[start:start + 500])
