@@ -8,7 +8,7 @@ It mirrors :mod:`engine.aio.driver` duty for duty, with simulated time and links
 * **Links.** One connection per node pair that shares a stream replica (the TCP driver dials every
   node; connections that never carry data would only add heartbeats).  Up/down is told to the core
   with ``on_peer_up`` / ``on_peer_down``; a dropped connection loses what is in flight and comes
-  back after one handshake RTT once the trace shows the pair again; the core then replays from its
+  back after the handshake's two RTTs once the trace shows the pair again; the core then replays from its
   acknowledged offsets.  ``PeerTimedOut`` drops the connection, as the TCP driver does.
 * **Frames.** Everything the core drains for one node in one call is one link item, reported to
   the observer as one frame.  With a link bandwidth, the item's size is the exact
@@ -264,8 +264,9 @@ class Simulation:
             if there is None or back is None:
                 self._redial(a, b, now + RECONNECT_US)
                 return
-            # The handshake takes one round trip (Hello + Proof each way, engine.aio.driver).
-            self.env.timeout(there + back).callbacks.append(lambda event: self._connect(a, b))
+            # The handshake (engine/handshake.py) takes the dialer two round trips: Hello each way,
+            # then its Proof and the acceptor's.
+            self.env.timeout(2 * (there + back)).callbacks.append(lambda event: self._connect(a, b))
         self.env.timeout(max(0, at - self.env.now)).callbacks.append(attempt)
 
     # -- faults ---------------------------------------------------------------------------------
