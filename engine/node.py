@@ -5,11 +5,11 @@ this module names the pieces a driver needs, so ``from engine.node import NodeCo
 """
 
 from engine.core.configure import configure, placement_plan
-from engine.core.events import (DeadLetter, Delivered, Event, NodeOptions, PeerTimedOut, ProtocolError,
+from engine.core.events import (ControlRefused, DeadLetter, Delivered, Event, NodeOptions, PeerTimedOut, ProtocolError,
                                 ReplicaChanged, StreamCutOff)
 from engine.core.node import NodeCore
 from engine.core.states import InboundState, ReplicaState, RouteState
 
 __all__ = ["NodeCore", "NodeOptions", "configure", "placement_plan", "Event", "Delivered", "DeadLetter",
-           "PeerTimedOut", "ProtocolError", "ReplicaChanged", "StreamCutOff", "ReplicaState", "RouteState",
+           "PeerTimedOut", "ProtocolError", "ReplicaChanged", "StreamCutOff", "ControlRefused", "ReplicaState", "RouteState",
            "InboundState"]

@@ -32,6 +32,7 @@ from typing import Callable
 
 import aiomqtt
 
+from engine.aio.logs import LogBudget
 from engine.aio.metrics import NodeMetrics
 from engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
 from engine.aio.supervise import Backoff, Supervisor
@@ -39,8 +40,8 @@ from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
 from engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
 from engine.messages import Hello, Proof
-from engine.node import (DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError, ReplicaChanged, StreamCutOff,
-                         configure)
+from engine.node import (ControlRefused, DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError,
+                         ReplicaChanged, StreamCutOff, configure)
 from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
 from operators.errors import ReplicastError
 from operators.record import CLOSED
@@ -106,7 +107,8 @@ class NodeDriver:
         self._peers = frozenset(config.nodes)
         self._sealers: dict[str, FrameSealer] = {}
         self._unauthenticated = 0
-        self._refusal_minute, self._refusals_logged, self._refusals_unlogged = -1, 0, 0
+        self._refusal_log = LogBudget(log, "refused connections", "refused", REFUSAL_LOG_BURST)
+        self._control_log = LogBudget(log, "refused control messages", "control_refused", REFUSAL_LOG_BURST)
         self._ready_logged = False
         #: TLS contexts (client, server), indexed by "is this the accepting side", or None.
         self._tls = (self._ssl_context(server=False), self._ssl_context(server=True)) if config.tls else None
@@ -289,18 +291,9 @@ class NodeDriver:
         """Count a refused connection; log it, at most ``REFUSAL_LOG_BURST`` lines per minute."""
         self.refused += 1
         self.metrics.refused.set(self.refused)
-        minute = int(time.monotonic() // 60)
-        if minute != self._refusal_minute:
-            if self._refusals_unlogged:
-                log.warning("%d more refused connections were not logged", self._refusals_unlogged,
-                            extra={"event": "refused_unlogged", "count": self._refusals_unlogged})
-            self._refusal_minute, self._refusals_logged, self._refusals_unlogged = minute, 0, 0
-        if self._refusals_logged < REFUSAL_LOG_BURST:
-            self._refusals_logged += 1
+        if self._refusal_log.allow(int(time.monotonic() // 60)):
             log.warning("refused connection from %s: %s", address, shorten(reason, 200),
                         extra={"event": "refused", "address": str(address)})
-        else:
-            self._refusals_unlogged += 1
 
     def _receive(self, peer: str, message) -> None:
         if isinstance(message, (Hello, Proof)):
@@ -385,6 +378,10 @@ class NodeDriver:
         elif isinstance(event, ReplicaChanged):
             log.info("replica %s: %s -> %s (%s)", event.replica, event.old, event.new, event.reason,
                      extra={"event": "replica_state", "replica": str(event.replica), "state": event.new})
+        elif isinstance(event, ControlRefused):
+            if self._control_log.allow(int(time.monotonic() // 60)):
+                log.warning("refused a control message from %s: %s", shorten(event.node), shorten(event.reason, 200),
+                            extra={"event": "control_refused", "peer": shorten(event.node)})
         elif isinstance(event, StreamCutOff):
             log.warning("stream replica %s -> %s on %s lagged past the retention limit (%d items kept); "
                         "its log no longer waits for it", event.stream.source, event.stream.target, event.node,

@@ -78,7 +78,7 @@ class NodeMetrics:
             retained.add_metric([replica], values["retained"])
         yield retained
         for key in ("dead_letters", "unknown_streams", "malformed_batches", "gaps", "stale_batches", "muted_replicas",
-                    "known_batches"):
+                    "known_batches", "refused_control"):
             yield CounterMetricFamily(f"replicast_{key}", f"node counter {key}", value=stats.get(key, 0))
         rtt = GaugeMetricFamily("replicast_peer_rtt_seconds", "heartbeat round-trip time", labels=["peer"])
         for peer, us in stats.get("rtt_us", {}).items():

@@ -12,12 +12,17 @@ Rules of this module:
    is not connected is told when it comes back.
 4. A message that names what this node does not host, or a replica it cannot build, is counted and
    ignored: a control frame can never stop a node.
+5. Only the node itself and the cluster's coordinator may deploy, remove or connect; a peer may
+   only disconnect a stream replica whose other end it is (:mod:`engine.core.control_policy`).
+   Refusals are counted and reported like rule 4's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
+from engine.core.control_policy import ControlPolicy
+from engine.core.events import ControlRefused
 from engine.core.hosted import Hosted, Inbound, Route
 from engine.core.states import ReplicaState
 from engine.entry import EntryPoint
@@ -35,6 +40,17 @@ class Control:
     def __init__(self, core: "NodeCore"):
         self.core = core
         self.to_tell: dict[str, list[DisconnectStream]] = {}    # rule 3: for nodes not connected now
+        self.policy = ControlPolicy(core)                        # rule 5
+
+    def guarded(self, handler: Callable) -> Callable:
+        """``handler`` behind the policy (rule 5): what the policy refuses is counted, not applied."""
+        def apply(src: str, message, now: int) -> None:
+            reason = self.policy.refusal(src, message)
+            if reason is None:
+                handler(src, message, now)
+            else:
+                self._refuse(reason, src)
+        return apply
 
     def new_logic(self, replica: ReplicaId) -> OperatorReplica | None:
         """Fresh input machinery for a replica of ``replica.name`` (None for an entry point)."""
@@ -58,7 +74,7 @@ class Control:
             kind = "application" if name in query.applications else "operator"
             entry = None
         else:
-            self._refuse(f"cannot deploy {replica}: {name!r} is not in the query")
+            self._refuse(f"cannot deploy {replica}: {name!r} is not in the query", src)
             return
         hosted = core.hosted[replica] = Hosted(replica, kind, self.new_logic(replica), entry, message.peers,
                                                     core.new_epoch(now))
@@ -71,7 +87,7 @@ class Control:
         core = self.core
         hosted = core.hosted.pop(message.replica, None)
         if hosted is None:
-            self._refuse(f"cannot remove {message.replica}: it is not hosted here")
+            self._refuse(f"cannot remove {message.replica}: it is not hosted here", src)
             return
         hosted.state = ReplicaState.REMOVED
         core.lifecycle.forget(message.replica)
@@ -86,17 +102,17 @@ class Control:
         if message.source_node == core.name:
             source = core.hosted.get(stream.source)
             if source is None:
-                self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.source} is not hosted here")
+                self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.source} is not hosted here", src)
             elif stream not in source.routes:
                 source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
                 core.sender.retrim(source)
         if message.target_node == core.name and stream not in core.inbound:
             target = core.hosted.get(stream.target)
             if target is None:
-                self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.target} is not hosted here")
+                self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.target} is not hosted here", src)
                 return
             if target.logic is not None and stream.port >= len(target.logic.filters):
-                self._refuse(f"cannot connect {stream.source} -> {stream.target}: no input port {stream.port}")
+                self._refuse(f"cannot connect {stream.source} -> {stream.target}: no input port {stream.port}", src)
                 return
             inbound = core.inbound[stream] = Inbound(message.source_node)
             core.receiver.request(stream, inbound, target)
@@ -120,6 +136,7 @@ class Control:
         else:
             self.to_tell.setdefault(node, []).append(message)
 
-    def _refuse(self, reason: str) -> None:
+    def _refuse(self, reason: str, src: str) -> None:
         self.core.counters["refused_control"] += 1
         self.core.last_refusal = f"node {self.core.name}: {reason}"
+        self.core.event(ControlRefused(src, reason))

@@ -84,4 +84,13 @@ class StreamCutOff:
     retained: int
 
 
-Event = Delivered | DeadLetter | PeerTimedOut | ProtocolError | ReplicaChanged | StreamCutOff
+@dataclass(frozen=True, slots=True)
+class ControlRefused:
+    """A control message from ``node`` was not applied (``reason``: who may send it, or what it
+    names that this node cannot do); counted as ``refused_control``, logged by the driver."""
+
+    node: str
+    reason: str
+
+
+Event = Delivered | DeadLetter | PeerTimedOut | ProtocolError | ReplicaChanged | StreamCutOff | ControlRefused

@@ -7,7 +7,8 @@ Rules of this module (h11 style):
 2. Inputs are calls: :meth:`NodeCore.receive` (a message from a node, by name),
    :meth:`~NodeCore.apply` (control from the node's own configuration),
    :meth:`~NodeCore.on_source` (a payload from an external source), :meth:`~NodeCore.on_peer_up` /
-   :meth:`~NodeCore.on_peer_down` (the driver's connection state) and :meth:`~NodeCore.handle_timer`.
+   :meth:`~NodeCore.on_peer_down` (the driver's connection state), :meth:`~NodeCore.handle_timer`
+   and :meth:`~NodeCore.set_coordinator` (whose control messages count as the node's own).
 3. Outputs are drained: :meth:`~NodeCore.messages_to_send` (``(node, message)`` pairs, in order per
    node), :meth:`~NodeCore.events` (deliveries, dead letters, protocol errors, state changes …) and
    :meth:`~NodeCore.next_timer`.  After any input call the driver drains all three.
@@ -79,9 +80,11 @@ class NodeCore:
             Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,
             Heartbeat: self._on_heartbeat, StatisticsRequest: self._on_statistics_request,
             Statistics: lambda src, m, now: None,
-            DeployReplica: self.control.deploy, RemoveReplica: self.control.remove,
-            ConnectStream: self.control.connect, DisconnectStream: self.control.disconnect,
         }
+        guarded = self.control.guarded              # control rule 5: only from this node or the coordinator
+        self._handlers.update({DeployReplica: guarded(self.control.deploy), RemoveReplica: guarded(self.control.remove),
+                               ConnectStream: guarded(self.control.connect),
+                               DisconnectStream: guarded(self.control.disconnect)})
 
     # -- inputs ---------------------------------------------------------------------------------
     def receive(self, src: str, message: Message, *, now: int) -> None:
@@ -99,6 +102,11 @@ class NodeCore:
         for message in messages:
             self._handlers[type(message)](self.name, message, now)
         self._drain_local(now)
+
+    def set_coordinator(self, node: str | None) -> None:
+        """The cluster elected ``node`` its coordinator (§V-A; None: none): control messages from it
+        are applied, as the node's own configuration is (:mod:`engine.core.control_policy`)."""
+        self.control.policy.coordinator = node
 
     def on_source(self, stream: str, payload: bytes, *, now: int) -> bool:
         """A payload for ``stream`` from an external source; returns whether an entry point here took it."""
