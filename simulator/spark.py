@@ -44,12 +44,14 @@ def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Path, *, progr
     context = spark.sparkContext
     out = Path(out).resolve()
     group = f"replicast-simulate-{id(tasks)}"
-    context.setJobGroup(group, f"replicast simulate: {len(tasks)} tasks")
     rdd = context.parallelize(list(enumerate(tasks)), len(tasks))
     results: dict[str, Any] = {}
 
     def collect() -> None:
         try:
+            # The job group is a property of the submitting thread (PySpark's pinned threads),
+            # so it is set here, where the job is submitted, for the tracker to find the job.
+            context.setJobGroup(group, f"replicast simulate: {len(tasks)} tasks")
             results["value"] = rdd.map(lambda item: (item[0], run_task(scenario, item[1], out))).collect()
         except BaseException as error:      # re-raised in the caller's thread
             results["error"] = error
