@@ -167,6 +167,7 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
     from simulator.run import Prepared
 
     segments = args.segments or 1
+    scenario = sweep.portable(scenario)
     if args.warmup_s is not None and args.warmup_s < 0:
         raise ReplicastError(f"--warmup-s must not be negative, got {args.warmup_s}")
     prepared = Prepared(scenario)

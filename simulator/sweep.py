@@ -44,6 +44,17 @@ class Task:
         return f"kmax={self.kmax}/deployment={self.deployment}/segment={self.segment.index}"
 
 
+def portable(scenario: Any) -> Any:
+    """The scenario with every file it names made absolute, for tasks that run in another working
+    directory (a Spark executor's).  A trace name that is not a directory here stays a name."""
+    from dataclasses import replace
+
+    trace = Path(scenario.trace)
+    sources = [replace(s, events=s.events.resolve()) if s.events is not None else s for s in scenario.sources]
+    return replace(scenario, path=Path(scenario.path).resolve(), query_path=Path(scenario.query_path).resolve(),
+                   trace=str(trace.resolve()) if trace.is_dir() else scenario.trace, sources=sources)
+
+
 def plan_tasks(prepared: Any, kmax: tuple[int, ...], deployments: tuple[str, ...], segments: int,
                warmup_us: int | None = None) -> tuple[list[Task], int]:
     """The sweep's tasks, longest first (largest kmax, then the later segments, which are no
