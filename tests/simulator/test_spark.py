@@ -13,7 +13,9 @@ import pyarrow.dataset as ds
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = Path(__file__).parent / "data" / "segments.toml"
+# Relative to ROOT, where the command runs: the sweep must make its files absolute for executors,
+# which run in their own working directories.
+SCENARIO = Path("tests/simulator/data/segments.toml")
 # Small: 10 simulated minutes at kmax 2 in two segments, a short explicit warmup.
 SWEEP = ["--duration-s", "600", "--kmax", "2", "--segments", "2", "--warmup-s", "120", "--no-progress"]
 
