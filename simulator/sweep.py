@@ -15,6 +15,7 @@ or as Spark tasks (``--spark``, :mod:`simulator.spark`); the dataset is the same
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -94,6 +95,7 @@ def run_task(scenario: Any, task: Task, out: Path, *, prepared: Any = None,
     prepared = prepared or prepared_for(scenario)
     work = Path(out) / "_tasks" / task.partition().replace("/", "-")
     shutil.rmtree(work, ignore_errors=True)
+    cpu = time.process_time()
     result = run(prepared, task.kmax, segment=task.segment, sink=work, deployment=task.deployment,
                  on_progress=on_progress)
     for table in TABLES:
@@ -104,7 +106,7 @@ def run_task(scenario: Any, task: Task, out: Path, *, prepared: Any = None,
     totals = result.recorder.totals
     used = np.nonzero(totals.histogram.counts)[0]
     summary = dict(result.summary)
-    summary.update(deployment=task.deployment, peak_rss_mb=_peak_rss_mb(), _histogram=[used.tolist(), totals.histogram.counts[used].tolist()],
+    summary.update(deployment=task.deployment, peak_rss_mb=_peak_rss_mb(), cpu_s=round(time.process_time() - cpu, 3), _histogram=[used.tolist(), totals.histogram.counts[used].tolist()],
                    _latency_sum=totals.latency_sum, _latency_max=totals.latency_max, _data=list(totals.data), _control_bytes=totals.control_bytes)
     return summary
 
