@@ -17,7 +17,8 @@ from operators.aggregate import TimeWindowAggregate
 from operators.base import Operator
 from operators.count_aggregate import CountWindowAggregate
 from operators.errors import QueryError
-from operators.expressions import FieldRef, check_expression, compile_expression, compile_selection, compile_tuple
+from operators.expressions import (FieldRef, check_expression, compile_expression, compile_selection, compile_tuple,
+                                  compile_tuples)
 from operators.filter import Filter
 from operators.join import Join
 from operators.join_keys import split_join_keys
@@ -81,7 +82,7 @@ def compile_map(name: str, params: Mapping, inputs: list[Schema], where: str) ->
     ts = (ast.Subscript(ast.Name("_r0", ast.Load()), ast.Constant(0), ast.Load()), "ts")
     function = compile_tuple([ts, *checked], ("_r0",))
     schema = Schema(tuple(fields), tuple(kind for _, kind in checked))
-    return Compiled(partial(Map, function), schema, False)
+    return Compiled(partial(Map, function, compile_tuples([ts, *checked], len(inputs[0]) + 1)), schema, False)
 
 
 def compile_union(name: str, params: Mapping, inputs: list[Schema], where: str) -> Compiled:

@@ -15,6 +15,7 @@ inferred so that a query's output schemas are known before anything runs.
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -239,13 +240,57 @@ def compile_expression(source: str, scope: Scope, *, where: str, arity: int = 1)
 def compile_tuple(parts: list[tuple[ast.AST, str]], arg_names: tuple[str, ...]) -> Callable:
     """A function building the tuple of ``parts`` (checked trees with their types).
 
-    Float-typed parts go through :func:`finite_float`, so the tuple's floats are exact and finite;
-    int-typed parts through :func:`int64`, so they fit the wire.
+    Computed float-typed parts go through :func:`finite_float`, so the tuple's floats are exact and
+    finite; computed int-typed parts are checked to fit the wire's 64 bits (:func:`int64`).  A plain
+    field reference is copied as it is: a record's fields already hold such values (inputs are
+    checked, operators' outputs too), so checking them again changes nothing.
     """
-    checks = {"float": "_finite_float", "int": "_int64"}
-    wrapped = [ast.Call(ast.Name(checks[kind], ast.Load()), [tree], []) if kind in checks else tree
-               for tree, kind in parts]
-    return _to_function(ast.Tuple(wrapped, ast.Load()), arg_names)
+    return _to_function(_tuple(parts), arg_names)
+
+
+def compile_tuples(parts: list[tuple[ast.AST, str]], width: int) -> Callable[[list], list]:
+    """A function of a list of records of ``width`` fields (``ts`` included) returning the tuple of
+    ``parts`` (trees over ``_r0``) for each, in order: :func:`compile_tuple` inlined in one list
+    comprehension that unpacks each record into locals, so a batch costs no Python call and no
+    indexing per record (a quarter less than ``map`` over the compiled function; issue 12).  It
+    raises on the first record whose evaluation fails: callers then evaluate record by record (with
+    :func:`compile_tuple`'s function) to count errors."""
+    fields = [f"_f{i}" for i in range(width)]
+    element = _Unpacked().visit(_tuple([(copy.deepcopy(tree), kind) for tree, kind in parts]))
+    target = ast.Tuple([ast.Name(name, ast.Store()) for name in fields], ast.Store())
+    batch = ast.Name("_batch", ast.Load())
+    return _to_function(ast.ListComp(element, [ast.comprehension(target, batch, [], 0)]), ("_batch",))
+
+
+class _Unpacked(ast.NodeTransformer):
+    """``_r0[i]`` becomes the local ``_f<i>`` of :func:`compile_tuples`' comprehension."""
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        return ast.Name(f"_f{node.slice.value}", ast.Load())
+
+
+def _is_field(tree: ast.AST) -> bool:
+    """Whether a checked tree is a plain field reference (only fields become subscripts)."""
+    return isinstance(tree, ast.Subscript)
+
+
+def _tuple(parts: list[tuple[ast.AST, str]]) -> ast.Tuple:
+    elements = []
+    for i, (tree, kind) in enumerate(parts):
+        if _is_field(tree) or kind not in ("int", "float"):
+            elements.append(tree)
+        elif kind == "float":
+            elements.append(ast.Call(ast.Name("_finite_float", ast.Load()), [tree], []))
+        else:
+            # _int64 inlined: (v if MIN <= (v := tree) <= MAX else _int64(v)), which raises.  A
+            # comparison costs a fifth of the call it replaces on the hot path.
+            value = f"_v{i}"
+            store, load = ast.Name(value, ast.Store()), ast.Name(value, ast.Load())
+            test = ast.Compare(ast.Constant(_INT_MIN), [ast.LtE(), ast.LtE()],
+                               [ast.NamedExpr(store, tree), ast.Constant(_INT_MAX)])
+            fail = ast.Call(ast.Name("_int64", ast.Load()), [ast.Name(value, ast.Load())], [])
+            elements.append(ast.IfExp(test, load, fail))
+    return ast.Tuple(elements, ast.Load())
 
 
 def check_expression(source: str, scope: Scope, *, where: str, arity: int = 1) -> tuple[ast.AST, str]:

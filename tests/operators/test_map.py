@@ -25,3 +25,19 @@ def test_non_finite_and_failing_results_are_counted_errors():
     m = make(r="1 / x", big="10.0 ** x").factory()
     assert m.on_batch(0, [(1, 0, "a"), (2, 400, "b"), (3, 2, "c")]) == [(3, 0.5, 100.0)]
     assert m.errors == 2
+
+
+def test_batch_path_equals_the_per_record_function_at_the_64_bit_edges():
+    m = make(same="x", up="x + 1", down="x - 1", label="name").factory()
+    edges = [(1, 2**63 - 1, "a"), (2, -2**63, "b"), (3, 0, "c"), (4, 2**63 - 2, "d"), (5, -2**63 + 1, "e")]
+    expected = []
+    for record in edges:
+        try:
+            expected.append(m.function(record))
+        except ArithmeticError:
+            pass
+    assert m.on_batch(0, edges) == expected == [(3, 0, 1, -1, "c"), (4, 2**63 - 2, 2**63 - 1, 2**63 - 3, "d"),
+                                                (5, -2**63 + 1, -2**63 + 2, -2**63, "e")]
+    assert m.errors == 2
+    ok = [r for r in edges if r[0] >= 3]
+    assert m.apply(ok) == [m.function(r) for r in ok]      # the comprehension, no fallback
