@@ -16,11 +16,16 @@ accepts a dial only from a name that sorts before its own), and the acceptor pro
 anyone who has not proved first — the reflection oracle of issue 11 (a node answering any Hello
 with a proof) is gone.
 
-**Frames after the handshake** carry a 16-byte tag: ``HMAC-SHA256(K_dir, seq ‖ body)[:16]``
-with a key per direction derived from ``K`` and ``T`` and a frame counter per direction, so a
-relay on the path that forwards the handshake cannot slip in, replay, reorder or drop a frame
-without the link closing.  (``hmac`` is used rather than TLS-PSK because :mod:`ssl` offers PSK
-only from Python 3.13; the project supports 3.11.  ``[tls]`` still adds confidentiality.)
+**Frames after the handshake** carry a 16-byte tag: ``GMAC(K_dir, nonce = seq, body)`` — AES-256-GCM
+with the frame as associated data and nothing to encrypt — with a key per direction derived from
+``K`` and ``T`` (HMAC-SHA256 as a PRF) and a frame counter per direction as the nonce, so a relay on
+the path that forwards the handshake cannot slip in, replay, reorder or drop a frame without the
+link closing.  A key lives for one connection and one direction and the counter never repeats in
+it, which is what GMAC needs.  GMAC rather than HMAC-SHA256 because it is ten times cheaper on a
+batch frame (2.7 against 28 µs for 17 kB here: AES-NI and carry-less multiply), and HMAC was ~15%
+of a node's CPU per record (docs/node.md, "Frame tags").  (A MAC rather than TLS-PSK because
+:mod:`ssl` offers PSK only from Python 3.13; the project supports 3.11.  ``[tls]`` still adds
+confidentiality.)
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import hmac
 import struct
 
 import msgpack
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engine.messages import Hello, Proof
 from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
@@ -40,9 +47,9 @@ MAX_NAME = 64
 #: Largest frame accepted before a peer has authenticated (a Hello or a Proof is < 200 bytes).
 MAX_HANDSHAKE_FRAME = 512
 TAG_BYTES = 16
-_LABEL = b"replicast-link-v2"
+_LABEL = b"replicast-link-v3"          # v3: GMAC frame tags (v2 nodes fail the handshake, not a frame)
 _HEADER = struct.Struct(">I")
-_SEQ = struct.Struct(">Q")
+_NONCE = struct.Struct(">4xQ")          # 96-bit GCM nonce: the frame counter
 
 
 class Role(enum.Enum):
@@ -179,12 +186,12 @@ class FrameSealer:
     """Tags the frames one side sends on an authenticated link (module docstring)."""
 
     def __init__(self, key: bytes):
-        self._key, self._seq = key, 0
+        self._gmac, self._seq = AESGCM(key).encrypt, 0
 
     def seal(self, frame: bytes) -> list:
         """The pieces of the tagged frame for ``frame`` (a length-prefixed frame from ``encode``)."""
         body = memoryview(frame)[4:]
-        tag = hmac.digest(self._key, _SEQ.pack(self._seq) + body, "sha256")[:TAG_BYTES]
+        tag = self._gmac(_NONCE.pack(self._seq), b"", body)
         self._seq += 1
         return [_HEADER.pack(len(body) + TAG_BYTES), body, tag]
 
@@ -193,14 +200,16 @@ class FrameOpener:
     """Checks and strips the tags of the frames one side receives, in order."""
 
     def __init__(self, key: bytes):
-        self._key, self._seq = key, 0
+        self._check, self._seq = AESGCM(key).decrypt, 0
 
     def open(self, tagged: bytes) -> bytes:
         if len(tagged) < TAG_BYTES:
             raise WireError("frame too short to carry its tag")
-        body = memoryview(tagged)[:-TAG_BYTES]
-        tag = hmac.digest(self._key, _SEQ.pack(self._seq) + body, "sha256")[:TAG_BYTES]
-        if not hmac.compare_digest(tag, tagged[-TAG_BYTES:]):
-            raise WireError(f"frame {self._seq} fails authentication (forged, replayed or reordered)")
+        view = memoryview(tagged)
+        body = view[:-TAG_BYTES]
+        try:
+            self._check(_NONCE.pack(self._seq), view[-TAG_BYTES:], body)
+        except InvalidTag:
+            raise WireError(f"frame {self._seq} fails authentication (forged, replayed or reordered)") from None
         self._seq += 1
         return body.tobytes()

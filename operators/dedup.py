@@ -105,7 +105,8 @@ class DuplicateFilter:
     """Algorithm 1 for one input port fed by ``k`` stream replicas numbered ``0 … k-1``.
 
     ``k`` may start at 0 and grow with :meth:`add_replica` as stream replicas connect; a filter
-    created with ``k = 1`` takes the single-replica fast path until a second replica is added.
+    with one stream replica (created with ``k = 1``, or grown from 0 to 1 with nothing remembered)
+    takes the single-replica fast path until a second replica is added.
     """
 
     def __init__(self, k: int, *, min_run: int = MIN_RUN):
@@ -125,6 +126,9 @@ class DuplicateFilter:
         self._covered_records = 0
         self._newest = NO_PUNCTUATION           # largest ts remembered, in slots or runs
         self._recent: list[Record] | None = [] if k == 1 else None   # single-replica mode
+        # single-replica mode: (key, newest ts, size) of the keyed batches passed whole since the last
+        # punctuation, so their keys become known (``_covered``) once a punctuation covers them
+        self._single_keys: list[tuple[Hashable, int, int]] = []
         self._rank_counts = [[0] * k for _ in range(k)]
         self._unranked: list[list[int]] = [[] for _ in range(k)]   # masks of later copies, per replica
         self._bases: dict[int, int] = {}        # replica -> base frontier not yet reached by the port
@@ -140,6 +144,7 @@ class DuplicateFilter:
         that claims to be whole from the start but cannot know what was lost before it)."""
         if self._recent is not None:            # leave single-replica mode with exact counts
             self._recent, recent = None, self._recent
+            self._single_keys = []
             self.on_batch(0, recent)
             self.passed -= len(recent)
             self._rank_counts[0][0] -= len(recent)
@@ -149,6 +154,8 @@ class DuplicateFilter:
             counts.append(0)
         self._rank_counts.append([0] * self.k)
         self._unranked.append([])
+        if self.k == 1 and not self._slots and not self._runs and not self._multiple:
+            self._recent = []                   # the first replica of a fresh filter: single-replica mode
         self.rebase(self.k - 1, base)
         return self.k - 1
 
@@ -193,7 +200,7 @@ class DuplicateFilter:
         """
         recent = self._recent
         if recent is not None:                          # k = 1: every record is a new occurrence
-            return self._single(i, records, recent)
+            return self._single(i, records, recent, key)
         if key is not None:
             run = self._runs.get(key)
             if run is not None:
@@ -297,14 +304,21 @@ class DuplicateFilter:
             slots.update(zip(run.records, count(len(masks))))
             masks.extend([run.mask] * len(run.records))
 
-    def _single(self, i: int, records: Sequence[Record], recent: list[Record]) -> list[Record]:
-        """Single-replica mode: line 2 only (a copy can never repeat an earlier one), in C."""
+    def _single(self, i: int, records: Sequence[Record], recent: list[Record], key: Hashable | None) -> list[Record]:
+        """Single-replica mode: line 2 only (a copy can never repeat an earlier one), in C.  A keyed
+        batch passed whole has its key remembered until a punctuation covers it, then kept in
+        ``_covered`` like a covered run's: copies from a replica added later are known."""
+        if key is not None and key in self._covered:    # Alg. 1 line 2 for the whole batch, unread
+            self.below_punctuation += self._covered[key]
+            return []
         if not records:
             return []
         max_punctuation = self.max_punctuation
         stamps = sorted(map(_ts, records))              # oldest and newest at once: linear on sorted input
         if stamps[0] > max_punctuation:
             passed = records if type(records) is list else list(records)
+            if key is not None and len(records) >= self.min_run:
+                self._single_keys.append((key, stamps[-1], len(records)))
         else:
             passed = [r for r in records if r[0] > max_punctuation]
             self.below_punctuation += len(records) - len(passed)
@@ -390,6 +404,10 @@ class DuplicateFilter:
                 del self._bases[i]
         if self._recent is not None:                    # single-replica mode
             self._recent = [] if self._newest <= p else [r for r in self._recent if r[0] > p]
+            if self._single_keys:
+                covered = [(key, n) for key, newest, n in self._single_keys if newest <= p]
+                self._single_keys = [entry for entry in self._single_keys if entry[1] > p]
+                self._cover(covered)
             return
         if self._multiple:
             self._multiple = {r: e for r, e in self._multiple.items() if r[0] > p}
@@ -433,13 +451,18 @@ class DuplicateFilter:
             kept = [r for r in run.records if r[0] > p]
             run.below += len(run.records) - len(kept)
             run.records, run.oldest = kept, min(map(_ts, kept))
-        # Copies of these still to come are below p: keep their keys, the newest first, within a
-        # budget of records (the lagging replicas' copies arrive in the same order).
-        kept = self._covered
-        for key, size in covered.items():
+        for key in covered:
             del self._runs[key]
-            kept[key] = size
-            self._covered_records += size
+        self._cover(covered.items())
+
+    def _cover(self, covered) -> None:
+        """Copies of these ``(key, size)`` batches still to come are below the punctuation: keep their
+        keys, the newest first, within a budget of records (lagging replicas' copies arrive in order)."""
+        kept = self._covered
+        for key, size in covered:
+            if key not in kept:
+                kept[key] = size
+                self._covered_records += size
         while self._covered_records > COVERED_RECORDS and len(kept) > 1:
             self._covered_records -= kept.popitem(last=False)[1]     # O(1), unlike a dict's front
 

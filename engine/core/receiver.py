@@ -181,7 +181,7 @@ class Receiver:
         else:                                          # (they were checked when they first came)
             width = len(core.query.schemas[stream.source.name]) + 1
             try:
-                malformed = any(len(r) != width for r in records)
+                malformed = not set(map(len, records)) <= {width}      # in C: no Python call per record
             except WireError:
                 malformed = True
             if malformed:

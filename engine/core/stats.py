@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from operators.record import Record
 
 if TYPE_CHECKING:
     from engine.core.node import NodeCore
+
+_ts = itemgetter(0)
 
 #: Counters every node core keeps (all start at 0; ``docs/node.md`` says what each counts).
 COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_errors", "gaps", "stale_batches",
@@ -24,12 +27,13 @@ class Latency:
         self.count = self.total = self.max = 0
 
     def add(self, now: int, records: list[Record]) -> None:
-        for record in records:
-            latency = now - record[0]
-            self.total += latency
-            if latency > self.max:
-                self.max = latency
-        self.count += len(records)
+        if not records:
+            return
+        stamps = list(map(_ts, records))               # in C: sum and min, no Python loop per record
+        self.total += now * len(stamps) - sum(stamps)
+        if now - min(stamps) > self.max:
+            self.max = now - min(stamps)
+        self.count += len(stamps)
 
 
 def statistics(core: "NodeCore") -> dict[str, Any]:

@@ -113,6 +113,20 @@ def test_a_filter_may_start_with_no_replicas_and_grow():
     assert f.weights() == [1.0 + 0.5, 2.0]
 
 
+def test_a_filter_grown_to_one_replica_takes_the_single_replica_path_and_stays_exact():
+    """Nodes create every port with k = 0 (engine/core/control.py): its first replica must get the
+    single-replica path (no record hashed), and a second one exact counts."""
+    f = DuplicateFilter(0)
+    only = f.add_replica()
+    assert f._recent == []                                           # single-replica mode
+    assert f.on_batch(only, [(1, "a"), (1, "a"), (2, "b")]) == [(1, "a"), (1, "a"), (2, "b")]
+    assert not f._slots
+    assert f.on_punctuation(only, 1) == 1 and f.on_batch(only, [(1, "z")]) == []
+    new = f.add_replica()
+    assert f.on_batch(new, [(2, "b"), (3, "c")]) == [(3, "c")]
+    assert f.passed == 4 and f.duplicates == 1 and f.below_punctuation == 1
+
+
 def test_snapshot_restore_continues_identically():
     f = DuplicateFilter(2)
     f.on_batch(0, [(1, "a"), (3, "c")])
@@ -191,6 +205,52 @@ def test_batch_keys_change_nothing_but_speed(records, k, same_batches, rng):
         assert state == reference
         assert (keyed.passed, keyed.duplicates, keyed.below_punctuation) == \
             (plain.passed, plain.duplicates, plain.below_punctuation)
+
+
+def test_a_single_replica_batch_is_known_once_a_punctuation_covers_it():
+    f = DuplicateFilter(0, min_run=1)
+    first = f.add_replica()
+    assert f.on_batch(first, [(1, "a"), (5, "b")], key="k1") == [(1, "a"), (5, "b")]
+    assert f.on_punctuation(first, 2) == 2 and not f.knows("k1")      # (5, "b") is not covered yet
+    assert f.on_punctuation(first, 5) == 5 and f.knows("k1")
+    second = f.add_replica()
+    assert f.on_batch(second, [], key="k1") == [] and f.below_punctuation == 2 and f.duplicates == 0
+
+
+@given(keyed_records(), st.integers(2, 4), st.sampled_from([1.0, 0.5, 0.0]), st.randoms(use_true_random=False))
+def test_replicas_joining_a_single_replica_filter_change_nothing_but_speed(records, k, same_batches, rng):
+    """As a node's ports grow (k = 0, then replicas connect one by one, the first taking the
+    single-replica path): a keyed filter — keys of covered single-replica batches remembered, so
+    late copies are not read — passes what an unkeyed one passes, with the same counters."""
+    ordered = punctuate(records, 1_000_000)
+    template, arrivals = None, []
+    for _ in range(k):
+        identical = rng.random() < same_batches
+        items = ordered if identical else disorder(ordered, rng)
+        batches, cuts = _batches(items, rng, template if identical else None)
+        template = template or (cuts if identical else None)
+        arrivals.append(batches)
+    keyed, plain = DuplicateFilter(0, min_run=1), DuplicateFilter(0)
+    joined, cursors = 0, [0] * k
+    while any(cursors[i] < len(arrivals[i]) for i in range(joined)) or joined < k:
+        active = [i for i in range(joined) if cursors[i] < len(arrivals[i])]
+        if joined < k and (not active or rng.random() < 0.3):
+            assert keyed.add_replica() == plain.add_replica() == joined
+            joined += 1
+            continue
+        i = rng.choice(active)
+        batch = arrivals[i][cursors[i]]
+        cursors[i] += 1
+        records_only = [item for item in batch if type(item) is not Punctuation]
+        key = tuple(records_only)
+        given_records = [] if keyed.knows(key) else records_only        # a known copy is not read
+        assert keyed.on_batch(i, given_records, key=key) == plain.on_batch(i, records_only)
+        for item in batch:
+            if type(item) is Punctuation:
+                assert keyed.on_punctuation(i, item.ts) == plain.on_punctuation(i, item.ts)
+        assert (keyed.passed, keyed.duplicates, keyed.below_punctuation) == \
+            (plain.passed, plain.duplicates, plain.below_punctuation)
+    assert keyed.rank_counts == plain.rank_counts
 
 
 def test_small_batches_are_not_remembered_as_runs():
