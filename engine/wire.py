@@ -311,17 +311,26 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
-        buffer += data
-        bodies, start = [], 0
-        while len(buffer) - start >= 4:
-            (size,) = _HEADER.unpack_from(buffer, start)
+        if buffer:
+            buffer += data
+            source = buffer
+        else:                                           # the common case: parse the read itself
+            source = data
+        spans, start, end = [], 0, len(source)
+        while end - start >= 4:
+            (size,) = _HEADER.unpack_from(source, start)
             if size > self.max_frame:
                 raise WireError(f"frame of {size} bytes exceeds the {self.max_frame}-byte limit")
-            if len(buffer) - start - 4 < size:
+            if end - start - 4 < size:
                 break
-            bodies.append(bytes(buffer[start + 4:start + 4 + size]))
+            spans.append((start + 4, start + 4 + size))
             start += 4 + size
             if self.single:
                 break
-        del buffer[:start]
+        with memoryview(source) as view:                # one copy per frame
+            bodies = [view[a:b].tobytes() for a, b in spans]
+            if source is not buffer and start < end:
+                buffer += view[start:]                  # the start of the next frame
+        if source is buffer:
+            del buffer[:start]
         return bodies

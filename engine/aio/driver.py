@@ -354,7 +354,6 @@ class NodeDriver:
 
     def _on_event(self, event) -> None:
         if isinstance(event, Delivered):
-            self.metrics.latency.observe(event.app, event.now, event.records)
             if event.punctuation is not None:
                 self.metrics.app_punctuation.labels(event.app).set(event.punctuation)
             for sink in self.sinks.get(event.app, ()):

@@ -6,16 +6,16 @@ driver refreshes on the event loop (the HTTP server runs in a thread and must ne
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from operator import itemgetter
-from typing import Any, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-#: Latency buckets (seconds): wide-area paths are tens to hundreds of ms (§VI).
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+from engine.core.stats import LATENCY_BOUNDS_US
+
+#: Latency buckets (seconds), those the core counts (engine.core.stats.LATENCY_BOUNDS_US).
+LATENCY_BUCKETS = tuple(bound / 1e6 for bound in LATENCY_BOUNDS_US)
 
 _REPLICA_COUNTERS = {
     "records_in": "records received by the replica after offset de-duplication",
@@ -31,7 +31,6 @@ class NodeMetrics:
     def __init__(self, node: str):
         self.node = node
         self.registry = CollectorRegistry()
-        self.latency = LatencyHistogram(LATENCY_BUCKETS)
         self.peer_connected = Gauge("replicast_peer_connected", "1 while an authenticated link to the peer is up",
                                     ["peer"], registry=self.registry)
         self.mqtt_connected = Gauge("replicast_mqtt_connected", "1 while connected to the MQTT broker",
@@ -82,7 +81,7 @@ class NodeMetrics:
         for key in ("dead_letters", "unknown_streams", "malformed_batches", "gaps", "stale_batches", "muted_replicas",
                     "known_batches", "refused_control"):
             yield CounterMetricFamily(f"replicast_{key}", f"node counter {key}", value=stats.get(key, 0))
-        yield self.latency.family()
+        yield latency_family(stats.get("latency", {}))
         rtt = GaugeMetricFamily("replicast_peer_rtt_seconds", "heartbeat round-trip time", labels=["peer"])
         for peer, us in stats.get("rtt_us", {}).items():
             rtt.add_metric([peer], us / 1e6)
@@ -92,54 +91,17 @@ class NodeMetrics:
         return []
 
 
-_ts = itemgetter(0)
-
-
-class LatencyHistogram:
-    """``replicast_app_latency_seconds{app}``: arrival − ts of delivered records (§VI-B), observed a
-    batch at a time.  prometheus_client's ``Histogram.observe`` costs ~8 µs per record (a lock and
-    a bucket scan each), which capped a node at ~400 k delivered records/s; here a batch costs one
-    C-level sort of its timestamps (linear: they come in order) and a bisect per bucket boundary it
-    spans — one, usually.  Exposed exactly like a ``Histogram`` (cumulative ``le`` buckets, ``_sum``,
-    ``_count``); boundaries compare in integer µs."""
-
-    def __init__(self, buckets_s: Sequence[float]):
-        self.buckets_s = tuple(buckets_s)
-        self._bounds_us = [round(b * 1e6) for b in self.buckets_s]
-        #: app -> [records per bucket (not cumulative) …, beyond the last, sum of latencies in µs]
-        self._apps: dict[str, list[int]] = {}
-
-    def observe(self, app: str, now_us: int, records: Sequence[tuple]) -> None:
-        """Count the latency ``now_us − record[0]`` of every record."""
-        if not records:
-            return
-        counts = self._apps.get(app)
-        if counts is None:
-            counts = self._apps[app] = [0] * (len(self._bounds_us) + 2)
-        stamps = sorted(map(_ts, records))
-        bounds, n = self._bounds_us, len(stamps)
-        # latency <= bound  <=>  ts >= now - bound: the newest record has the smallest latency
-        first = bisect_left(bounds, now_us - stamps[-1])
-        last = bisect_left(bounds, now_us - stamps[0])
-        if first == last:
-            counts[first] += n
-        else:
-            below = 0                                  # records in buckets first … i-1
-            for i in range(first, last):
-                within = n - bisect_left(stamps, now_us - bounds[i])     # latency <= bounds[i]
-                counts[i] += within - below
-                below = within
-            counts[last] += n - below
-        counts[-1] += n * now_us - sum(stamps)
-
-    def family(self) -> HistogramMetricFamily:
-        family = HistogramMetricFamily("replicast_app_latency_seconds", "arrival − ts of delivered records (§VI-B)",
-                                       labels=["app"])
-        for app, live in list(self._apps.items()):
-            counts = list(live)                        # one copy: the scrape thread reads a consistent row
-            cumulative, buckets = 0, []
-            for bound, n in zip((*self.buckets_s, float("inf")), counts):
-                cumulative += n
-                buckets.append((floatToGoString(bound), cumulative))
-            family.add_metric([app], buckets, sum_value=counts[-1] / 1e6)
-        return family
+def latency_family(latency: dict[str, dict]) -> HistogramMetricFamily:
+    """``replicast_app_latency_seconds{app}`` from the core's per-application histograms
+    (:class:`engine.core.stats.Latency`), exposed like a prometheus ``Histogram``."""
+    family = HistogramMetricFamily("replicast_app_latency_seconds", "arrival − ts of delivered records (§VI-B)",
+                                   labels=["app"])
+    for app, values in latency.items():
+        if not values["count"]:
+            continue                                   # as a Histogram's label appears: at its first record
+        cumulative, buckets = 0, []
+        for bound, n in zip((*LATENCY_BUCKETS, float("inf")), values["buckets"]):
+            cumulative += n
+            buckets.append((floatToGoString(bound), cumulative))
+        family.add_metric([app], buckets, sum_value=values["total_us"] / 1e6)
+    return family
