@@ -177,6 +177,14 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def timed(main, pid: int, records: int) -> tuple[float, float | None]:
+    """Run coroutine function ``main`` (returns its seconds): (records/s, CPU µs per record of ``pid``)."""
+    before = cpu_seconds(pid)
+    seconds = asyncio.run(main())
+    after = cpu_seconds(pid)
+    return records / seconds, None if before is None or after is None else (after - before) / records * 1e6
+
+
 def tcp_run(k: int, records: int, batch: int) -> tuple[float, float | None]:
     """(distinct records/s, node CPU µs per distinct record) of one node fed by k upstreams."""
     frames, offsets = batch_frames(k, records, batch)
@@ -189,11 +197,7 @@ def tcp_run(k: int, records: int, batch: int) -> tuple[float, float | None]:
                 await asyncio.gather(*(upstream(f"u{i}", port, frames[i], offsets[i]) for i in range(k)))
                 return time.perf_counter() - start
 
-            before = cpu_seconds(node.pid)
-            seconds = asyncio.run(main())
-            after = cpu_seconds(node.pid)
-            cpu = None if before is None or after is None else (after - before) / records * 1e6
-            return records / seconds, cpu
+            return timed(main, node.pid, records)
         finally:
             node.terminate()
             node.wait(10)
@@ -252,11 +256,7 @@ def ceiling_run(records: int, batch: int) -> tuple[float, float | None]:
             writer.close()
             return seconds
 
-        before = cpu_seconds(sink.pid)
-        seconds = asyncio.run(main())
-        after = cpu_seconds(sink.pid)
-        cpu = None if before is None or after is None else (after - before) / records * 1e6
-        return records / seconds, cpu
+        return timed(main, sink.pid, records)
     finally:
         sink.kill()
         sink.wait(10)
@@ -338,7 +338,7 @@ def load() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=300_000, help="records per TCP run (default 300000)")
+    parser.add_argument("--records", type=int, default=1_000_000, help="records per TCP run (default 1000000)")
     parser.add_argument("--batch", type=int, default=1000, help="records per batch frame (default 1000)")
     parser.add_argument("--mqtt-records", type=int, default=200_000, help="records of the MQTT run (default 200000)")
     parser.add_argument("--rounds", "--repeat", type=int, default=3, dest="rounds",

@@ -168,6 +168,20 @@ def test_memory_is_bounded_by_the_punctuation_interval():
     assert peak == 50    # one interval's distinct records, not 100 intervals' worth
 
 
+def _arrivals(records, k, same_batches, rng):
+    """The batches each of k replicas sends: byte-identical cuts of the same order with probability
+    ``same_batches``, else its own disorder and cuts."""
+    ordered = punctuate(records, 1_000_000)
+    template, arrivals = None, []
+    for _ in range(k):
+        identical = rng.random() < same_batches
+        items = ordered if identical else disorder(ordered, rng)
+        batches, cuts = _batches(items, rng, template if identical else None)
+        template = template or (cuts if identical else None)
+        arrivals.append(batches)
+    return arrivals
+
+
 def _batches(items, rng, template=None):
     """Split an item sequence into batches of records, each followed by its punctuation if any."""
     cuts = template or sorted(rng.sample(range(1, len(items)), min(len(items) - 1, rng.randint(0, 8))))
@@ -180,15 +194,7 @@ def test_batch_keys_change_nothing_but_speed(records, k, same_batches, rng):
     """A keyed filter (runs of slots taken at once) behaves exactly like the per-record filter:
     same records passed at every call, same counters, §V-B ranks, memory and state — whether the
     replicas' batches are byte-identical (the fast path) or not, and whatever repeats they carry."""
-    ordered = punctuate(records, 1_000_000)
-    template = None
-    arrivals = []
-    for _ in range(k):
-        identical = rng.random() < same_batches
-        items = ordered if identical else disorder(ordered, rng)
-        batches, cuts = _batches(items, rng, template if identical else None)
-        template = template or (cuts if identical else None)
-        arrivals.append(batches)
+    arrivals = _arrivals(records, k, same_batches, rng)
     keyed, plain = DuplicateFilter(k, min_run=1), DuplicateFilter(k)
     cursors = [0] * k
     while any(cursors[i] < len(arrivals[i]) for i in range(k)):
@@ -222,14 +228,7 @@ def test_replicas_joining_a_single_replica_filter_change_nothing_but_speed(recor
     """As a node's ports grow (k = 0, then replicas connect one by one, the first taking the
     single-replica path): a keyed filter — keys of covered single-replica batches remembered, so
     late copies are not read — passes what an unkeyed one passes, with the same counters."""
-    ordered = punctuate(records, 1_000_000)
-    template, arrivals = None, []
-    for _ in range(k):
-        identical = rng.random() < same_batches
-        items = ordered if identical else disorder(ordered, rng)
-        batches, cuts = _batches(items, rng, template if identical else None)
-        template = template or (cuts if identical else None)
-        arrivals.append(batches)
+    arrivals = _arrivals(records, k, same_batches, rng)
     keyed, plain = DuplicateFilter(0, min_run=1), DuplicateFilter(0)
     joined, cursors = 0, [0] * k
     while any(cursors[i] < len(arrivals[i]) for i in range(joined)) or joined < k:
