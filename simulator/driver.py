@@ -29,7 +29,9 @@ from typing import Any, Callable
 
 import simpy
 
+from engine.core.configure import add_replica, remove_replica
 from engine.messages import Batch, ConnectStream
+from operators.plan import ReplicaId
 from engine.node import (DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
                          placement_plan)
 from engine.wire import encode
@@ -192,6 +194,7 @@ class Simulation:
         self.connected: set[frozenset] = set()
         self.physical = placement_plan(query, placement)    # one set of ids for every node: lookups by identity
         self.nodes: dict[str, SimNode] = {}
+        self.retired: list[NodeCore] = []                   # cores of crashed incarnations (their counters)
         hosts = sorted({n for nodes in placement.values() for n in nodes})
         for name in hosts:
             self.nodes[name] = SimNode(self, name, now=start_us)
@@ -217,6 +220,8 @@ class Simulation:
         item = [SourcePayload(stream, payload)]
         now = self.env.now
         for node in self.placement[stream]:
+            if node is None:
+                continue                               # a removed replica
             if node == server:
                 self._deliver(node, server, item)
             else:
@@ -280,16 +285,47 @@ class Simulation:
             (peer,) = pair - {server}
             self.drop_connection(server, peer)
 
+    def all_cores(self) -> list[NodeCore]:
+        """Every node core of the run, those of crashed incarnations included (for counters)."""
+        return [*self.retired, *(node.core for node in self.nodes.values())]
+
     def restart(self, server: str) -> None:
         """Start a fresh node process on ``server`` with the same configuration; peers redial."""
         old = self.nodes.get(server)
         if old is None or old.alive:
             return
         now = self.env.now
+        self.retired.append(old.core)
         self.nodes[server] = SimNode(self, server, now=now, incarnation=max(now, old.core.max_epoch() + 1))
         for pair in self.pairs:
             if server in pair:
                 self._redial(*sorted(pair), self.env.now)
+
+    # -- replicas added and removed mid-stream (a coordinator's decisions, docs/lifecycle.md) -----
+    def add_replica(self, name: str, server: str) -> None:
+        """A new replica of ``name`` on ``server``: it joins from a live peer's snapshot."""
+        self.placement, messages = add_replica(self.query, self.placement, name, server, self.options.entry_modes)
+        self._control(messages)
+
+    def remove_replica(self, replica: ReplicaId) -> None:
+        self.placement, messages = remove_replica(self.placement, replica)
+        self._control(messages)
+
+    def _control(self, messages: dict[str, list]) -> None:
+        now = self.env.now
+        for node, batch in messages.items():
+            if node not in self.nodes:
+                self.nodes[node] = SimNode(self, node, now=now)     # a server that hosted nothing yet
+            if self.nodes[node].alive:
+                self.nodes[node].core.apply(batch, now=now)
+                self.nodes[node]._transmit()
+        for batch in messages.values():
+            for m in batch:
+                if isinstance(m, ConnectStream) and m.source_node != m.target_node:
+                    pair = frozenset((m.source_node, m.target_node))
+                    if pair not in self.pairs:
+                        self.pairs.add(pair)
+                        self._connect(*sorted(pair))
 
     # -- running --------------------------------------------------------------------------------
     def run(self, until: int | simpy.Event, tick: Callable[[int], None] | None = None, step_us: int = 0) -> None:

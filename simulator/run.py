@@ -21,6 +21,7 @@ from engine.events import read_events
 from engine.node import NodeOptions
 from operators.query import Query
 from operators.query_file import load_query
+from operators.plan import ReplicaId
 from operators.record import Record
 from simulator.deploy import deploy
 from simulator.driver import Simulation
@@ -217,7 +218,7 @@ def replica_server(placement: dict[str, list[str]], target: str, where: str) -> 
         return target
     name, _, index = target.partition("#")
     servers = placement.get(name)
-    if servers is None or not index.isdigit() or int(index) >= len(servers):
+    if servers is None or not index.isdigit() or int(index) >= len(servers) or not servers[int(index)]:
         raise ScenarioError(f"{where}: {target!r} is not a deployed replica (deployed: "
                             f"{', '.join(f'{n}#0..{len(s) - 1}' for n, s in list(placement.items())[:4])}…)")
     return servers[int(index)]
@@ -231,6 +232,18 @@ def _schedule_faults(sim: Simulation, scenario: Scenario, placement, processing:
 
     for i, fault in enumerate(scenario.faults, start=1):
         where = f"{scenario.path}: [[faults]] #{i}"
+        if fault.kind == "add":
+            name, server = fault.target
+            if name not in sim.placement or server not in sim.network.servers:
+                raise ScenarioError(f"{where}: cannot add a replica of {name!r} on {server!r}: "
+                                    f"{'not in the query' if name not in sim.placement else 'not a server'}")
+            at(fault.from_us, lambda n=name, s=server: sim.add_replica(n, s))
+            continue
+        if fault.kind == "remove":
+            replica_server(placement, fault.target[0], where)
+            name, _, index = fault.target[0].partition("#")
+            at(fault.from_us, lambda r=ReplicaId(name, int(index)): sim.remove_replica(r))
+            continue
         targets = [replica_server(placement, t, where) for t in fault.target]
         unknown = [t for t in targets if t not in sim.network.servers]
         if unknown:
@@ -275,8 +288,23 @@ def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: floa
         "data_bytes_sent": int(totals.data[1]),
         "network_cost": round(float(totals.data[2]) * prepared.scenario.bucket_s / seconds, 3),
         "dead_letters": recorder.dead_letters,
-        "placement": result.placement,
+        "lifecycle": lifecycle_counts(sim),
+        "placement": sim.placement,              # at the end of the run (replicas added or removed by faults)
     }
+
+
+#: Node counters summed over a run's nodes in summary.json (docs/lifecycle.md says what each counts).
+LIFECYCLE_COUNTERS = ("snapshots_given", "snapshots_taken", "continued_streams", "rebuilt_without_peer", "rejoins",
+                      "streams_cut", "gaps", "protocol_errors")
+
+
+def lifecycle_counts(sim: Simulation) -> dict[str, int]:
+    """Joins, rebuilds and cut-offs over every node core of the run (restarted ones included)."""
+    totals = dict.fromkeys(LIFECYCLE_COUNTERS, 0)
+    for node in sim.all_cores():
+        for key in LIFECYCLE_COUNTERS:
+            totals[key] += node.counters[key]
+    return totals
 
 
 def _latency_columns(recorder: Recorder):

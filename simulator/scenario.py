@@ -20,7 +20,7 @@ from simulator.network import OUTAGE_MODES
 
 DEPLOYMENTS = ("manual", "random", "min-cost")
 SOURCE_KINDS = ("cpu", "ping", "events")
-FAULT_KINDS = ("crash", "restart", "cut", "congest", "spike")
+FAULT_KINDS = ("crash", "restart", "cut", "congest", "spike", "add", "remove")
 DEFAULT_PROCESSING_US = {"entry": 0.5, "union": 0.3, "filter": 0.3, "map": 0.5, "join": 9.0, "aggregate": 4.0,
                          "count_aggregate": 2.0, "application": 0.3}
 
@@ -41,7 +41,7 @@ class SourceSpec:
 @dataclass(frozen=True)
 class Fault:
     kind: str
-    target: tuple[str, ...]     # a server, a replica ("name#i": the server hosting it), or two servers
+    target: tuple[str, ...]     # a server, a replica ("name#i": the server hosting it), two servers, or (name, server)
     from_us: int
     to_us: int | None = None
     value: float = 0.0          # congest: extra one-way ms; spike: CPU cost factor
@@ -191,8 +191,15 @@ def _fault(table: dict, where: str) -> Fault:
     if len(kinds) != 1:
         raise ScenarioError(f"{where}: a fault has exactly one of {', '.join(FAULT_KINDS)}")
     kind = kinds[0]
-    _unknown(table, {kind, "at_s", "from_s", "to_s", "extra_ms", "factor"}, where)
+    _unknown(table, {kind, "at_s", "from_s", "to_s", "extra_ms", "factor", "on"}, where)
     target = table[kind]
+    if kind == "add":            # a new replica of an operator or entry point, mid-stream (docs/lifecycle.md)
+        if not isinstance(target, str) or "#" in target:
+            raise ScenarioError(f"{where}: 'add' must name an operator or stream (its new replica joins "
+                                f"from a live peer), got {target!r}")
+        return Fault(kind, (target, _get(table, "on", str, where)), round(float(_get(table, "at_s", (int, float), where)) * 1e6))
+    if "on" in table:
+        raise ScenarioError(f"{where}: 'on' only goes with 'add'")
     if kind in ("cut", "congest"):
         if not (isinstance(target, list) and len(target) == 2 and all(isinstance(s, str) for s in target)):
             raise ScenarioError(f"{where}: '{kind}' must be two servers [\"a\", \"b\"], got {target!r}")
@@ -201,7 +208,9 @@ def _fault(table: dict, where: str) -> Fault:
         raise ScenarioError(f"{where}: '{kind}' must name a server or a replica (\"name#index\"), got {target!r}")
     else:
         target = (target,)
-    if kind in ("crash", "restart"):
+    if kind == "remove" and "#" not in target[0]:
+        raise ScenarioError(f"{where}: 'remove' must name a replica (\"name#index\"), got {target[0]!r}")
+    if kind in ("crash", "restart", "remove"):
         at = float(_get(table, "at_s", (int, float), where))
         return Fault(kind, target, round(at * 1e6))
     t1 = float(_get(table, "from_s", (int, float), where))

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from engine.core.stats import LATENCY_BOUNDS_US
+from engine.core.stats import COUNTERS, LATENCY_BOUNDS_US
 
 #: Latency buckets (seconds), those the core counts (engine.core.stats.LATENCY_BOUNDS_US).
 LATENCY_BUCKETS = tuple(bound / 1e6 for bound in LATENCY_BOUNDS_US)
@@ -35,8 +35,8 @@ class NodeMetrics:
                                     ["peer"], registry=self.registry)
         self.mqtt_connected = Gauge("replicast_mqtt_connected", "1 while connected to the MQTT broker",
                                     registry=self.registry)
-        self.ready = Gauge("replicast_ready", "1 once every peer link and the MQTT subscription are up",
-                           registry=self.registry)
+        self.ready = Gauge("replicast_ready", "1 once every peer link and the MQTT subscription are up and "
+                           "every hosted replica is live", registry=self.registry)
         self.app_punctuation = Gauge("replicast_app_punctuation", "last punctuation delivered to the application",
                                      ["app"], registry=self.registry)
         self.refused = Gauge("replicast_refused_connections", "connections refused by the handshake",
@@ -78,9 +78,17 @@ class NodeMetrics:
         for replica, values in stats.get("replicas", {}).items():
             retained.add_metric([replica], values["retained"])
         yield retained
-        for key in ("dead_letters", "unknown_streams", "malformed_batches", "gaps", "stale_batches", "muted_replicas",
-                    "known_batches", "refused_control"):
-            yield CounterMetricFamily(f"replicast_{key}", f"node counter {key}", value=stats.get(key, 0))
+        states = GaugeMetricFamily("replicast_replica_state", "1 for the state each hosted replica is in "
+                                   "(joining, rebuilding, live: docs/lifecycle.md)", labels=["replica", "state"])
+        epochs = GaugeMetricFamily("replicast_replica_epoch", "the replica's incarnation (µs)", labels=["replica"])
+        for replica, values in stats.get("replicas", {}).items():
+            for state in ("joining", "rebuilding", "live"):
+                states.add_metric([replica, state], 1 if values["state"] == state else 0)
+            epochs.add_metric([replica], values["epoch"])
+        yield states
+        yield epochs
+        for key in COUNTERS:
+            yield CounterMetricFamily(f"replicast_{key}", f"node counter {key} (docs/node.md)", value=stats.get(key, 0))
         yield latency_family(stats.get("latency", {}))
         rtt = GaugeMetricFamily("replicast_peer_rtt_seconds", "heartbeat round-trip time", labels=["peer"])
         for peer, us in stats.get("rtt_us", {}).items():

@@ -82,11 +82,11 @@ class Lifecycle:
         donors = [(ReplicaId(hosted.replica.name, i), node) for i, node in enumerate(hosted.peers)
                   if i != hosted.replica.index and node]
         if not donors:
-            self.rebuild(hosted, now, "it has no peer replicas", lost=False)
+            self.rebuild(hosted, now, "it has no peer replicas")
             return
         if hosted.entry is not None and hosted.entry.mode == "entry":
             # Entry-stamped replicas follow the stamper's stream instead (engine.core.stamping).
-            self.rebuild(hosted, now, "entry-stamped: it follows the stamper", lost=False)
+            self.rebuild(hosted, now, "entry-stamped: it follows the stamper")
             return
         hosted.joining = Joining(now + self.core.options.join_timeout_us, donors)
         self.joining.add(hosted.replica)
@@ -110,7 +110,7 @@ class Lifecycle:
             if not reachable:
                 if now < join.deadline and join.donors:
                     return                            # a peer's node may still connect
-                self.rebuild(hosted, now, "no live peer replica answered", lost=True)
+                self.rebuild(hosted, now, "no live peer replica answered")
                 return
             join.asked = reachable[0]
             join.donors.remove(join.asked)
@@ -225,8 +225,8 @@ class Lifecycle:
             self.step(hosted, now)
 
     # -- rebuilding without a peer (rule 3) -------------------------------------------------------
-    def rebuild(self, hosted: Hosted, now: int, reason: str, *, lost: bool) -> None:
-        """Rule 3; ``lost``: peers exist but none was live (said with an event and a counter)."""
+    def rebuild(self, hosted: Hosted, now: int, reason: str) -> None:
+        """Rule 3 (what was lost, if anything, is said once the ports' frontiers are known: :meth:`adopt`)."""
         core = self.core
         hosted.joining = None
         for stream, inbound in core.inbound.items():
@@ -238,8 +238,6 @@ class Lifecycle:
             core.sender.serve_parked(hosted)
             core.stamping.release_held(hosted, now)
         else:
-            if lost:
-                core.counters["rebuilt_without_peer"] += 1
             hosted.adopted, hosted.horizon = {}, None
             self._change(hosted, ReplicaState.REBUILDING, reason)
         core.receiver.request_all(hosted)
@@ -257,6 +255,10 @@ class Lifecycle:
             horizon = NO_PUNCTUATION                  # nothing was lost: a plain start
         else:
             horizon = min(CLOSED, logic.operator.rebuild(frontiers))
+            self.core.counters["rebuilt_without_peer"] += 1
+            self.core.event(ReplicaChanged(hosted.replica, "rebuilding", "rebuilding",
+                                           f"input at or below {frontiers} is lost: outputs are complete above "
+                                           f"{horizon} only"))
         hosted.horizon = horizon
         hosted.log.frontier = horizon if hosted.log.frontier is None else max(hosted.log.frontier, horizon)
         self.core.sender.serve_parked(hosted)

@@ -1,0 +1,131 @@
+"""Issue 10 acceptance on real processes: the Fig. 1 cluster (6 servers, k = 2, applications on
+'app'); n3 is SIGKILLed, started again with ``replicast node``, and once it reports ready (every
+replica live: joined from its peers' snapshots) its peer n6 is SIGKILLed for good.  n3's Join,
+count-window aggregate and entry points are then the only replicas of their operators — every
+application must still receive exactly `replay`'s reference of what was published."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import aiomqtt
+
+from engine.replay import replay
+from operators.query_file import load_query
+from operators.record import CLOSED
+from tests.integration.helpers import ROOT, cluster, free_ports, kill, make_cluster_module, metric, mosquitto
+
+PUNCTUATION_MS = 100
+TICK_S = 0.1
+KILL_AT, RESTART_AT, LAST_TICK = 12, 20, 90
+RESTARTED, PEER = "n3", "n6"        # n3 hosts correlate#0 (a Join) and load_trend#1 (count windows); n6 their peers
+
+
+async def drive(broker_port: int, servers: list[str], actions) -> tuple[dict, dict, dict]:
+    """Publish rounds of cpu/ping records + punctuations until ``actions`` says stop; collect outputs."""
+    published = {f"{kind}_{s}": [] for s in servers for kind in ("cpu", "ping")}
+    arrivals: dict[str, list] = {}
+    closed: set[str] = set()
+    log: dict = {}
+    async with aiomqtt.Client("127.0.0.1", broker_port, identifier="test-sub") as sub, \
+            aiomqtt.Client("127.0.0.1", broker_port, identifier="test-pub") as pub:
+        await sub.subscribe("replicast/out/#", qos=1)
+
+        async def collect():
+            async for message in sub.messages:
+                app = str(message.topic).rsplit("/", 1)[-1]
+                items = json.loads(message.payload)
+                arrivals.setdefault(app, []).extend(i for i in items if "ts" in i)
+                if any(i.get("punctuation") == CLOSED for i in items):
+                    closed.add(app)
+                    if len(closed) == 3:
+                        return
+
+        collector = asyncio.create_task(collect())
+        tick = 0
+        while actions(tick, log):
+            for n, server in enumerate(servers):
+                ts = time.time_ns() // 1000
+                cpu = {"ts": ts, "server": server, "load": round(((tick * 7 + n * 3) % 20) / 20, 2)}
+                pings = [{"ts": ts, "src": server, "dst": servers[(n + d) % 6], "rtt_ms": float(10 + (tick + d) % 30)}
+                         for d in (1, 2)]
+                for stream, items in ((f"cpu_{server}", [cpu]), (f"ping_{server}", pings)):
+                    published[stream] += items
+                    await pub.publish(f"replicast/in/{stream}", json.dumps(items), qos=1)
+            p = time.time_ns() // 1000 - 1
+            for stream in published:
+                await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": p}), qos=1)
+            await asyncio.sleep(TICK_S)
+            tick += 1
+        for stream in published:
+            await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": CLOSED}), qos=1)
+        await asyncio.wait_for(collector, 90)
+    return published, arrivals, log
+
+
+def test_restart_then_kill_the_peer_for_good(tmp_path):
+    make = make_cluster_module()
+    query = load_query(ROOT / "examples/cluster-fig1-query.toml")
+    assert "correlate" in make.placement() and make.placement()["correlate"] == [RESTARTED, PEER]
+    with mosquitto(tmp_path) as broker_port:
+        ports = free_ports(14)
+        metrics_port = dict(zip(["app", *make.SERVERS], ports[7:]))
+        cluster_file = tmp_path / "cluster.toml"
+        cluster_file.write_text(make.cluster_toml(
+            query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
+            broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret="integration-secret",
+            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS))
+        restarted = None
+        with cluster(cluster_file, tmp_path / "run") as processes:
+            def actions(tick: int, log: dict) -> bool:
+                nonlocal restarted
+                if tick == KILL_AT:
+                    kill(processes[RESTARTED])
+                elif tick == RESTART_AT:
+                    out = open(tmp_path / "restarted.log", "w")
+                    restarted = subprocess.Popen([sys.executable, "-m", "engine.cli", "node", "--config",
+                                                  str(cluster_file), "--name", RESTARTED, "--log-json"],
+                                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                elif tick > RESTART_AT and "peer_killed" not in log:
+                    try:
+                        ready = metric(metrics_port[RESTARTED], "replicast_ready") == 1
+                    except OSError:
+                        ready = False
+                    if ready:
+                        log["ready_after_s"] = (tick - RESTART_AT) * TICK_S
+                        kill(processes[PEER])
+                        log["peer_killed"] = tick
+                    elif tick >= LAST_TICK:
+                        raise AssertionError(f"{RESTARTED} never became ready: "
+                                             + (tmp_path / "restarted.log").read_text()[-3000:])
+                return "peer_killed" not in log or tick < log["peer_killed"] + 25
+            try:
+                published, arrivals, log = asyncio.run(drive(broker_port, make.SERVERS, actions))
+                lines = [json.loads(line) for line in (tmp_path / "restarted.log").read_text().splitlines()
+                         if line.startswith("{")]
+                states = {line["replica"]: line["state"] for line in lines if line.get("event") == "replica_state"}
+                how = {line["replica"]: line["message"] for line in lines if line.get("event") == "replica_state"}
+            finally:
+                if restarted is not None:
+                    restarted.terminate()
+                    restarted.wait(10)
+    print(f"{RESTARTED} ready {log['ready_after_s']:.1f} s after its start; states {states}")
+    assert states["correlate#0"] == "live" and states["load_trend#1"] == "live"
+    assert "snapshot" in how["correlate#0"] and "snapshot" in how["load_trend#1"], how
+    streams = {name: [(r["ts"], *[v for k, v in r.items() if k != "ts"]) for r in records]
+               for name, records in published.items()}
+    reference = replay(query, streams, replicas=1, punctuation_us=PUNCTUATION_MS * 1000).outputs
+    for app, spec in query.applications.items():
+        names = query.schemas[spec.input].names
+        got = [(i["ts"], *[i[n] for n in names]) for i in arrivals.get(app, [])]
+        assert len(reference[app]) > 0, app
+        assert Counter(got) == Counter(reference[app]), \
+            f"{app}: {len(got)} records vs {len(reference[app])}; missing {list(Counter(reference[app]) - Counter(got))[:3]}" \
+            f"; extra {list(Counter(got) - Counter(reference[app]))[:3]}"
+        if spec.ordered:
+            assert got == reference[app], app
