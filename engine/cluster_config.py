@@ -62,6 +62,8 @@ class ClusterConfig:
     punctuation_ms: float = 100.0
     heartbeat_ms: float = 500.0
     peer_timeout_ms: float = 3000.0
+    join_timeout_ms: float = 3000.0            # docs/lifecycle.md: how long a joining replica waits
+    retention_items: int = 1_000_000           # items an output log keeps for a lagging receiver
     entry_modes: dict[str, str] = field(default_factory=dict)
     broker: str = "embedded"                 # "embedded" or mqtt://host:port
     broker_host: str = "127.0.0.1"
@@ -79,7 +81,8 @@ class ClusterConfig:
 
     def options(self) -> NodeOptions:
         return NodeOptions(punctuation_us=round(self.punctuation_ms * 1000), heartbeat_us=round(self.heartbeat_ms * 1000),
-                           peer_timeout_us=round(self.peer_timeout_ms * 1000), entry_modes=dict(self.entry_modes))
+                           peer_timeout_us=round(self.peer_timeout_ms * 1000), entry_modes=dict(self.entry_modes),
+                           join_timeout_us=round(self.join_timeout_ms * 1000), retention_items=self.retention_items)
 
     def mqtt_address(self) -> tuple[str, int]:
         return self.broker_host, self.broker_port
@@ -90,7 +93,7 @@ class ClusterConfig:
         return {key: Path(str(path).replace("{node}", node)) for key, path in self.tls.items()}
 
 
-_TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "secret", "secret_env", "entry_mode",
+_TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "secret", "secret_env", "entry_mode",
         "entry_modes", "mqtt", "nodes", "placement", "outputs", "sources", "tls", "name"}
 #: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
 _TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": {"broker", "host", "port"},
@@ -130,6 +133,13 @@ def _positive_ms(doc: dict, key: str, where: str, default: float) -> float:
     if not 0 < value < 86_400_000:
         raise ClusterConfigError(f"{where}: '{key}' must be a positive number of milliseconds (below a day), "
                                  f"got {doc[key]!r}")
+    return value
+
+
+def _positive_count(doc: dict, key: str, where: str, default: int) -> int:
+    value = _get(doc, key, int, where, default)
+    if isinstance(value, bool) or not 0 < value < 2**40:
+        raise ClusterConfigError(f"{where}: '{key}' must be a positive whole number, got {doc[key]!r}")
     return value
 
 
@@ -197,6 +207,8 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         secret=secret, punctuation_ms=_positive_ms(doc, "punctuation_ms", where, 100.0),
         heartbeat_ms=_positive_ms(doc, "heartbeat_ms", where, 500.0),
         peer_timeout_ms=_positive_ms(doc, "peer_timeout_ms", where, 3000.0),
+        join_timeout_ms=_positive_ms(doc, "join_timeout_ms", where, 3000.0),
+        retention_items=_positive_count(doc, "retention_items", where, 1_000_000),
         broker=broker, broker_host=host, broker_port=port, outputs=outputs, sources=sources, tls=tls)
     if config.peer_timeout_ms <= config.heartbeat_ms:
         raise ClusterConfigError(f"{where}: 'peer_timeout_ms' ({config.peer_timeout_ms:g}) must be longer than "

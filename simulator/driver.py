@@ -30,7 +30,7 @@ from typing import Any, Callable
 import simpy
 
 from engine.core.configure import add_replica, remove_replica
-from engine.messages import Batch, ConnectStream
+from engine.messages import Batch, ConnectStream, DeployReplica
 from operators.plan import ReplicaId
 from engine.node import (DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
                          placement_plan)
@@ -201,6 +201,9 @@ class Simulation:
         self.pairs = {frozenset((m.source_node, m.target_node)) for name in hosts
                       for m in configure(query, placement, name, options.entry_modes, self.physical)
                       if isinstance(m, ConnectStream) and m.source_node != m.target_node}
+        # Peers of one operator talk too: a replica that (re)joins asks them for a snapshot.
+        self.pairs |= {frozenset((a, b)) for nodes in placement.values() for a in nodes for b in nodes
+                       if a and b and a != b}
         # The links come up once the run starts, as a real cluster's do after its processes start
         # (and after the caller has attached its observer: the first messages are the nodes').
         self.env.timeout(0).callbacks.append(
@@ -319,11 +322,17 @@ class Simulation:
             if self.nodes[node].alive:
                 self.nodes[node].core.apply(batch, now=now)
                 self.nodes[node]._transmit()
-        for batch in messages.values():
+        for node, batch in messages.items():
             for m in batch:
-                if isinstance(m, ConnectStream) and m.source_node != m.target_node:
-                    pair = frozenset((m.source_node, m.target_node))
-                    if pair not in self.pairs:
+                if isinstance(m, ConnectStream):
+                    pairs = [(m.source_node, m.target_node)]
+                elif isinstance(m, DeployReplica):           # its peers: it asks them for a snapshot
+                    pairs = [(node, peer) for peer in m.peers if peer]
+                else:
+                    continue
+                for a, b in pairs:
+                    pair = frozenset((a, b))
+                    if a != b and pair not in self.pairs:
                         self.pairs.add(pair)
                         self._connect(*sorted(pair))
 

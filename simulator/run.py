@@ -130,7 +130,9 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     options = NodeOptions(punctuation_us=round(scenario.punctuation_ms * 1000),
                           heartbeat_us=round(scenario.heartbeat_ms * 1000),
                           peer_timeout_us=round(scenario.peer_timeout_ms * 1000),
-                          entry_modes={s: scenario.entry_mode for s in query.streams})
+                          entry_modes={s: scenario.entry_mode for s in query.streams},
+                          join_timeout_us=round(scenario.join_timeout_ms * 1000),
+                          retention_items=scenario.retention_items)
     begin = prepared.start if segment is None else segment.warm
     end = prepared.end if segment is None else segment.stop
     closes = end >= prepared.end                  # this run ends as the whole run does

@@ -62,6 +62,8 @@ class Scenario:
     punctuation_ms: float = 10_000.0
     heartbeat_ms: float = 5_000.0
     peer_timeout_ms: float = 30_000.0
+    join_timeout_ms: float = 10_000.0
+    retention_items: int = 1_000_000
     entry_mode: str = "source"
     outage: str = "hold"
     bandwidth_mbps: float | None = None
@@ -76,7 +78,7 @@ class Scenario:
 
 
 _TOP = {"name", "trace", "query", "servers", "kmax", "seed", "start_s", "duration_s", "drain_s", "punctuation_ms",
-        "heartbeat_ms", "peer_timeout_ms", "entry_mode", "network", "processing_us", "deployment", "sources",
+        "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "entry_mode", "network", "processing_us", "deployment", "sources",
         "faults", "bucket_s"}
 
 
@@ -129,6 +131,9 @@ def parse_scenario(doc: dict, path: Path) -> Scenario:
         punctuation_ms=_positive(float(_get(doc, "punctuation_ms", number, where, 10_000.0)), where, "punctuation_ms"),
         heartbeat_ms=_positive(float(_get(doc, "heartbeat_ms", number, where, 5_000.0)), where, "heartbeat_ms"),
         peer_timeout_ms=_positive(float(_get(doc, "peer_timeout_ms", number, where, 30_000.0)), where, "peer_timeout_ms"),
+        join_timeout_ms=_positive(float(_get(doc, "join_timeout_ms", number, where, 10_000.0)), where, "join_timeout_ms"),
+        retention_items=int(_positive(float(_get(doc, "retention_items", int, where, 1_000_000)), where,
+                                      "retention_items")),
         entry_mode=_choice(_get(doc, "entry_mode", str, where, "source"), MODES, where, "entry_mode"),
         bucket_s=_positive(float(_get(doc, "bucket_s", number, where, 60.0)), where, "bucket_s"),
     )
