@@ -15,6 +15,7 @@ namespaces it made.
 from __future__ import annotations
 
 import argparse
+import shutil
 import socket
 import sys
 import time
@@ -94,10 +95,13 @@ def run_up(args: argparse.Namespace) -> int:
             if via != "netem":
                 _wait_port(host, port, args.timeout, {"the embedded MQTT broker": broker})
         nodes = {}
+        state_dir = run_dir / "state"                 # a new cluster: no node has run before
+        shutil.rmtree(state_dir, ignore_errors=True)
         for name in config.nodes:
             path = wan.config_path(name) if wan else config.path
             nodes[f"node {name}"] = spawn(name, [sys.executable, "-m", "engine.cli", "node", "--config",
-                                                 str(path.resolve()), "--name", name, "--log-json"],
+                                                 str(path.resolve()), "--name", name, "--log-json",
+                                                 "--state-dir", str(state_dir.resolve())],
                                           run_dir, wan and wan.wrap(name))
         processes.extend(nodes.values())
         write_state(state_file, processes, **extra)

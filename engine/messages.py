@@ -86,14 +86,6 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
-    """Sender → receiver: the log of incarnation ``epoch`` is kept for ``stream`` from now on."""
-
-    stream: StreamReplica
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
 class StreamHead:
     """Sender → receiver, before the items it replays: ``stream`` continues with item ``offset`` of
     incarnation ``epoch``; what came before is no longer kept.  From ``offset`` on, the stream
@@ -214,7 +206,7 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | Resume | Hold | Held | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
+Message = (Batch | Ack | Resume | Hold | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Hello | Proof)
 CONTROL = (DeployReplica, RemoveReplica, ConnectStream, DisconnectStream)

@@ -19,6 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", required=True, type=Path, help="cluster file (TOML), the same on every node")
     parser.add_argument("--name", help="this node's name in the cluster file (default: the file's 'name' key)")
     parser.add_argument("--log-json", action="store_true", help="structured logs: one JSON object per line")
+    parser.add_argument("--state-dir", type=Path, default=Path(".replicast/state"),
+                        help="where the node notes that it has run (default: .replicast/state): started again "
+                             "with the same directory, its replicas know they rejoin a running cluster "
+                             "(docs/lifecycle.md); 'cluster up' gives each new cluster a fresh one")
     parser.set_defaults(run=run)
 
 
@@ -31,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
         from engine.aio.logs import use_json_logs
         use_json_logs(name, logging.getLogger().level)
     from engine.aio.driver import NodeDriver
+    restarted = note_start(args.state_dir, config, name)
 
     async def main() -> None:
-        driver = NodeDriver(config, name)
+        driver = NodeDriver(config, name, restarted=restarted)
         tune_gc()
         await driver.run()
 
@@ -55,6 +60,25 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG, 20, 100)
+
+
+def note_start(state_dir: Path, config, name: str) -> bool:
+    """Whether node ``name`` of this cluster ran before from ``state_dir`` (then its entry points,
+    with no live peer, do not claim their whole stream: docs/lifecycle.md); notes this start."""
+    import json
+    import time
+    path = state_dir / f"{name}.json"
+    cluster = str(config.path.resolve())
+    try:
+        before = json.loads(path.read_text(encoding="utf-8")).get("cluster") == cluster
+    except (OSError, ValueError, AttributeError):
+        before = False
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"cluster": cluster, "node": name, "started_us": time.time_ns() // 1000}))
+    except OSError as error:
+        logging.getLogger("replicast.node").warning("cannot note the start in %s: %s", path, error)
+    return before
 
 
 def _name_in_file(path: Path) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello,
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello,
                              Hold, Mark, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest,
                              Statistics, StatisticsRequest, StreamHead)
 from operators.errors import ReplicastError
@@ -141,7 +141,6 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
     (12, Resume, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset],
      lambda f: Resume(_stream(f), _int(f[5], "epoch", True), _int(f[6], "offset")), 7),
     (13, Hold, lambda m: _stream_fields(m.stream), lambda f: Hold(_stream(f)), 5),
-    (14, Held, lambda m: [*_stream_fields(m.stream), m.epoch], lambda f: Held(_stream(f), _int(f[5], "epoch")), 6),
     (15, StreamHead, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset, m.frontier, _lineage_fields(m.lineage)],
      lambda f: StreamHead(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset"), _int(f[7], "frontier"),
                           _lineage(f[8])), 9),

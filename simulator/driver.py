@@ -64,9 +64,10 @@ class Observer:
 class SimNode:
     """One server's node core, driven like :class:`engine.aio.driver.NodeDriver` drives it."""
 
-    def __init__(self, sim: "Simulation", name: str, *, now: int, incarnation: int | None = None):
+    def __init__(self, sim: "Simulation", name: str, *, now: int, incarnation: int | None = None,
+                 restarted: bool = False):
         self.sim, self.name = sim, name
-        self.core = NodeCore(name, sim.query, sim.options, now=now, incarnation=incarnation)
+        self.core = NodeCore(name, sim.query, sim.options, now=now, incarnation=incarnation, restarted=restarted)
         self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical), now=now)
         self.alive = True
         self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
@@ -299,7 +300,8 @@ class Simulation:
             return
         now = self.env.now
         self.retired.append(old.core)
-        self.nodes[server] = SimNode(self, server, now=now, incarnation=max(now, old.core.max_epoch() + 1))
+        self.nodes[server] = SimNode(self, server, now=now, incarnation=max(now, old.core.max_epoch() + 1),
+                                     restarted=True)
         for pair in self.pairs:
             if server in pair:
                 self._redial(*sorted(pair), self.env.now)
@@ -318,7 +320,7 @@ class Simulation:
         now = self.env.now
         for node, batch in messages.items():
             if node not in self.nodes:
-                self.nodes[node] = SimNode(self, node, now=now)     # a server that hosted nothing yet
+                self.nodes[node] = SimNode(self, node, now=now, restarted=True)   # joins a running cluster
             if self.nodes[node].alive:
                 self.nodes[node].core.apply(batch, now=now)
                 self.nodes[node]._transmit()

@@ -73,10 +73,10 @@ class NodeDriver:
     """Runs node ``name`` of ``config`` until :meth:`stop` (or SIGTERM)."""
 
     def __init__(self, config: ClusterConfig, name: str, *,
-                 callbacks: dict[str, Callable[[Delivered], None]] | None = None):
+                 callbacks: dict[str, Callable[[Delivered], None]] | None = None, restarted: bool = False):
         self.config, self.name = config, name
         self.spec = config.nodes[name]
-        self.core = NodeCore(name, config.query, config.options(), now=now_us())
+        self.core = NodeCore(name, config.query, config.options(), now=now_us(), restarted=restarted)
         self.core.apply(configure(config.query, config.placement, name, config.entry_modes), now=now_us())
         self.links: dict[str, asyncio.StreamWriter] = {}
         self.metrics = NodeMetrics(name)

@@ -14,7 +14,8 @@ class JsonFormatter(logging.Formatter):
         self.node = node
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "t": round(record.created, 6),
+                 "level": record.levelname,
                  "node": self.node, "logger": record.name, "message": record.getMessage()}
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:

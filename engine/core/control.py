@@ -80,6 +80,7 @@ class Control:
                                                     core.new_epoch(now))
         if core.options.trace_paths:
             hosted.hop = (f"{replica}@{core.name}",)
+        hosted.fresh = src == core.name and not core.restarted       # from a first start's own configuration
         core.lifecycle.start(hosted, now)
         core.stamping.elect(now)
 

@@ -65,6 +65,7 @@ class Hosted:
         self.records_out = 0
         self.stamping = False                          # entry-stamped mode: this replica stamps
         self.joining: "Joining | None" = None          # progress of a join (lifecycle)
+        self.fresh = False                             # deployed by its node's first start (lifecycle rule 5)
         self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier
         self.horizon: int | None = None                # rebuilding: outputs complete above it
         self.parked: dict[StreamReplica, tuple[int | None, int]] = {}   # Resume requests waiting for the log's frontier

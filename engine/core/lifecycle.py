@@ -3,10 +3,13 @@
 Rules of this module (``docs/lifecycle.md`` has the walk-through):
 
 1. A replica deployed mid-stream — a restart, a revival, a new replica — starts ``JOINING``.  It asks
-   every upstream node to hold its log (:class:`~engine.messages.Hold`), and once they have
-   (:class:`~engine.messages.Held`; or the join time-out passed for unreachable ones) asks a peer
-   replica of the same operator for a snapshot.  Holding first makes the snapshot's input positions
-   still retained upstream when the joiner resumes from them.
+   every upstream node to hold its log and send nothing yet (:class:`~engine.messages.Hold`), and,
+   once the nodes of its peers are connected (or the join time-out passed), asks a peer replica of
+   the same operator for a snapshot.  The peer keeps its snapshot's input positions retained
+   upstream until the joiner resumes from them: it pins the logs of its own node's upstream
+   replicas for the joiner there, and holds its acknowledgements to other nodes at those positions
+   for a join time-out (:meth:`Lifecycle.keep_positions`) — so the joiner needs no round trip
+   before asking.
 2. A :class:`~engine.messages.Snapshot` is consistent at one point (Falkirk Wheel: restore at a
    frontier, then re-execute what follows): the donor's operator state, every port's duplicate-filter
    memory and punctuation, sorter contents, its position on each inbound stream replica, and its
@@ -21,14 +24,16 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    vouch for (:meth:`operators.base.Operator.rebuild`).  Its stream's frontier is that horizon.  At
    a cluster's start every log is whole, the frontiers are −∞, and rebuilding is simply starting.
    It is ``LIVE`` once its frontier passes the horizon.
-4. A replica whose port can no longer advance — every positioned input is complete only above where
-   the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.
+4. A replica whose port can no longer advance — every input it can hear is complete only above where
+   the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.  This
+   is checked at every stream head, and a join time-out after an input's node goes down.
 5. Entry points have no input to resume: while joining, one keeps what its source sends.  With a
    live peer it takes the peer's retained log (lineage, as in rule 2) and then emits what it kept,
    less what that log carries — every record at or below the peer's punctuation, and the copied
    records themselves (sources publish every record before any punctuation above its timestamp,
-   §IV-A, as the sources here do).  With no live peer it claims the whole stream (frontier −∞), which
-   only a receiver without a past believes (receiver rule 2).  In entry-stamped mode an entry point
+   §IV-A, as the sources here do).  With no live peer, an entry point of its node's first start
+   claims the whole stream (frontier −∞: the cluster is starting); any other — a restart, one added
+   mid-stream — knows its stream only from the first punctuation it emits (its frontier then).  In entry-stamped mode an entry point
    follows the stamper's stream (:mod:`engine.core.stamping`) and starts at once.  Applications are
    not replicated: they rebuild.
 """
@@ -36,7 +41,7 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +49,9 @@ from engine.core.events import ReplicaChanged
 from engine.core.hosted import Hosted
 from engine.core.output_log import OutputLog
 from engine.core.states import InboundState, ReplicaState, RouteState, advance
-from engine.messages import Held, Mark, NoSnapshot, Snapshot, SnapshotRequest
+from engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRequest
 from operators.base import NO_PUNCTUATION
-from operators.plan import ReplicaId
+from operators.plan import ReplicaId, StreamReplica
 from operators.record import CLOSED
 
 if TYPE_CHECKING:
@@ -54,7 +59,7 @@ if TYPE_CHECKING:
 
 
 class JoinPhase(Enum):
-    HOLDING = "holding"          # waiting for upstream nodes to hold their logs
+    LINKING = "linking"          # waiting for the nodes of its peers to be connected
     ASKING = "asking"            # waiting for a peer's snapshot
 
 
@@ -64,8 +69,7 @@ class Joining:
 
     deadline: int
     donors: list[tuple[ReplicaId, str]]             # peers still to ask, in index order
-    phase: JoinPhase = JoinPhase.HOLDING
-    waiting: set = field(default_factory=set)       # streams whose Held has not come
+    phase: JoinPhase = JoinPhase.LINKING
     asked: tuple[ReplicaId, str] | None = None
 
 
@@ -75,6 +79,7 @@ class Lifecycle:
     def __init__(self, core: "NodeCore"):
         self.core = core
         self.joining: set[ReplicaId] = set()          # hosted replicas in JOINING (timers are theirs)
+        self.checks: dict[ReplicaId, int] = {}        # replica -> when to check its ports (rule 4)
 
     # -- starting ---------------------------------------------------------------------------------
     def start(self, hosted: Hosted, now: int) -> None:
@@ -98,13 +103,11 @@ class Lifecycle:
         core, join = self.core, hosted.joining
         if hosted.state is not ReplicaState.JOINING or join is None:
             return
-        if join.phase is JoinPhase.HOLDING:
-            waiting_links = [s for s, i in core.inbound.items() if s.target == hosted.replica
-                             and i.node != core.name and i.node not in core.connected]
-            waiting_links += [d for d in join.donors if d[1] != core.name and d[1] not in core.connected]
-            if (join.waiting or waiting_links) and now < join.deadline:
+        if join.phase is JoinPhase.LINKING:
+            if any(node != core.name and node not in core.connected for _, node in join.donors) \
+                    and now < join.deadline:
                 return
-            join.phase, join.waiting = JoinPhase.ASKING, set()
+            join.phase = JoinPhase.ASKING
         while join.asked is None:
             reachable = [d for d in join.donors if d[1] == core.name or d[1] in core.connected]
             if not reachable:
@@ -120,56 +123,68 @@ class Lifecycle:
             join.asked = None
             self.step(hosted, now)
 
-    def on_held(self, src: str, message: Held, now: int) -> None:
-        hosted = self.core.hosted.get(message.stream.target)
-        if hosted is not None and hosted.joining is not None:
-            hosted.joining.waiting.discard(message.stream)
-            self.step(hosted, now)
-
-    def held_requested(self, hosted: Hosted, stream) -> None:
-        if hosted.joining is not None and hosted.joining.phase is JoinPhase.HOLDING:
-            hosted.joining.waiting.add(stream)
-
     def on_peer_change(self, node: str, now: int) -> None:
         for hosted in list(self.core.hosted.values()):
             join = hosted.joining
             if join is None or hosted.state is not ReplicaState.JOINING:
                 continue
-            if join.asked is not None and join.asked[1] == node and node not in self.core.connected:
-                join.asked = None
-            join.waiting = {s for s in join.waiting if self.core.inbound[s].node != node}
+            if node not in self.core.connected and join.asked is not None and join.asked[1] == node:
+                join.asked = None                     # it went down: no snapshot will come from it
             self.step(hosted, now)
 
     def next_deadline(self) -> int | None:
-        if not self.joining:
+        if not self.joining and not self.checks:
             return None
         hosted = self.core.hosted
-        return min(hosted[r].joining.deadline for r in self.joining)
+        return min([*(hosted[r].joining.deadline for r in self.joining), *self.checks.values()])
 
     def on_timer(self, now: int) -> None:
         hosted = self.core.hosted
         for replica in list(self.joining):
             if replica in self.joining and now >= hosted[replica].joining.deadline:
                 self.step(hosted[replica], now)
+        if self.checks:
+            self._run_checks(now)
 
     def forget(self, replica: ReplicaId) -> None:
         """``replica`` was removed."""
         self.joining.discard(replica)
+        self.checks.pop(replica, None)
 
     # -- snapshots (rule 2) -----------------------------------------------------------------------
     def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> None:
         core = self.core
         donor = core.hosted.get(message.donor)
-        if donor is None or donor.state is not ReplicaState.LIVE:
-            reason = "not hosted here" if donor is None else f"it is {donor.state.value}"
+        if donor is None or donor.state is not ReplicaState.LIVE or self.stuck(donor):
+            reason = "not hosted here" if donor is None else f"it is {donor.state.value}" \
+                if donor.state is not ReplicaState.LIVE else "a port of it cannot advance either"
             core.send(src, NoSnapshot(message.joiner, message.donor, reason))
             return
         core.counters["snapshots_given"] += 1
         core.send(src, Snapshot(message.joiner, message.donor, self.snapshot(donor)))
+        self.keep_positions(donor, message.joiner, now)
         # The joiner's stream will continue ours from here: receivers note their counts (receiver rule 5).
         for stream, route in donor.routes.items():
             if route.state in (RouteState.ACTIVE, RouteState.CUT):
                 core.send(route.node, Mark(stream, donor.epoch, donor.log.end))
+
+    def keep_positions(self, donor: Hosted, joiner: ReplicaId, now: int) -> None:
+        """Rule 1: what the joiner will resume from (the donor's input positions now) stays retained
+        upstream — pinned in the logs of this node's upstream replicas for the joiner's stream
+        replicas, and not acknowledged past to other nodes for a join time-out."""
+        core = self.core
+        until = now + core.options.join_timeout_us
+        for stream, inbound in core.inbound.items():
+            if stream.target != donor.replica or inbound.state is not InboundState.FOLLOWING:
+                continue
+            upstream = core.hosted.get(stream.source)
+            if upstream is not None:
+                route = upstream.routes.get(StreamReplica(stream.source, joiner, stream.port))
+                if route is not None and route.acked > inbound.next >= upstream.log.base:
+                    route.acked = inbound.next
+                    core.sender.retrim(upstream)
+            else:
+                core.receiver.hold_acks(stream, inbound.next, until)
 
     def snapshot(self, donor: Hosted) -> dict[str, Any]:
         """``donor``'s state at this instant (rule 2), as plain data."""
@@ -232,8 +247,9 @@ class Lifecycle:
         for stream, inbound in core.inbound.items():
             if stream.target == hosted.replica and inbound.state is InboundState.HOLDING:
                 inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
-        if hosted.kind == "entry":                    # rule 5: nothing is known to be before us
-            hosted.log.frontier = NO_PUNCTUATION
+        if hosted.kind == "entry":                    # rule 5
+            # A first start's entry point has the whole stream; any other knows it from its first punctuation.
+            hosted.log.frontier = NO_PUNCTUATION if hosted.fresh else None
             self._change(hosted, ReplicaState.LIVE, reason)
             core.sender.serve_parked(hosted)
             core.stamping.release_held(hosted, now)
@@ -270,19 +286,61 @@ class Lifecycle:
             self._change(hosted, ReplicaState.LIVE, reason)
 
     # -- rejoining (rule 4) -----------------------------------------------------------------------
-    def check_port(self, hosted: Hosted, port: int, now: int) -> None:
-        """After a stream head on ``port``: rejoin if nothing can advance the port any more."""
+    def check_port(self, hosted: Hosted, port: int, now: int, *, links_lost: bool = False) -> None:
+        """Rejoin if nothing can advance ``port`` any more: after a stream head (``links_lost``
+        False: an input whose node is down may come back — checked again a join time-out later),
+        or a join time-out after an input's node went down (``links_lost``: only inputs on reachable
+        nodes count, and only if some input is waiting for the port to reach its base — plain
+        silence is waited out)."""
+        verdict = self.port_verdict(hosted, port, links_lost=links_lost)
+        if verdict == "silent":
+            self.checks.setdefault(hosted.replica, now + self.core.options.join_timeout_us)
+        elif verdict == "stuck":
+            self.rejoin(hosted, now, f"port {port}: every input it can still hear is complete only above where "
+                                     f"the port is")
+
+    def port_verdict(self, hosted: Hosted, port: int, *, links_lost: bool = True) -> str:
+        """``ok``, ``silent`` (only inputs whose node is down could advance it) or ``stuck``."""
         core = self.core
         dedup = hosted.logic.filters[port]
+        waiting = silent = False
         for stream, inbound in core.inbound.items():
             if stream.target != hosted.replica or stream.port != port:
                 continue
-            if inbound.state is InboundState.FOLLOWING and not dedup.waiting(inbound.index):
-                return
-            if inbound.state is not InboundState.FOLLOWING and (inbound.node == core.name
-                                                                 or inbound.node in core.connected):
-                return
-        self.rejoin(hosted, now, f"port {port}: every input is complete only above where the port is")
+            reachable = inbound.node == core.name or inbound.node in core.connected
+            if inbound.state is InboundState.FOLLOWING and dedup.waiting(inbound.index):
+                waiting = True
+            elif reachable:
+                return "ok"                           # a trusted input, or one still to be positioned
+            elif inbound.state is InboundState.FOLLOWING:
+                silent = True                         # trusted, but its node is down: it may come back
+        if links_lost:
+            return "stuck" if waiting else "ok"
+        return "silent" if silent else "stuck"
+
+    def stuck(self, hosted: Hosted) -> bool:
+        """Some port of ``hosted`` cannot advance with what it can hear (it must not donate its state)."""
+        return hosted.logic is not None and any(self.port_verdict(hosted, port) == "stuck"
+                                                for port in range(len(hosted.logic.filters)))
+
+    def after_peer_down(self, node: str, now: int) -> None:
+        """An input's node went down: check the ports it fed once the join time-out has passed."""
+        deadline = now + self.core.options.join_timeout_us
+        for stream, inbound in self.core.inbound.items():
+            if inbound.node == node:
+                self.checks.setdefault(stream.target, deadline)
+
+    def _run_checks(self, now: int) -> None:
+        due = [r for r, at in self.checks.items() if at <= now]
+        for replica in due:
+            del self.checks[replica]
+            hosted = self.core.hosted.get(replica)
+            if hosted is None or hosted.logic is None or hosted.state not in (ReplicaState.LIVE,
+                                                                              ReplicaState.REBUILDING):
+                continue
+            for port in range(len(hosted.logic.filters)):
+                if hosted.state is not ReplicaState.JOINING:
+                    self.check_port(hosted, port, now, links_lost=True)
 
     def rejoin(self, hosted: Hosted, now: int, reason: str) -> None:
         """Start a new incarnation of ``hosted`` from scratch (rule 4)."""

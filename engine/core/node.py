@@ -35,7 +35,7 @@ from engine.core.sender import Sender
 from engine.core.stamping import Stamping
 from engine.core.states import InboundState, ReplicaState
 from engine.core.stats import COUNTERS, Latency, statistics
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hold,
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hold,
                              Mark, Message, NoSnapshot, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
                              StatisticsRequest, StreamHead)
 from operators.plan import ReplicaId, StreamReplica
@@ -47,8 +47,12 @@ class NodeCore:
     """The pure node: see the module docstring for its contract."""
 
     def __init__(self, name: str, query: Query, options: NodeOptions = NodeOptions(), *, now: int,
-                 incarnation: int | None = None):
+                 incarnation: int | None = None, restarted: bool = False):
         self.name = name
+        #: This process continues an earlier one of this node (the driver knows: a state file, a
+        #: simulated restart).  Entry points deployed by a first start claim their whole stream;
+        #: any other start of an entry point with no live peer cannot know what it missed.
+        self.restarted = restarted
         # Epochs name replica incarnations (messages rule 2) and must never repeat for one replica:
         # a restarted process starts above every epoch of the one before — its start time in µs
         # does on a real clock; a driver that may restart a node within one µs (a simulator, a
@@ -76,7 +80,7 @@ class NodeCore:
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
-            Held: self.lifecycle.on_held, SnapshotRequest: self.lifecycle.on_snapshot_request,
+            SnapshotRequest: self.lifecycle.on_snapshot_request,
             Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,
             Heartbeat: self._on_heartbeat, StatisticsRequest: self._on_statistics_request,
             Statistics: lambda src, m, now: None,
@@ -129,6 +133,7 @@ class NodeCore:
         self.connected.discard(node)
         self.sender.on_peer_down(node)
         self.lifecycle.on_peer_change(node, now)
+        self.lifecycle.after_peer_down(node, now)
         self.stamping.elect(now)
         self._drain_local(now)
 

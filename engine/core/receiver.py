@@ -56,6 +56,8 @@ class Receiver:
         self.core = core
         #: (stream replica, epoch, offset) -> its counts at that offset, noted at a Mark (rule 5).
         self.checkpoints: dict[tuple[StreamReplica, int, int], dict] = {}
+        #: stream replica -> (offset, until): acknowledge no further while a peer joins from it.
+        self.ack_holds: dict[StreamReplica, tuple[int, int]] = {}
 
     # -- asking for streams (rule 1) --------------------------------------------------------------
     def request(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted) -> None:
@@ -66,7 +68,6 @@ class Receiver:
         if hosted.state is ReplicaState.JOINING:
             if inbound.state is not InboundState.HOLDING:
                 inbound.state = advance(inbound.state, InboundState.HOLDING)
-                core.lifecycle.held_requested(hosted, stream)
                 core.send(inbound.node, Hold(stream))
         elif hosted.state in _TAKING:
             epoch = inbound.epoch if inbound.state is InboundState.FOLLOWING else None
@@ -149,6 +150,21 @@ class Receiver:
         self.core.counters["continued_streams"] += 1
         return True
 
+    def hold_acks(self, stream: StreamReplica, offset: int, until: int) -> None:
+        """Acknowledge ``stream`` no further than ``offset`` until ``until`` (a peer is joining from
+        our positions: lifecycle rule 1)."""
+        held = self.ack_holds.get(stream)
+        self.ack_holds[stream] = (min(offset, held[0]) if held else offset, max(until, held[1]) if held else until)
+
+    def _held_ack(self, stream: StreamReplica, offset: int, now: int) -> int:
+        held = self.ack_holds.get(stream)
+        if held is None:
+            return offset
+        if now >= held[1]:
+            del self.ack_holds[stream]
+            return offset
+        return min(offset, held[0])
+
     def on_mark(self, src: str, mark: Mark, now: int) -> None:
         """A peer of the sender took a snapshot at this point of the stream: note our counts (rule 5)."""
         inbound = self.core.inbound.get(mark.stream)
@@ -196,7 +212,10 @@ class Receiver:
             return
         self.accept(stream, inbound, hosted, batch.offset, records, batch.punctuation, now, batch.path)
         if batch.punctuation is not None and src != core.name:
-            core.outbox.append((src, Ack(stream, inbound.epoch, inbound.next)))   # cumulative, by punctuation
+            offset = inbound.next
+            if self.ack_holds:
+                offset = self._held_ack(stream, offset, now)
+            core.outbox.append((src, Ack(stream, inbound.epoch, offset)))   # cumulative, by punctuation
 
     def accept(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted, offset: int, records,
                punctuation: int | None, now: int, path: tuple[str, ...]) -> None:

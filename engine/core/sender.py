@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from engine.core.events import StreamCutOff
 from engine.core.hosted import Hosted, Route
 from engine.core.states import ReplicaState, RouteState, advance
-from engine.messages import Ack, Batch, Hold, Held, Resume, StreamHead
+from engine.messages import Ack, Batch, Hold, Resume, StreamHead
 from engine.wire import EncodedRecords
 from operators.plan import StreamReplica
 from operators.record import Record
@@ -61,6 +61,10 @@ class Sender:
                     local.append((stream, epoch, offset, records, punctuation, path))
                 elif node in connected:
                     outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
+        if log.frontier is None and punctuation is not None and hosted.kind == "entry" \
+                and hosted.state is ReplicaState.LIVE:
+            log.frontier = punctuation                 # a (re)started entry point: lifecycle rule 5
+            self.serve_parked(hosted)
         if not hosted.retained:
             log.trim(log.end)
         elif len(log) > core.options.retention_items:
@@ -90,6 +94,8 @@ class Sender:
 
     def serve_parked(self, hosted: Hosted) -> None:
         """The log's frontier is known now: answer the Resume requests that waited for it."""
+        if hosted.log.frontier is None:
+            return
         parked, hosted.parked = hosted.parked, {}
         for stream, (epoch, offset) in parked.items():
             route = hosted.routes.get(stream)
@@ -104,7 +110,6 @@ class Sender:
         route.state = advance(route.state, RouteState.PENDING)
         route.acked = hosted.log.base               # keep everything retained now, until it resumes
         self.retrim(hosted)
-        self.core.send(src, Held(message.stream, hosted.epoch))
 
     def _route(self, src: str, stream: StreamReplica) -> tuple[Hosted | None, Route | None]:
         hosted = self.core.hosted.get(stream.source)

@@ -65,7 +65,7 @@ class MemoryNetwork:
         self.dead.discard(node)
         old = self.cores[node]
         core = self.cores[node] = NodeCore(node, self.query, self.options, now=self.now,
-                                           incarnation=max(self.now, old.max_epoch() + 1))
+                                           incarnation=max(self.now, old.max_epoch() + 1), restarted=True)
         core.apply(configure(self.query, self.placement, node, self.options.entry_modes), now=self.now)
         for other in self.names:
             if other != node and other not in self.dead and frozenset((node, other)) not in self.cut:

@@ -6,7 +6,7 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Held, Hello, Hold, Mark,
+from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello, Hold, Mark,
                              NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
                              StatisticsRequest, StreamHead)
 from engine import wire
@@ -22,7 +22,7 @@ EXAMPLES = [
     Heartbeat(5, 3), DeployReplica(ReplicaId("cpu_a", 0), ("n1", "n2")), RemoveReplica(ReplicaId("x", 2)),
     ConnectStream(S, "n1", "n2"), DisconnectStream(S), StatisticsRequest(), Statistics("n1", {"a": 1}),
     Hello("n1", b"\x00" * 16), Proof(b"m" * 32),
-    Resume(S, 12, 40), Resume(S, None, 0), Hold(S), Held(S, 12), StreamHead(S, 12, 40, -(2**63)),
+    Resume(S, 12, 40), Resume(S, None, 0), Hold(S), StreamHead(S, 12, 40, -(2**63)),
     StreamHead(S, 12, 0, 5, (ReplicaId("load", 0), 9, 4, 20)), Mark(S, 12, 7),
     SnapshotRequest(ReplicaId("join", 1), ReplicaId("join", 0)),
     Snapshot(ReplicaId("join", 1), ReplicaId("join", 0), {"kind": "operator", "positions": ((b"x", 1),)}),

@@ -24,6 +24,7 @@ PUNCTUATION_MS = 100
 TICK_S = 0.1
 KILL_AT, RESTART_AT, LAST_TICK = 12, 20, 90
 RESTARTED, PEER = "n3", "n6"        # n3 hosts correlate#0 (a Join) and load_trend#1 (count windows); n6 their peers
+# Restarted with the state directory `cluster up` gave it, the node knows it rejoins a running cluster.
 
 
 async def drive(broker_port: int, servers: list[str], actions) -> tuple[dict, dict, dict]:
@@ -89,7 +90,8 @@ def test_restart_then_kill_the_peer_for_good(tmp_path):
                 elif tick == RESTART_AT:
                     out = open(tmp_path / "restarted.log", "w")
                     restarted = subprocess.Popen([sys.executable, "-m", "engine.cli", "node", "--config",
-                                                  str(cluster_file), "--name", RESTARTED, "--log-json"],
+                                                  str(cluster_file), "--name", RESTARTED, "--log-json",
+                                                  "--state-dir", str(tmp_path / "run" / "state")],
                                                  cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
                 elif tick > RESTART_AT and "peer_killed" not in log:
                     try:
