@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
+from engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
 from engine.entry import MODES
 from engine.handshake import MAX_NAME
 from engine.node import NodeOptions
@@ -65,6 +66,7 @@ class ClusterConfig:
     join_timeout_ms: float = 3000.0            # docs/lifecycle.md: how long a joining replica waits
     retention_items: int = 1_000_000           # items an output log keeps for a lagging receiver
     entry_modes: dict[str, str] = field(default_factory=dict)
+    mode: Mode = Mode.REPLICATION              # replication or a baseline (engine/core/modes.py)
     broker: str = "embedded"                 # "embedded" or mqtt://host:port
     broker_host: str = "127.0.0.1"
     broker_port: int = 1883
@@ -82,7 +84,8 @@ class ClusterConfig:
     def options(self) -> NodeOptions:
         return NodeOptions(punctuation_us=round(self.punctuation_ms * 1000), heartbeat_us=round(self.heartbeat_ms * 1000),
                            peer_timeout_us=round(self.peer_timeout_ms * 1000), entry_modes=dict(self.entry_modes),
-                           join_timeout_us=round(self.join_timeout_ms * 1000), retention_items=self.retention_items)
+                           join_timeout_us=round(self.join_timeout_ms * 1000), retention_items=self.retention_items,
+                           mode=self.mode)
 
     def mqtt_address(self) -> tuple[str, int]:
         return self.broker_host, self.broker_port
@@ -94,7 +97,7 @@ class ClusterConfig:
 
 
 _TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "secret", "secret_env", "entry_mode",
-        "entry_modes", "mqtt", "nodes", "placement", "outputs", "sources", "tls", "name"}
+        "entry_modes", "mode", "mqtt", "nodes", "placement", "outputs", "sources", "tls", "name"}
 #: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
 _TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": {"broker", "host", "port"},
                "[outputs.*]": {"file", "mqtt"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"}}
@@ -170,6 +173,9 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         if mode not in MODES:
             raise ClusterConfigError(f"{where}: entry mode of {stream!r} must be one of {MODES}, got {mode!r}")
         modes[stream] = mode
+    engine_mode = parse_mode(_get(doc, "mode", str, where, Mode.REPLICATION.value))
+    if engine_mode is None:
+        raise ClusterConfigError(f"{where}: 'mode' must be one of {', '.join(ENGINE_MODES)}, got {doc['mode']!r}")
     mqtt = _keys(_get(doc, "mqtt", dict, where, {}), "[mqtt]", f"{where}: [mqtt]")
     broker = _get(mqtt, "broker", str, f"{where}: [mqtt]", "embedded")
     host, port = _get(mqtt, "host", str, f"{where}: [mqtt]", "127.0.0.1"), _port(mqtt, "port", f"{where}: [mqtt]", 1883)
@@ -208,7 +214,7 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         heartbeat_ms=_positive_ms(doc, "heartbeat_ms", where, 500.0),
         peer_timeout_ms=_positive_ms(doc, "peer_timeout_ms", where, 3000.0),
         join_timeout_ms=_positive_ms(doc, "join_timeout_ms", where, 3000.0),
-        retention_items=_positive_count(doc, "retention_items", where, 1_000_000),
+        retention_items=_positive_count(doc, "retention_items", where, 1_000_000), mode=engine_mode,
         broker=broker, broker_host=host, broker_port=port, outputs=outputs, sources=sources, tls=tls)
     if config.peer_timeout_ms <= config.heartbeat_ms:
         raise ClusterConfigError(f"{where}: 'peer_timeout_ms' ({config.peer_timeout_ms:g}) must be longer than "

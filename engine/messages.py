@@ -26,7 +26,9 @@ Rules of this module:
    receiver said where to start (:class:`Resume`) or asked it to keep its log (:class:`Hold`, while
    the receiving replica joins).  The sender answers a Resume with a :class:`StreamHead` and then
    the items from there on.
-7. A replica that starts mid-stream takes a :class:`Snapshot` from a live peer replica
+7. In the failover modes (:mod:`engine.core.modes`) a receiver follows one upstream replica per
+   port and keeps the others on standby (:class:`Standby`).
+8. A replica that starts mid-stream takes a :class:`Snapshot` from a live peer replica
    (:class:`SnapshotRequest`; :class:`NoSnapshot` if the peer cannot give one).  See
    ``docs/lifecycle.md``.
 """
@@ -83,6 +85,16 @@ class Hold:
     until I send :class:`Resume` (the receiving replica is joining and does not know its position)."""
 
     stream: StreamReplica
+
+
+@dataclass(frozen=True, slots=True)
+class Standby:
+    """Receiver → sender (failover modes, rule 7): send nothing on ``stream``, and keep only what a
+    switch to it would need — every item after the longest prefix whose records and punctuations
+    are all at or below ``punctuation`` (the receiving port has every record up to it)."""
+
+    stream: StreamReplica
+    punctuation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +218,7 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | Resume | Hold | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
+Message = (Batch | Ack | Resume | Hold | Standby | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Hello | Proof)
 CONTROL = (DeployReplica, RemoveReplica, ConnectStream, DisconnectStream)

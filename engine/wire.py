@@ -31,7 +31,7 @@ import msgpack
 
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello,
                              Hold, Mark, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest,
-                             Statistics, StatisticsRequest, StreamHead)
+                             Standby, Statistics, StatisticsRequest, StreamHead)
 from operators.errors import ReplicastError
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import Record
@@ -150,6 +150,8 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
      lambda f: Snapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _dict(f[4], "snapshot state")), 5),
     (19, Mark, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset],
      lambda f: Mark(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset")), 7),
+    (20, Standby, lambda m: [*_stream_fields(m.stream), m.punctuation],
+     lambda f: Standby(_stream(f), _int(f[5], "punctuation")), 6),
     (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],
      lambda f: NoSnapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _str(f[4], "reason")), 5),
 ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.core.modes import MODES, parse_mode
 from operators.errors import ReplicastError
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "kmax value, at most the number of CPUs; 1: one after the other in this process)")
     parser.add_argument("--trace", metavar="TRACE", help="replay this trace (a name or a trace directory) instead of "
                         "the scenario's; unless --duration-s is given, the whole of it")
+    parser.add_argument("--mode", choices=MODES,
+                        help="engine mode of every run, replacing the scenario's 'mode' (docs/modes.md): "
+                             "replication (default), or a baseline of the paper's Fig. 2")
     parser.add_argument("--deployment", action="append", metavar="KIND",
                         help="deployment kind to run (repeatable; default: the scenario's)")
     parser.add_argument("--segments", type=int, metavar="N",
@@ -98,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         bad = [d for d in args.deployment if d not in DEPLOYMENTS]
         if bad:
             raise ReplicastError(f"--deployment must be one of {', '.join(DEPLOYMENTS)}, got {bad[0]!r}")
+    if args.mode is not None:
+        scenario.mode = parse_mode(args.mode)
     if args.duration_s is not None:
         if args.duration_s <= 0:
             raise ReplicastError(f"--duration-s must be positive, got {args.duration_s}")

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import simpy
 
 from engine.core.configure import add_replica, remove_replica
+from engine.core.modes import shape
 from engine.messages import Batch, ConnectStream, DeployReplica
 from operators.plan import ReplicaId
 from engine.node import (DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
@@ -68,7 +69,8 @@ class SimNode:
                  restarted: bool = False):
         self.sim, self.name = sim, name
         self.core = NodeCore(name, sim.query, sim.options, now=now, incarnation=incarnation, restarted=restarted)
-        self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical), now=now)
+        self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical,
+                                  sim.options.mode), now=now)
         self.alive = True
         self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
         self._timer_when: int | None = None
@@ -185,6 +187,7 @@ class Simulation:
                  observer: Observer | None = None, origin_us: int | None = None):
         # Paths are the recorder's ``path`` column (engine.messages rule 5): always traced here.
         options = replace(options, trace_paths=True)
+        placement = shape(options.mode, placement, query.applications)    # the replicas the mode runs
         self.query, self.placement, self.options = query, placement, options
         self.env = LinkEnvironment(initial_time=start_us)
         self.network = Network(self.env, trace, servers, self._deliver, outage=outage, bandwidth_bps=bandwidth_bps,
@@ -196,11 +199,11 @@ class Simulation:
         self.physical = placement_plan(query, placement)    # one set of ids for every node: lookups by identity
         self.nodes: dict[str, SimNode] = {}
         self.retired: list[NodeCore] = []                   # cores of crashed incarnations (their counters)
-        hosts = sorted({n for nodes in placement.values() for n in nodes})
+        hosts = sorted({n for nodes in placement.values() for n in nodes if n})
         for name in hosts:
             self.nodes[name] = SimNode(self, name, now=start_us)
         self.pairs = {frozenset((m.source_node, m.target_node)) for name in hosts
-                      for m in configure(query, placement, name, options.entry_modes, self.physical)
+                      for m in configure(query, placement, name, options.entry_modes, self.physical, options.mode)
                       if isinstance(m, ConnectStream) and m.source_node != m.target_node}
         # Peers of one operator talk too: a replica that (re)joins asks them for a snapshot.
         self.pairs |= {frozenset((a, b)) for nodes in placement.values() for a in nodes for b in nodes

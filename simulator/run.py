@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from engine.core.modes import Mode, shape
 from engine.events import read_events
 from engine.node import NodeOptions
 from operators.query import Query
@@ -132,7 +133,7 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
                           peer_timeout_us=round(scenario.peer_timeout_ms * 1000),
                           entry_modes={s: scenario.entry_mode for s in query.streams},
                           join_timeout_us=round(scenario.join_timeout_ms * 1000),
-                          retention_items=scenario.retention_items)
+                          retention_items=scenario.retention_items, mode=scenario.mode)
     begin = prepared.start if segment is None else segment.warm
     end = prepared.end if segment is None else segment.stop
     closes = end >= prepared.end                  # this run ends as the whole run does
@@ -156,7 +157,7 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     _run(sim, done, limit, progress, desc or f"kmax={kmax}", on_progress)
     wall = time.perf_counter() - wall
     recorder.close()
-    result = RunResult(kmax, placement, recorder, inputs)
+    result = RunResult(kmax, shape(scenario.mode, placement, query.applications), recorder, inputs)
     seconds = (prepared.end - prepared.start if segment is None else segment.end - segment.begin) / 1e6
     result.summary = summarise(result, sim, prepared, wall, completed=done.triggered or not closes, begin=begin,
                                seconds=seconds)
@@ -234,6 +235,9 @@ def _schedule_faults(sim: Simulation, scenario: Scenario, placement, processing:
 
     for i, fault in enumerate(scenario.faults, start=1):
         where = f"{scenario.path}: [[faults]] #{i}"
+        if fault.kind in ("add", "remove") and scenario.mode is not Mode.REPLICATION:
+            raise ScenarioError(f"{where}: '{fault.kind}' changes the placement mid-stream, which only mode "
+                                f"\"replication\" does (this scenario's mode is {scenario.mode.value!r})")
         if fault.kind == "add":
             name, server = fault.target
             if name not in sim.placement or server not in sim.network.servers:
@@ -276,6 +280,7 @@ def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: floa
     begin = prepared.start if begin is None else begin
     return {
         "kmax": result.kmax,
+        "mode": prepared.scenario.mode.value,
         "completed": completed,
         "simulated_s": (sim.env.now - begin) / 1e6,
         "wall_s": round(wall, 3),

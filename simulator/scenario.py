@@ -13,6 +13,7 @@ from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
 from engine.entry import MODES
 from operators.config_file import read_toml, typed_key
 from operators.errors import ReplicastError
@@ -65,6 +66,7 @@ class Scenario:
     join_timeout_ms: float = 10_000.0
     retention_items: int = 1_000_000
     entry_mode: str = "source"
+    mode: Mode = Mode.REPLICATION   # replication or a baseline (engine/core/modes.py)
     outage: str = "hold"
     bandwidth_mbps: float | None = None
     bucket_s: float = 60.0
@@ -78,7 +80,7 @@ class Scenario:
 
 
 _TOP = {"name", "trace", "query", "servers", "kmax", "seed", "start_s", "duration_s", "drain_s", "punctuation_ms",
-        "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "entry_mode", "network", "processing_us", "deployment", "sources",
+        "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "entry_mode", "mode", "network", "processing_us", "deployment", "sources",
         "faults", "bucket_s"}
 
 
@@ -135,6 +137,7 @@ def parse_scenario(doc: dict, path: Path) -> Scenario:
         retention_items=int(_positive(float(_get(doc, "retention_items", int, where, 1_000_000)), where,
                                       "retention_items")),
         entry_mode=_choice(_get(doc, "entry_mode", str, where, "source"), MODES, where, "entry_mode"),
+        mode=parse_mode(_choice(_get(doc, "mode", str, where, "replication"), ENGINE_MODES, where, "mode")),
         bucket_s=_positive(float(_get(doc, "bucket_s", number, where, 60.0)), where, "bucket_s"),
     )
     _network(scenario, _get(doc, "network", dict, where, {}), f"{where}: [network]")

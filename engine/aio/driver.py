@@ -77,7 +77,8 @@ class NodeDriver:
         self.config, self.name = config, name
         self.spec = config.nodes[name]
         self.core = NodeCore(name, config.query, config.options(), now=now_us(), restarted=restarted)
-        self.core.apply(configure(config.query, config.placement, name, config.entry_modes), now=now_us())
+        self.core.apply(configure(config.query, config.placement, name, config.entry_modes, mode=config.mode),
+                        now=now_us())
         self.links: dict[str, asyncio.StreamWriter] = {}
         self.metrics = NodeMetrics(name)
         self.sinks: dict[str, list] = defaultdict(list)

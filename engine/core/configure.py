@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from engine.core.modes import Mode, shape
 from engine.messages import ConnectStream, DeployReplica, Message, RemoveReplica
 from operators.errors import QueryError
 from operators.plan import PhysicalPlan, ReplicaId, StreamReplica
@@ -19,16 +20,19 @@ Placement = dict[str, list[str | None]]
 
 
 def configure(query: Query, placement: Placement, node: str,
-              entry_modes: dict[str, str] | None = None, physical: PhysicalPlan | None = None) -> list[Message]:
+              entry_modes: dict[str, str] | None = None, physical: PhysicalPlan | None = None,
+              mode: Mode = Mode.REPLICATION) -> list[Message]:
     """The control messages that set up ``node``'s part of a manual placement.
 
     ``placement`` maps every stream, operator and application to the nodes of its replicas (index
-    order); its length is the replica count (applications: exactly one node).  In entry-stamped
+    order); its length is the replica count (applications: exactly one node).  ``mode`` may run
+    fewer replicas than it lists (:func:`engine.core.modes.shape`).  In entry-stamped
     mode every entry-point replica also feeds its peers; those routes come first, so a stamper
     sends to its peers before it sends downstream (§II-B).  A caller configuring several nodes in
-    one process may pass ``physical = placement_plan(query, placement)`` once: the nodes then share
-    the replica and stream-replica ids, so their dict lookups match by identity.
+    one process may pass ``physical = placement_plan(query, shape(mode, placement, query.applications))``
+    once: the nodes then share the replica and stream-replica ids, so their dict lookups match by identity.
     """
+    placement = shape(mode, placement, query.applications)
     if physical is None:
         physical = placement_plan(query, placement)
     where = _where(physical, placement)

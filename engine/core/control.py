@@ -92,6 +92,8 @@ class Control:
             return
         hosted.state = ReplicaState.REMOVED
         core.lifecycle.forget(message.replica)
+        if core.failover is not None:
+            core.failover.forget(message.replica)
         for stream in [s for s in core.inbound if s.target == message.replica]:
             self._tell(core.inbound.pop(stream).node, DisconnectStream(stream))
         for stream, route in hosted.routes.items():
@@ -120,7 +122,8 @@ class Control:
 
     def disconnect(self, src: str, message: DisconnectStream, now: int) -> None:
         core, stream = self.core, message.stream
-        core.inbound.pop(stream, None)
+        if core.inbound.pop(stream, None) is not None and core.failover is not None:
+            core.failover.disconnected(stream)
         source = core.hosted.get(stream.source)
         if source is not None and source.routes.pop(stream, None) is not None:
             source.parked.pop(stream, None)

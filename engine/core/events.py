@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.core.modes import Mode
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import Record
 
@@ -25,6 +26,8 @@ class NodeOptions:
     #: Items an output log keeps for a lagging downstream before cutting it off (it must then rejoin
     #: from what is retained; its port may have to rebuild): memory never grows with what a peer fails to do.
     retention_items: int = 1_000_000
+    #: Replication (the paper) or a baseline it is compared with (:mod:`engine.core.modes`).
+    mode: Mode = Mode.REPLICATION
 
 
 @dataclass(frozen=True, slots=True)

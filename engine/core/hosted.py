@@ -23,12 +23,13 @@ KINDS = ("entry", "operator", "application")
 class Route:
     """The sender's side of one stream replica: where it goes and what the receiver acknowledged."""
 
-    __slots__ = ("node", "state", "acked")
+    __slots__ = ("node", "state", "acked", "standby")
 
     def __init__(self, node: str, acked: int):
         self.node = node
         self.state = RouteState.PENDING
         self.acked = acked            # the receiver holds every item of this incarnation below it
+        self.standby: int | None = None   # failover standby: the receiver's port has every record up to it
 
 
 class Inbound:

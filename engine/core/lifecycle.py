@@ -226,6 +226,8 @@ class Lifecycle:
                     inbound.epoch, inbound.next, inbound.index = position
                     inbound.state = advance(inbound.state, InboundState.FOLLOWING)
         core.counters["snapshots_taken"] += 1
+        if core.failover is not None:
+            core.failover.restored(hosted)
         self._change(hosted, ReplicaState.LIVE, f"restored from {message.donor}'s snapshot")
         core.receiver.request_all(hosted)
         core.sender.serve_parked(hosted)

@@ -28,16 +28,18 @@ from typing import Any, Callable, Iterable
 
 from engine.core.control import Control
 from engine.core.events import Delivered, Event, NodeOptions, PeerTimedOut
+from engine.core.failover import Failover
 from engine.core.hosted import Hosted, Inbound
 from engine.core.lifecycle import Lifecycle
+from engine.core.modes import TRAITS
 from engine.core.receiver import Receiver
 from engine.core.sender import Sender
 from engine.core.stamping import Stamping
 from engine.core.states import InboundState, ReplicaState
 from engine.core.stats import COUNTERS, Latency, statistics
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hold,
-                             Mark, Message, NoSnapshot, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
-                             StatisticsRequest, StreamHead)
+                             Mark, Message, NoSnapshot, RemoveReplica, Resume, Snapshot, SnapshotRequest, Standby,
+                             Statistics, StatisticsRequest, StreamHead)
 from operators.plan import ReplicaId, StreamReplica
 from operators.query import Query
 from operators.record import Record
@@ -77,9 +79,12 @@ class NodeCore:
         self.last_refusal: str | None = None
         self.sender, self.receiver = Sender(self), Receiver(self)
         self.lifecycle, self.control, self.stamping = Lifecycle(self), Control(self), Stamping(self)
+        #: The failover model's choices (engine.core.modes): None in modes where every upstream feeds.
+        self.failover = Failover(self, now=now) if TRAITS[options.mode].follows_one else None
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
+            Standby: self.sender.on_standby,
             SnapshotRequest: self.lifecycle.on_snapshot_request,
             Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,
             Heartbeat: self._on_heartbeat, StatisticsRequest: self._on_statistics_request,
@@ -145,6 +150,8 @@ class NodeCore:
                 self.outbox.append((node, Heartbeat(now)))
                 if now - self._last_heard.get(node, now) > self.options.peer_timeout_us:
                     self._events.append(PeerTimedOut(node))
+            if self.failover is not None:
+                self.failover.check(now)
         if now >= self._punctuate_at:
             self._punctuate_at = now + self.options.punctuation_us
             self.stamping.punctuate(now)
@@ -185,6 +192,10 @@ class NodeCore:
     def max_epoch(self) -> int:
         """The largest epoch of any replica hosted here (a driver restarting this node starts above it)."""
         return max((h.epoch for h in self.hosted.values()), default=self.incarnation)
+
+    def last_heard(self, node: str, default: int) -> int:
+        """When a message from ``node`` last arrived (µs), or ``default`` if none ever did."""
+        return self._last_heard.get(node, default)
 
     def send(self, node: str, message: Message) -> None:
         """Address ``message`` to ``node``: itself through the local queue, a connected peer through the outbox."""

@@ -18,6 +18,7 @@ that says where it starts and what a receiver lacking the prefix can trust of it
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from operator import itemgetter
 from typing import Any
@@ -27,6 +28,12 @@ from operators.plan import ReplicaId
 from operators.record import Record
 
 _ts = itemgetter(0)
+
+
+def _reached(entry: "Entry") -> int:
+    """The largest punctuation or record timestamp in the stream up to and including ``entry``."""
+    return max(entry[4], entry[5])
+
 #: One batch: offset, records, punctuation, path, then the largest punctuation and the largest record
 #: timestamp at or before it in the whole stream.
 Entry = tuple[int, list[Record], int | None, tuple[str, ...], int, int]
@@ -84,6 +91,15 @@ class OutputLog:
             frontier = max(last[4], last[5])
             if frontier > self.frontier:
                 self.frontier = frontier
+
+    def covered(self, p: int) -> int:
+        """The end of the longest retained prefix whose records and punctuations are all at or below
+        ``p`` (at least :attr:`base`): a receiver whose port has every record up to ``p`` lacks
+        nothing of it (a failover standby, :class:`~engine.messages.Standby`)."""
+        batches = self._batches
+        # The entries' running maxima ascend, so the prefix is found by bisection.
+        n = bisect_right(batches, p, key=_reached)
+        return batches[n - 1][0] + len(batches[n - 1][1]) + (batches[n - 1][2] is not None) if n else self.base
 
     def lineage_at(self, offset: int) -> HeadLineage | None:
         """The donor positions this log's suffix from ``offset`` copies, if it still does."""

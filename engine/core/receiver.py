@@ -70,6 +70,10 @@ class Receiver:
                 inbound.state = advance(inbound.state, InboundState.HOLDING)
                 core.send(inbound.node, Hold(stream))
         elif hosted.state in _TAKING:
+            failover = core.failover
+            if failover is not None and not failover.follows(stream, hosted):
+                failover.stand_by(stream, inbound, hosted)     # the failover model: not the one followed
+                return
             epoch = inbound.epoch if inbound.state is InboundState.FOLLOWING else None
             core.send(inbound.node, Resume(stream, epoch, inbound.next if epoch is not None else 0))
 
@@ -97,6 +101,8 @@ class Receiver:
         hosted = core.hosted[head.stream.target]
         if hosted.state not in _TAKING or inbound.state is InboundState.HOLDING:
             return                                     # joining: positions come from the snapshot
+        if inbound.state is InboundState.STANDBY:
+            return                                     # a Resume overtaken by a switch (failover modes)
         following = inbound.state is InboundState.FOLLOWING
         if following and inbound.epoch == head.epoch and inbound.next >= head.offset:
             return                                     # continues what we hold
@@ -235,5 +241,7 @@ class Receiver:
             return
         out, forwarded = hosted.logic.on_batch(stream.port, inbound.index, records, punctuation, key)
         core.sender.emit(hosted, out, forwarded, now, path)
+        if punctuation is not None and core.failover is not None:
+            core.failover.after_punctuation(hosted, stream.port)
         if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
             core.lifecycle.check_horizon(hosted, now)

@@ -7,7 +7,9 @@ Rules of this module:
    sending (``ACTIVE`` or ``CUT``), as one :class:`~engine.messages.Batch` per remote route.
 2. A route sends nothing until its receiver says where to start (messages rule 6): a
    :class:`~engine.messages.Resume` is answered with a :class:`~engine.messages.StreamHead` and the
-   retained items from there; a :class:`~engine.messages.Hold` pins the log and stops sending.
+   retained items from there; a :class:`~engine.messages.Hold` pins the log and stops sending; a
+   :class:`~engine.messages.Standby` stops sending and pins the log where the receiver's port
+   would lack something (failover modes, messages rule 7).
 3. The log is kept from the lowest acknowledgement of the routes that retain (remote sending routes
    and pending ones); a route that lags past ``retention_items`` is cut off (it stops retaining,
    logged and counted), so memory never grows with what a peer fails to do.
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING
 from engine.core.events import StreamCutOff
 from engine.core.hosted import Hosted, Route
 from engine.core.states import ReplicaState, RouteState, advance
-from engine.messages import Ack, Batch, Hold, Resume, StreamHead
+from engine.messages import Ack, Batch, Hold, Resume, Standby, StreamHead
 from engine.wire import EncodedRecords
 from operators.plan import StreamReplica
 from operators.record import Record
@@ -61,6 +63,8 @@ class Sender:
                     local.append((stream, epoch, offset, records, punctuation, path))
                 elif node in connected:
                     outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
+        if punctuation is not None and core.failover is not None:
+            self._cover_standbys(hosted)
         if log.frontier is None and punctuation is not None and hosted.kind == "entry" \
                 and hosted.state is ReplicaState.LIVE:
             log.frontier = punctuation                 # a (re)started entry point: lifecycle rule 5
@@ -85,7 +89,7 @@ class Sender:
         log = hosted.log
         start = offset if epoch == hosted.epoch and log.base <= offset <= log.end else log.base
         route.state = advance(route.state, RouteState.ACTIVE)
-        route.acked = start
+        route.acked, route.standby = start, None
         self.retrim(hosted)
         send = self.core.send
         send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier, log.lineage_at(start)))
@@ -108,8 +112,32 @@ class Sender:
             return
         hosted.parked.pop(message.stream, None)
         route.state = advance(route.state, RouteState.PENDING)
-        route.acked = hosted.log.base               # keep everything retained now, until it resumes
+        route.acked, route.standby = hosted.log.base, None   # keep everything retained now, until it resumes
         self.retrim(hosted)
+
+    def on_standby(self, src: str, message: Standby, now: int) -> None:
+        """A failover standby (messages rule 7): stop sending; retain only what a switch would need."""
+        hosted, route = self._route(src, message.stream)
+        if route is None:
+            return
+        hosted.parked.pop(message.stream, None)
+        route.state = advance(route.state, RouteState.DETACHED if route.state is RouteState.CUT else RouteState.PENDING)
+        route.standby = message.punctuation if route.state is RouteState.PENDING else None
+        if route.standby is not None:
+            route.acked = hosted.log.covered(route.standby)
+            self.retrim(hosted)
+
+    def _cover_standbys(self, hosted: Hosted) -> None:
+        """A punctuation was emitted: what standby receivers already have need not be kept for them
+        (a standby often lags the replica its receiver follows)."""
+        changed = False
+        for route in hosted.routes.values():
+            if route.standby is not None and route.state is RouteState.PENDING:
+                covered = hosted.log.covered(route.standby)
+                if covered > route.acked:
+                    route.acked, changed = covered, True
+        if changed:
+            self.retrim(hosted)
 
     def _route(self, src: str, stream: StreamReplica) -> tuple[Hosted | None, Route | None]:
         hosted = self.core.hosted.get(stream.source)

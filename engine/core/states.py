@@ -54,6 +54,9 @@ class InboundState(Enum):
     HOLDING = "holding"
     #: Receiving a known incarnation of the stream from a known offset.
     FOLLOWING = "following"
+    #: Failover modes: a backup upstream replica this port does not follow; it sends nothing and keeps
+    #: what a switch to it would need (engine.core.failover).
+    STANDBY = "standby"
 
 
 _REPLICA = {
@@ -69,9 +72,10 @@ _ROUTE = {
     RouteState.DETACHED: {RouteState.ACTIVE, RouteState.PENDING},
 }
 _INBOUND = {
-    InboundState.UNPOSITIONED: {InboundState.FOLLOWING, InboundState.HOLDING},
-    InboundState.HOLDING: {InboundState.FOLLOWING, InboundState.UNPOSITIONED},
-    InboundState.FOLLOWING: {InboundState.HOLDING, InboundState.UNPOSITIONED},
+    InboundState.UNPOSITIONED: {InboundState.FOLLOWING, InboundState.HOLDING, InboundState.STANDBY},
+    InboundState.HOLDING: {InboundState.FOLLOWING, InboundState.UNPOSITIONED, InboundState.STANDBY},
+    InboundState.FOLLOWING: {InboundState.HOLDING, InboundState.UNPOSITIONED, InboundState.STANDBY},
+    InboundState.STANDBY: {InboundState.UNPOSITIONED, InboundState.HOLDING, InboundState.FOLLOWING},
 }
 _TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND}
 

@@ -16,7 +16,7 @@ _ts = itemgetter(0)
 #: Counters every node core keeps (all start at 0; ``docs/node.md`` says what each counts).
 COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_errors", "gaps", "stale_batches",
             "stale_requests", "known_batches", "refused_control", "streams_cut", "snapshots_given",
-            "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams")
+            "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams", "failovers")
 
 
 #: Bounds (µs) of the latency histogram's buckets: wide-area paths are tens to hundreds of ms (§VI).

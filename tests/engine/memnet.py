@@ -37,7 +37,7 @@ class MemoryNetwork:
         self.delivered: dict[str, list] = defaultdict(list)
         self.events: list = []
         for name, core in self.cores.items():
-            core.apply(configure(query, placement, name, options.entry_modes), now=now)
+            core.apply(configure(query, placement, name, options.entry_modes, mode=options.mode), now=now)
         for a in self.names:
             for b in self.names:
                 if a != b:
@@ -66,7 +66,7 @@ class MemoryNetwork:
         old = self.cores[node]
         core = self.cores[node] = NodeCore(node, self.query, self.options, now=self.now,
                                            incarnation=max(self.now, old.max_epoch() + 1), restarted=True)
-        core.apply(configure(self.query, self.placement, node, self.options.entry_modes), now=self.now)
+        core.apply(configure(self.query, self.placement, node, self.options.entry_modes, mode=self.options.mode), now=self.now)
         for other in self.names:
             if other != node and other not in self.dead and frozenset((node, other)) not in self.cut:
                 core.on_peer_up(other, now=self.now)

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello, Hold, Mark,
                              NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
-                             StatisticsRequest, StreamHead)
+                             Standby, StatisticsRequest, StreamHead)
 from engine import wire
 from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
 from operators.plan import ReplicaId, StreamReplica
@@ -27,6 +27,7 @@ EXAMPLES = [
     SnapshotRequest(ReplicaId("join", 1), ReplicaId("join", 0)),
     Snapshot(ReplicaId("join", 1), ReplicaId("join", 0), {"kind": "operator", "positions": ((b"x", 1),)}),
     NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), "it is joining"),
+    Standby(S, 12), Standby(S, -(2**63)),
 ]
 
 

@@ -1,0 +1,155 @@
+"""The failover model (§VII): each port of a replica follows one upstream replica and keeps the rest on standby.
+
+Used by the modes whose :class:`~engine.core.modes.Traits` say ``follows_one`` (``failover``, and
+the baselines built on it).  Every stream replica is connected as in replication; only
+the receiver's choice differs.
+
+Rules of this module:
+
+1. Each port of a hosted operator or application follows one upstream replica, its *active*
+   stream replica: replica ``j`` prefers upstream ``j mod k``, then the next indexes
+   (:func:`engine.core.modes.preference`).  Entry points in entry-stamped mode follow the stamper
+   (:mod:`engine.core.stamping`), not this module.
+2. The port asks the active stream replica for its stream (:class:`~engine.messages.Resume`) and
+   every other one to stand by (:class:`~engine.messages.Standby`, with the port's punctuation).
+   Each time the port's punctuation advances, the standbys are told, so their logs keep only what a
+   switch would need and memory stays bounded as in replication.
+3. The failure detector: an upstream node is *suspected* once nothing was heard from it for
+   ``peer_timeout`` (since this core started, if never).  A connection that breaks is not enough —
+   links come back — which is what makes failover pay the detector's time after a crash.  At every
+   heartbeat tick a port whose active upstream is suspected switches to its next preferred upstream
+   that is not (event + ``failovers`` counter).  The new stream starts where its standby log does;
+   its head's frontier is at or below the port's punctuation (rule 2), so it is trusted at once,
+   and the duplicate filter drops what the port already has (§IV-B).
+4. A joined replica follows what its donor followed (the snapshot's positions); a port with no
+   position takes its preference again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.core.events import ReplicaChanged
+from engine.core.hosted import Hosted, Inbound
+from engine.core.modes import preference
+from engine.core.states import InboundState, advance
+from engine.messages import Standby
+from operators.base import NO_PUNCTUATION
+from operators.plan import ReplicaId, StreamReplica
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+Port = tuple[ReplicaId, int]
+
+
+class Failover:
+    """Which upstream replica each port of ``core``'s hosted replicas follows."""
+
+    def __init__(self, core: "NodeCore", *, now: int):
+        self.core = core
+        self.started = now
+        self.active: dict[Port, ReplicaId] = {}        # (replica, port) -> upstream replica it follows
+        self.told: dict[StreamReplica, int] = {}       # standby stream replica -> punctuation last told
+
+    # -- rule 1, 2: which stream replica a port follows -------------------------------------------
+    def follows(self, stream: StreamReplica, hosted: Hosted) -> bool:
+        """Whether ``stream`` is the one its port follows (the port's choice is made on first ask)."""
+        if hosted.kind == "entry":
+            return True
+        key = (stream.target, stream.port)
+        active = self.active.get(key)
+        if active is None:
+            active = self.active[key] = self._choose(key, suspected=())
+        return active == stream.source
+
+    def stand_by(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted) -> None:
+        """Tell ``stream``'s sender to stand by with the port's punctuation (rule 2)."""
+        inbound.state = advance(inbound.state, InboundState.STANDBY)
+        p = hosted.logic.filters[stream.port].max_punctuation if hosted.logic is not None else NO_PUNCTUATION
+        self.told[stream] = p
+        self.core.send(inbound.node, Standby(stream, p))
+
+    def after_punctuation(self, hosted: Hosted, port: int) -> None:
+        """The port's punctuation may have advanced: tell its standbys that are reachable (rule 2)."""
+        core = self.core
+        p = hosted.logic.filters[port].max_punctuation
+        for stream, inbound in core.inbound.items():
+            if stream.target == hosted.replica and stream.port == port and inbound.state is InboundState.STANDBY \
+                    and self.told.get(stream, NO_PUNCTUATION) < p:
+                self.told[stream] = p
+                core.send(inbound.node, Standby(stream, p))
+
+    def restored(self, hosted: Hosted) -> None:
+        """``hosted`` restored a snapshot: each port follows what the donor followed (rule 4)."""
+        for stream, inbound in self.core.inbound.items():
+            if stream.target == hosted.replica:
+                self.active.pop((stream.target, stream.port), None)
+        for stream, inbound in self.core.inbound.items():
+            if stream.target == hosted.replica and inbound.state is InboundState.FOLLOWING:
+                self.active[(stream.target, stream.port)] = stream.source
+
+    def disconnected(self, stream: StreamReplica) -> None:
+        """``stream`` was disconnected: if its port followed it, the port takes its next preference."""
+        key = (stream.target, stream.port)
+        if self.active.get(key) != stream.source:
+            return
+        del self.active[key]
+        core, hosted = self.core, self.core.hosted.get(stream.target)
+        for other, inbound in core.inbound.items():
+            if hosted is not None and (other.target, other.port) == key and self.follows(other, hosted):
+                if inbound.state is InboundState.STANDBY:
+                    inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                core.receiver.request(other, inbound, hosted)
+
+    def forget(self, replica: ReplicaId) -> None:
+        """``replica`` was removed."""
+        for key in [k for k in self.active if k[0] == replica]:
+            del self.active[key]
+
+    # -- rule 3: the failure detector -------------------------------------------------------------
+    def suspected(self, node: str, now: int) -> bool:
+        core = self.core
+        return node != core.name and now - core.last_heard(node, self.started) > core.options.peer_timeout_us
+
+    def check(self, now: int) -> None:
+        """Switch every port whose followed upstream's node is suspected (called at heartbeat ticks)."""
+        core = self.core
+        nodes = {}
+        for stream, inbound in core.inbound.items():
+            if self.active.get((stream.target, stream.port)) == stream.source:
+                nodes[(stream.target, stream.port)] = inbound.node
+        for key, node in nodes.items():
+            if self.suspected(node, now):
+                suspected = {i.node for s, i in core.inbound.items() if (s.target, s.port) == key
+                             and self.suspected(i.node, now)}
+                choice = self._choose(key, suspected)
+                if choice != self.active[key]:
+                    self._switch(key, choice, node, now)
+
+    def _choose(self, key: Port, suspected) -> ReplicaId:
+        """The preferred upstream replica of port ``key`` whose node is not suspected (else the preferred)."""
+        target, port = key
+        candidates = {s.source: i.node for s, i in self.core.inbound.items() if s.target == target and s.port == port}
+        by_index = {r.index: r for r in candidates}
+        order = [by_index[i] for i in preference(target.index, list(by_index))]
+        return next((r for r in order if candidates[r] not in suspected), order[0])
+
+    def _switch(self, key: Port, choice: ReplicaId, node: str, now: int) -> None:
+        core = self.core
+        target, port = key
+        old = self.active[key]
+        self.active[key] = choice
+        core.counters["failovers"] += 1
+        seconds = (now - core.last_heard(node, self.started)) / 1e6
+        core.event(ReplicaChanged(target, "live", "live", f"port {port} fails over from {old} to {choice}: nothing "
+                                                          f"heard from node {node} for {seconds:.1f} s"))
+        hosted = core.hosted[target]
+        for stream, inbound in core.inbound.items():
+            if stream.target != target or stream.port != port:
+                continue
+            if stream.source == old and inbound.state is not InboundState.STANDBY:
+                self.stand_by(stream, inbound, hosted)
+            elif stream.source == choice:
+                inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                core.receiver.request(stream, inbound, hosted)
