@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "cluster.cli",
     "simulator.cli",
     "experiments.plot_cli",
+    "experiments.cli",
     "placement.cli",
 )
 
