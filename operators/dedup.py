@@ -176,6 +176,12 @@ class DuplicateFilter:
         the input at or below it is lost, and the caller emits only what is complete above it."""
         if frontier > self.max_punctuation:
             self._advance(frontier)
+            if self._held:
+                self._release_held()
+
+    def base(self, i: int) -> int | None:
+        """Replica ``i``'s base while the port has not reached it (None: its first punctuation, not yet seen)."""
+        return self._bases.get(i)
 
     def waiting(self, i: int) -> bool:
         """Whether replica ``i``'s punctuations are held until the port reaches its base."""
@@ -523,8 +529,8 @@ class DuplicateFilter:
     def snapshot(self) -> dict[str, Any]:
         """The filter's state; runs are listed record by record (keys are an optimisation, not state)."""
         masks = self._masks
-        counts = [[list(r), masks[s]] for r, s in self._slots.items()]
-        counts += [[list(r), run.mask] for run in self._runs.values() for r in run.records]
+        counts = [[list(r), _portable(masks[s])] for r, s in self._slots.items()]
+        counts += [[list(r), _portable(run.mask)] for run in self._runs.values() for r in run.records]
         return {"k": self.k, "max_punctuation": self.max_punctuation, "newest": self._newest,
                 "counts": counts,
                 "multiple": [[list(r), e] for r, e in self._multiple.items()],
@@ -538,9 +544,15 @@ class DuplicateFilter:
         self._newest = state["newest"]
         self._slots = {tuple(r): s for s, (r, _) in enumerate(state["counts"])}
         self._stragglers = list(self._slots)            # any order: all may be
-        self._masks = [e for _, e in state["counts"]]
+        self._masks = [int.from_bytes(e, "big") if type(e) is bytes else e for _, e in state["counts"]]
         self._multiple = {tuple(r): list(e) for r, e in state["multiple"]}
         self._recent = None if state["recent"] is None else [tuple(r) for r in state["recent"]]
         self._rank_counts = [list(c) for c in state["rank_counts"]]
         self._bases = {i: b for i, b in state.get("bases", ())}
         self._held = {i: p for i, p in state.get("held", ())}
+
+
+def _portable(mask: int) -> int | bytes:
+    """A copy mask as the wire carries it: bytes once it is wider than 64 bits (a port that has
+    had more than 64 stream replicas — every new incarnation upstream is one)."""
+    return mask if mask < 1 << 63 else mask.to_bytes((mask.bit_length() + 7) // 8, "big")

@@ -61,6 +61,16 @@ class OperatorReplica:
         emitted, forwarded = self.operator.on_punctuation(port, p)
         return (out + emitted if emitted else out), forwarded
 
+    def skip_to(self, port: int, frontier: int) -> tuple[list[Record], int | None]:
+        """``port`` gives up what lies at or below ``frontier`` (its inputs lost it) and goes on as
+        if punctuation ``frontier`` had come: returns the records and punctuation to emit."""
+        dedup = self.filters[port]
+        dedup.adopt(frontier)
+        p = dedup.max_punctuation
+        out: list[Record] = self.operator.on_batch(port, self.sorters[port].release(p)) if self.sorters else []
+        emitted, forwarded = self.operator.on_punctuation(port, p)
+        return out + emitted, forwarded
+
     def snapshot(self) -> dict[str, Any]:
         return {"operator": self.operator.snapshot(),
                 "filters": [f.snapshot() for f in self.filters],

@@ -39,7 +39,7 @@ from engine.aio.supervise import Backoff, Supervisor
 from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
 from engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
-from engine.messages import Ack, Hello, Proof
+from engine.messages import Hello, Proof
 from engine.node import (ControlRefused, DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError,
                          ReplicaChanged, StreamCutOff, configure)
 from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
@@ -305,13 +305,7 @@ class NodeDriver:
     def _transmit(self) -> None:
         """Flush the core's outbox to the links, handle its events, re-arm the timer."""
         frames: dict[str, list[bytes]] = defaultdict(list)
-        outgoing = self.core.messages_to_send()
-        # Acks are cumulative: of several to one node for one stream in this flush (one per batch
-        # read), only the last says anything.  One read of a busy link carries ~15 batches.
-        last_ack = {(node, m.stream): n for n, (node, m) in enumerate(outgoing) if type(m) is Ack}
-        for n, (node, message) in enumerate(outgoing):
-            if type(message) is Ack and last_ack[(node, message.stream)] != n:
-                continue
+        for node, message in self.core.messages_to_send():   # acks come coalesced (engine.core.links)
             try:
                 frames[node].append(encode(message))
             except Exception as error:     # a value the wire cannot carry: a bug upstream, never a crash

@@ -69,6 +69,7 @@ class Hosted:
         self.fresh = False                             # deployed by its node's first start (lifecycle rule 5)
         self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier
         self.horizon: int | None = None                # rebuilding: outputs complete above it
+        self.restored: tuple[int, ...] | None = None   # its ports' punctuations when a snapshot was restored
         self.parked: dict[StreamReplica, tuple[int | None, int]] = {}   # Resume requests waiting for the log's frontier
         self.held: list = []                           # an entry point's segments taken while it joins
 

@@ -212,6 +212,7 @@ class Lifecycle:
             hosted.entry.punctuation = max(hosted.entry.punctuation, covered)
         else:
             hosted.logic.restore(state["logic"])
+            hosted.restored = tuple(f.max_punctuation for f in hosted.logic.filters)
             hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
             positions = {(name, index, port): (epoch, offset, i) for name, index, port, epoch, offset, i
                          in state["positions"]}
@@ -297,9 +298,27 @@ class Lifecycle:
         verdict = self.port_verdict(hosted, port, links_lost=links_lost)
         if verdict == "silent":
             self.checks.setdefault(hosted.replica, now + self.core.options.join_timeout_us)
+        elif verdict == "stuck" and hosted.kind == "application":
+            self._adopt_in_place(hosted, port, now)
         elif verdict == "stuck":
             self.rejoin(hosted, now, f"port {port}: every input it can still hear is complete only above where "
                                      f"the port is")
+
+    def _adopt_in_place(self, hosted: Hosted, port: int, now: int) -> None:
+        """An application (rule 5: not replicated, no stream of its own to keep promises on) keeps
+        what it delivered and moves its port up to the lowest base of its inputs: what lies between
+        is lost (more than kmax − 1 failures upstream), nothing is delivered twice."""
+        dedup = hosted.logic.filters[port]
+        bases = [dedup.base(inbound.index) for stream, inbound in self.core.inbound.items()
+                 if stream.target == hosted.replica and stream.port == port and inbound.index is not None
+                 and dedup.waiting(inbound.index)]
+        frontier = min(b for b in bases if b is not None) if any(b is not None for b in bases) else None
+        if frontier is None:
+            return                                    # only "from its first punctuation": wait for it
+        self.core.counters["rebuilt_without_peer"] += 1
+        self.core.event(ReplicaChanged(hosted.replica, hosted.state.value, hosted.state.value,
+                                       f"port {port}: input at or below {frontier} is lost"))
+        self.core.sender.emit(hosted, *hosted.logic.skip_to(port, frontier), now)
 
     def port_verdict(self, hosted: Hosted, port: int, *, links_lost: bool = True) -> str:
         """``ok``, ``silent`` (only inputs whose node is down could advance it) or ``stuck``."""
@@ -348,6 +367,12 @@ class Lifecycle:
         """Start a new incarnation of ``hosted`` from scratch (rule 4)."""
         core = self.core
         core.counters["rejoins"] += 1
+        # Stuck again before any port moved since a snapshot: the donor was stuck as this replica
+        # is (it had not heard yet), and asking peers again could go round for ever between two
+        # such replicas (each giving the other its state).  Rebuild instead.
+        again = hosted.restored is not None and hosted.logic is not None and \
+            hosted.restored == tuple(f.max_punctuation for f in hosted.logic.filters)
+        hosted.restored = None
         hosted.epoch = core.new_epoch(now, hosted.epoch)
         hosted.logic = core.control.new_logic(hosted.replica)
         hosted.log = OutputLog(frontier=None)
@@ -362,7 +387,10 @@ class Lifecycle:
                 inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
                 inbound.epoch, inbound.index, inbound.next = None, None, 0
         self._change(hosted, ReplicaState.JOINING, reason)
-        self.start(hosted, now)
+        if again:
+            self.rebuild(hosted, now, "the snapshot it restored could not advance either")
+        else:
+            self.start(hosted, now)
 
     # -- helpers ----------------------------------------------------------------------------------
     def _change(self, hosted: Hosted, new: ReplicaState, reason: str) -> None:

@@ -27,10 +27,11 @@ from collections import deque
 from typing import Any, Callable, Iterable
 
 from engine.core.control import Control
-from engine.core.events import Delivered, Event, NodeOptions, PeerTimedOut
+from engine.core.events import Delivered, Event, NodeOptions
 from engine.core.failover import Failover
 from engine.core.hosted import Hosted, Inbound
 from engine.core.lifecycle import Lifecycle
+from engine.core.links import Links
 from engine.core.modes import TRAITS
 from engine.core.receiver import Receiver
 from engine.core.sender import Sender
@@ -72,7 +73,7 @@ class NodeCore:
         # Messages to this node itself, in order: batch tuples (stream, epoch, offset, records,
         # punctuation, path) on the hot path, (src, message) pairs otherwise.
         self.local: deque = deque()
-        self._heartbeat_at = now
+        self._now = now                       # the time of the input call under way (for draining)
         self._punctuate_at = now + options.punctuation_us
         self.latency: dict[str, Latency] = {app: Latency() for app in query.applications}
         self.counters = dict.fromkeys(COUNTERS, 0)
@@ -81,6 +82,7 @@ class NodeCore:
         self.lifecycle, self.control, self.stamping = Lifecycle(self), Control(self), Stamping(self)
         #: The failover model's choices (engine.core.modes): None in modes where every upstream feeds.
         self.failover = Failover(self, now=now) if TRAITS[options.mode].follows_one else None
+        self.links = Links(self, now)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
@@ -98,6 +100,7 @@ class NodeCore:
     # -- inputs ---------------------------------------------------------------------------------
     def receive(self, src: str, message: Message, *, now: int) -> None:
         """A message from node ``src`` (control messages may come from the node itself)."""
+        self._now = now
         self._last_heard[src] = now
         handler = self._handlers.get(type(message))
         if handler is None:
@@ -108,6 +111,7 @@ class NodeCore:
 
     def apply(self, messages: Iterable[Message], *, now: int) -> None:
         """Apply control messages from the node's own configuration."""
+        self._now = now
         for message in messages:
             self._handlers[type(message)](self.name, message, now)
         self._drain_local(now)
@@ -119,12 +123,14 @@ class NodeCore:
 
     def on_source(self, stream: str, payload: bytes, *, now: int) -> bool:
         """A payload for ``stream`` from an external source; returns whether an entry point here took it."""
+        self._now = now
         taken = self.stamping.on_source(stream, payload, now)
         self._drain_local(now)
         return taken
 
     def on_peer_up(self, node: str, *, now: int) -> None:
         """The driver has a (new) authenticated connection to ``node``: ask it for what we lack."""
+        self._now = now
         self.connected.add(node)
         self._last_heard[node] = now
         self.control.on_peer_up(node)
@@ -135,7 +141,9 @@ class NodeCore:
 
     def on_peer_down(self, node: str, *, now: int) -> None:
         """The connection to ``node`` is gone; nothing is sent to it until :meth:`on_peer_up`."""
+        self._now = now
         self.connected.discard(node)
+        self.links.on_peer_down(node)
         self.sender.on_peer_down(node)
         self.lifecycle.on_peer_change(node, now)
         self.lifecycle.after_peer_down(node, now)
@@ -143,15 +151,10 @@ class NodeCore:
         self._drain_local(now)
 
     def handle_timer(self, *, now: int) -> None:
-        """Heartbeats, peer time-outs, join deadlines and entry-stamped punctuations due at ``now``."""
-        if now >= self._heartbeat_at:
-            self._heartbeat_at = now + self.options.heartbeat_us
-            for node in sorted(self.connected):
-                self.outbox.append((node, Heartbeat(now)))
-                if now - self._last_heard.get(node, now) > self.options.peer_timeout_us:
-                    self._events.append(PeerTimedOut(node))
-            if self.failover is not None:
-                self.failover.check(now)
+        """Acks due, keep-alives, peer time-outs, join deadlines and entry-stamped punctuations due at ``now``."""
+        self._now = now
+        if self.links.on_timer(now) and self.failover is not None:
+            self.failover.check(now)
         if now >= self._punctuate_at:
             self._punctuate_at = now + self.options.punctuation_us
             self.stamping.punctuate(now)
@@ -160,9 +163,10 @@ class NodeCore:
 
     # -- outputs --------------------------------------------------------------------------------
     def messages_to_send(self) -> list[tuple[str, Message]]:
-        """``(node, message)`` pairs to send, in order; drains the outbox."""
+        """``(node, message)`` pairs to send, in order; drains the outbox (acks and RTT probes ride
+        along with what goes to each node: :mod:`engine.core.links`)."""
         out, self.outbox = self.outbox, []
-        return out
+        return self.links.drain(out, self._now)
 
     def events(self) -> list[Event]:
         """Deliveries, dead letters, protocol errors, state changes since the last call; drains them."""
@@ -171,7 +175,9 @@ class NodeCore:
 
     def next_timer(self) -> int:
         """When :meth:`handle_timer` must next be called (µs)."""
-        when = min(self._heartbeat_at, self._punctuate_at) if self.stamping.any else self._heartbeat_at
+        when = self.links.next_timer()
+        if self.stamping.any and self._punctuate_at < when:
+            when = self._punctuate_at
         deadline = self.lifecycle.next_deadline()
         return when if deadline is None else min(when, deadline)
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from engine.core.events import ProtocolError
 from engine.core.hosted import Hosted, Inbound
 from engine.core.states import InboundState, ReplicaState, advance
-from engine.messages import Ack, Batch, Hold, Mark, Resume, StreamHead
+from engine.messages import Batch, Hold, Mark, Resume, StreamHead
 from engine.wire import EncodedRecords, PackedRecords, WireError
 from operators.base import NO_PUNCTUATION
 from operators.plan import StreamReplica
@@ -221,7 +221,7 @@ class Receiver:
             offset = inbound.next
             if self.ack_holds:
                 offset = self._held_ack(stream, offset, now)
-            core.outbox.append((src, Ack(stream, inbound.epoch, offset)))   # cumulative, by punctuation
+            core.links.ack(src, stream, inbound.epoch, offset, now)   # cumulative, by punctuation
 
     def accept(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted, offset: int, records,
                punctuation: int | None, now: int, path: tuple[str, ...]) -> None:

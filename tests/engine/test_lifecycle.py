@@ -264,7 +264,11 @@ def test_a_port_left_with_only_a_waiting_input_rejoins_and_is_never_wrong():
     for app in FIG1.applications:
         got = Counter(net.delivered[app])
         assert not got - Counter(expected[app]), f"{app}: wrong {list(got - Counter(expected[app]))[:3]}"
-    assert sum(core.counters["rejoins"] for core in net.cores.values()) >= 1
+    rejoins = sum(core.counters["rejoins"] for core in net.cores.values())
+    # Two peers both stuck must not hand each other their state round after round (1,143 rejoins
+    # and a port of 71 stream replicas before lifecycle.rejoin rebuilt a replica stuck again on
+    # the snapshot it restored): 15 here.
+    assert 1 <= rejoins <= 40, rejoins
     assert sum(core.counters["rebuilt_without_peer"] for core in net.cores.values()) >= 1
     # Nothing stalls for good: the join's pairs after the loss are delivered again (alerts) …
     end = max(r[0] for r in FIG1_STREAMS["cpu_a"])

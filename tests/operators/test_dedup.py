@@ -135,6 +135,23 @@ def test_snapshot_restore_continues_identically():
     assert g.on_batch(1, [(1, "a"), (2, "b")]) == f.on_batch(1, [(1, "a"), (2, "b")]) == [(2, "b")]
 
 
+def test_a_snapshot_of_a_port_with_more_than_64_stream_replicas_crosses_the_wire():
+    """Every new incarnation upstream is a stream replica more on the port: copy masks outgrow 64 bits."""
+    from engine.wire import decode, encode
+    from engine.messages import Snapshot
+    from operators.plan import ReplicaId
+    f = DuplicateFilter(1)
+    for _ in range(80):
+        f.add_replica()
+    for i in range(81):
+        f.on_batch(i, [(1, "a"), (2, "b")])
+    message = Snapshot(ReplicaId("x", 0), ReplicaId("x", 1), {"filter": f.snapshot()})
+    g = DuplicateFilter(1)
+    g.restore(decode(encode(message)[4:]).state["filter"])
+    assert g.counts(80) == f.counts(80) == {(1, "a"): 1, (2, "b"): 1}
+    assert g.on_batch(5, [(2, "b"), (3, "c")]) == f.on_batch(5, [(2, "b"), (3, "c")]) == [(2, "b"), (3, "c")]
+
+
 @given(keyed_records(), st.integers(1, 4), st.randoms(use_true_random=False))
 def test_theorem_1_each_record_passes_exactly_its_multiplicity(records, k, rng):
     """Consistent stream replicas in any interleaving → the output multiset equals one replica's."""

@@ -1,0 +1,108 @@
+"""What a node core sends each peer besides data: acknowledgements, keep-alives and RTT probes.
+
+Rules of this module (issue 15: over a quarter of all messages were acks and heartbeats):
+
+1. Acks are cumulative (messages rule 3), so only the latest per stream replica matters: they are
+   kept per peer and leave with the next messages for that peer (one frame, one link item), or on
+   their own at most ``heartbeat_us`` after the first of them was made.  Retention upstream grows
+   by at most that much.
+2. A link proves itself alive with whatever it carries: a keep-alive (:class:`Heartbeat`) goes
+   only to a peer nothing was sent to for a keep-alive interval, a third of ``peer_timeout_us`` (at
+   least ``heartbeat_us``).  Peers time out on silence from them (``peer_timeout_us``), whatever they
+   sent: a peer that is up is heard from at least three times per time-out whatever the link carries,
+   as with one heartbeat per ``heartbeat_us``; detection takes the same ``peer_timeout_us``.  Links
+   that carry no stream (peer replicas' nodes, the control plane's full mesh) are most links at
+   kmax ≥ 3 and carry nothing else.
+3. The RTT gauge needs an echo: a probe (a Heartbeat, answered at once) rides along with other
+   messages to a peer at most every ``PROBE_EVERY`` heartbeat intervals, and every keep-alive is one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.core.events import PeerTimedOut
+from engine.messages import Ack, Heartbeat, Message
+from operators.plan import StreamReplica
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+#: A busy link carries an RTT probe at most every this many heartbeat intervals (rule 3).
+PROBE_EVERY = 10
+_NEVER = -(2**62)
+
+
+class Links:
+    """Acks, keep-alives and probes per peer of ``core``."""
+
+    def __init__(self, core: "NodeCore", now: int):
+        self.core = core
+        self.sent_at: dict[str, int] = {}          # peer -> when a message last left for it
+        self.probed_at: dict[str, int] = {}        # peer -> when the last probe left for it
+        self.acks: dict[str, dict[StreamReplica, Ack]] = {}
+        self.ack_due: dict[str, int] = {}          # peer -> when its pending acks leave on their own
+        self.earliest_ack: int | None = None
+        self.heartbeat_at = now                    # the next keep-alive round
+        options = core.options
+        self.keepalive_us = max(options.heartbeat_us, options.peer_timeout_us // 3)   # rule 2
+
+    # -- acks (rule 1) ----------------------------------------------------------------------------
+    def ack(self, node: str, stream: StreamReplica, epoch: int, offset: int, now: int) -> None:
+        pending = self.acks.get(node)
+        if pending is None:
+            pending = self.acks[node] = {}
+            due = self.ack_due[node] = now + self.core.options.heartbeat_us
+            if self.earliest_ack is None or due < self.earliest_ack:
+                self.earliest_ack = due
+        pending[stream] = Ack(stream, epoch, offset)
+
+    # -- outgoing (rules 1-3) ---------------------------------------------------------------------
+    def drain(self, out: list[tuple[str, Message]], now: int) -> list[tuple[str, Message]]:
+        """``out`` plus the acks and probes that ride along with it; notes what left when."""
+        if not out:
+            return out
+        sent_at, acks = self.sent_at, self.acks
+        for node in {node for node, _ in out}:
+            sent_at[node] = now
+            pending = acks.pop(node, None) if acks else None
+            if pending:
+                out.extend((node, ack) for ack in pending.values())
+                self._forget_due(node)
+            if now - self.probed_at.get(node, _NEVER) >= PROBE_EVERY * self.core.options.heartbeat_us:
+                self.probed_at[node] = now
+                out.append((node, Heartbeat(now)))
+        return out
+
+    def on_timer(self, now: int) -> bool:
+        """Acks that waited long enough; keep-alives for idle links; peers silent for too long.
+        Returns whether this was a heartbeat round (failure detectors check then)."""
+        core, options = self.core, self.core.options
+        if self.earliest_ack is not None and now >= self.earliest_ack:
+            for node in [n for n, due in self.ack_due.items() if due <= now]:
+                pending = self.acks.pop(node)
+                self._forget_due(node)
+                if node in core.connected:
+                    core.outbox.extend((node, ack) for ack in pending.values())
+        if now >= self.heartbeat_at:
+            self.heartbeat_at = now + options.heartbeat_us
+            for node in sorted(core.connected):
+                if now - self.sent_at.get(node, _NEVER) >= self.keepalive_us:
+                    core.outbox.append((node, Heartbeat(now)))
+                    self.probed_at[node] = now
+                if now - core.last_heard(node, now) > options.peer_timeout_us:
+                    core.event(PeerTimedOut(node))
+            return True
+        return False
+
+    def next_timer(self) -> int:
+        return self.heartbeat_at if self.earliest_ack is None else min(self.heartbeat_at, self.earliest_ack)
+
+    def on_peer_down(self, node: str) -> None:
+        """Pending acks for a peer that went away are void (it asks again with Resume)."""
+        if self.acks.pop(node, None) is not None:
+            self._forget_due(node)
+
+    def _forget_due(self, node: str) -> None:
+        del self.ack_due[node]
+        self.earliest_ack = min(self.ack_due.values(), default=None)
