@@ -20,6 +20,7 @@ from operators.query import QueryBuilder
 from operators.query_file import load_query
 from operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
+from tests.engine.test_node import source_messages
 
 ROOT = Path(__file__).resolve().parents[2]
 FIG1 = load_query(ROOT / "examples/fig1.toml")
@@ -84,17 +85,7 @@ def fig1_placement(k: int) -> dict[str, list[str]]:
 
 
 def fig1_messages() -> list[tuple[int, str, dict]]:
-    messages = []
-    for stream, records in FIG1_STREAMS.items():
-        names = FIG1.streams[stream].schema.names
-        last = None
-        for record in records:
-            boundary = (record[0] // P) * P - 1
-            if last is None or boundary > last:
-                messages.append((record[0], stream, {"punctuation": boundary}))
-                last = boundary
-            messages.append((record[0], stream, {"ts": record[0], **dict(zip(names, record[1:]))}))
-    return sorted(messages, key=lambda m: m[0])
+    return source_messages(FIG1, FIG1_STREAMS)
 
 
 def start(net: MemoryNetwork) -> None:

@@ -34,11 +34,12 @@ def placement(k: int, nodes: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def publish_all(net: MemoryNetwork, place, kill: str | None = None, cut: tuple | None = None, steps_between: int = 3):
-    """Interleave publication of every stream with network steps; optionally kill/cut halfway."""
+def source_messages(query, streams) -> list[tuple[int, str, dict]]:
+    """Every stream's records as source items in time order, each preceded by the punctuation of
+    the second before it when that second is new: ``(ts, stream, item)``."""
     messages = []
-    for stream, records in STREAMS.items():
-        names = QUERY.streams[stream].schema.names
+    for stream, records in streams.items():
+        names = query.streams[stream].schema.names
         last = None
         for record in records:
             boundary = (record[0] // P) * P - 1
@@ -46,7 +47,12 @@ def publish_all(net: MemoryNetwork, place, kill: str | None = None, cut: tuple |
                 messages.append((record[0], stream, {"punctuation": boundary}))
                 last = boundary
             messages.append((record[0], stream, {"ts": record[0], **dict(zip(names, record[1:]))}))
-    messages.sort(key=lambda m: m[0])
+    return sorted(messages, key=lambda m: m[0])
+
+
+def publish_all(net: MemoryNetwork, place, kill: str | None = None, cut: tuple | None = None, steps_between: int = 3):
+    """Interleave publication of every stream with network steps; optionally kill/cut halfway."""
+    messages = source_messages(QUERY, STREAMS)
     half = len(messages) // 2
     for i, (ts, stream, item) in enumerate(messages):
         if i == half and kill:

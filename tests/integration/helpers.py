@@ -198,3 +198,19 @@ def make_cluster_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+async def publish_fig1_round(pub, servers: list[str], tick: int, published: dict[str, list]) -> None:
+    """One round of the Fig. 1 cluster's sources over MQTT: a cpu record and two pings per server,
+    then a punctuation on every stream; ``published`` collects what went out, by stream."""
+    for n, server in enumerate(servers):
+        ts = time.time_ns() // 1000
+        cpu = {"ts": ts, "server": server, "load": round(((tick * 7 + n * 3) % 20) / 20, 2)}
+        pings = [{"ts": ts, "src": server, "dst": servers[(n + d) % len(servers)], "rtt_ms": float(10 + (tick + d) % 30)}
+                 for d in (1, 2)]
+        for stream, items in ((f"cpu_{server}", [cpu]), (f"ping_{server}", pings)):
+            published[stream] += items
+            await pub.publish(f"replicast/in/{stream}", json.dumps(items), qos=1)
+    p = time.time_ns() // 1000 - 1
+    for stream in published:
+        await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": p}), qos=1)

@@ -10,7 +10,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import aiomqtt
@@ -18,7 +17,8 @@ import aiomqtt
 from engine.replay import replay
 from operators.query_file import load_query
 from operators.record import CLOSED
-from tests.integration.helpers import ROOT, cluster, free_ports, kill, make_cluster_module, metric, mosquitto
+from tests.integration.helpers import (ROOT, cluster, free_ports, kill, make_cluster_module, metric, mosquitto,
+                                       publish_fig1_round)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -50,17 +50,7 @@ async def drive(broker_port: int, servers: list[str], actions) -> tuple[dict, di
         collector = asyncio.create_task(collect())
         tick = 0
         while actions(tick, log):
-            for n, server in enumerate(servers):
-                ts = time.time_ns() // 1000
-                cpu = {"ts": ts, "server": server, "load": round(((tick * 7 + n * 3) % 20) / 20, 2)}
-                pings = [{"ts": ts, "src": server, "dst": servers[(n + d) % 6], "rtt_ms": float(10 + (tick + d) % 30)}
-                         for d in (1, 2)]
-                for stream, items in ((f"cpu_{server}", [cpu]), (f"ping_{server}", pings)):
-                    published[stream] += items
-                    await pub.publish(f"replicast/in/{stream}", json.dumps(items), qos=1)
-            p = time.time_ns() // 1000 - 1
-            for stream in published:
-                await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": p}), qos=1)
+            await publish_fig1_round(pub, servers, tick, published)
             await asyncio.sleep(TICK_S)
             tick += 1
         for stream in published:
