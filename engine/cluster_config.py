@@ -82,10 +82,11 @@ class ClusterConfig:
         return self._query
 
     def options(self) -> NodeOptions:
+        # Every node of the cluster votes on who stamps an entry-stamped stream (engine.core.views).
         return NodeOptions(punctuation_us=round(self.punctuation_ms * 1000), heartbeat_us=round(self.heartbeat_ms * 1000),
                            peer_timeout_us=round(self.peer_timeout_ms * 1000), entry_modes=dict(self.entry_modes),
                            join_timeout_us=round(self.join_timeout_ms * 1000), retention_items=self.retention_items,
-                           mode=self.mode)
+                           mode=self.mode, voters=tuple(sorted(self.nodes)))
 
     def mqtt_address(self) -> tuple[str, int]:
         return self.broker_host, self.broker_port

@@ -6,12 +6,13 @@ and punctuations.  Two modes, both giving every replica of the entry point the s
 * ``source`` (source-stamped): the source puts ``ts`` (µs) on every record and sends punctuations
   in-band (``{"punctuation": p}``) on the same topic, so every replica that subscribes sees the
   same sequence and emits it unchanged.
-* ``entry`` (entry-stamped): one replica at a time, the *stamper* (the lowest-indexed live replica),
-  stamps records with its clock and punctuates every P ms; its output is also sent to the peer
-  replicas, which emit it as their own.  A peer remembers the raw records it received from the
-  source but has not yet seen stamped (``pending``); when it becomes the stamper it stamps those
-  with ``ts > `` every punctuation already emitted, so the punctuation promise holds across a
-  take-over and no record accepted by a live replica is lost.
+* ``entry`` (entry-stamped): one replica at a time, the *stamper*, stamps records with its clock
+  and punctuates every P ms; the others emit exactly what it stamped (:mod:`engine.core.stamper`
+  decides who stamps and makes sure every stamped segment is held by every member before anyone
+  emits it).  A replica that is not the stamper remembers the raw records it has received but not
+  yet seen stamped (``pending``, a multiset that drops a key when its count returns to 0); when it
+  becomes the stamper it stamps those with ``ts >`` every punctuation already stamped, so the
+  punctuation promise holds across a take-over.
 
 Payloads (MQTT message bodies, TCP source lines) are JSON or msgpack: one item or a list of items;
 an item is a record ``{"ts": µs, field: value, …}`` (no ``ts`` in entry-stamped mode) or a
@@ -21,7 +22,6 @@ punctuation ``{"punctuation": p}``.  Anything else is rejected with a reason (de
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Any
 
 import msgpack
@@ -32,6 +32,10 @@ from operators.query import StreamSpec
 from operators.record import CLOSED, Record, make_record
 
 MODES = ("source", "entry")
+#: Raw records a replica remembers as pending at most (entry mode); past it the oldest is forgotten
+#: (counted): if that replica later stamps, such a record is lost, or stamped again if its stamped
+#: copy was the one forgotten — bounded memory where a replica's input runs far from its peers'.
+MAX_PENDING = 100_000
 #: A segment of an entry point's output: records, then maybe a punctuation (one Batch).
 Segment = tuple[list[Record], int | None]
 #: A rejected item: (reason, item).
@@ -58,15 +62,20 @@ class EntryPoint:
             raise InputError(f"stream {stream.name!r}: entry mode must be one of {MODES}, got {mode!r}")
         self.stream = stream
         self.mode = mode
-        self.punctuation = NO_PUNCTUATION       # the largest punctuation emitted
-        self.pending: Counter = Counter()       # entry mode, not stamping: raw records not yet seen stamped
+        self.punctuation = NO_PUNCTUATION       # the largest punctuation emitted (entry mode: stamped or held)
+        #: Entry mode, not stamping: raw records received minus stamped copies seen, by fields; a key
+        #: whose count returns to 0 is dropped (a negative count: the stamped copy came first).
+        self.pending: dict[tuple, int] = {}
         self.accepted = 0
         self.late = 0
         self.malformed = 0
+        self.evicted = 0                        # pending keys dropped past MAX_PENDING
 
     # -- from the source ------------------------------------------------------------------------
-    def on_items(self, items: list[Any], *, now: int, stamping: bool) -> tuple[list[Segment], list[Reject]]:
-        """Items from the source.  Returns the segments to emit and the rejected items."""
+    def on_items(self, items: list[Any], *, now: int, stamping: bool,
+                 tracking: bool = True) -> tuple[list[Segment], list[Reject]]:
+        """Items from the source.  Returns the segments to emit and the rejected items.  In entry
+        mode a replica that is not ``stamping`` only remembers the raw records (if ``tracking``)."""
         segments: list[Segment] = []
         rejects: list[Reject] = []
         records: list[Record] = []
@@ -84,7 +93,7 @@ class EntryPoint:
                     self.punctuation = p
                 continue
             try:
-                record = self._record(item, where, now, stamping)
+                record = self._record(item, where, now, stamping, tracking)
             except InputError as error:
                 self.malformed += 1
                 rejects.append((f"malformed: {error}", item))
@@ -101,7 +110,7 @@ class EntryPoint:
             segments.append((records, None))
         return segments, rejects
 
-    def _record(self, item: Any, where: str, now: int, stamping: bool) -> Record | None:
+    def _record(self, item: Any, where: str, now: int, stamping: bool, tracking: bool) -> Record | None:
         if not isinstance(item, dict):
             raise InputError(f"{where}: an item must be an object, got {type(item).__name__}")
         if self.mode == "source":
@@ -112,9 +121,11 @@ class EntryPoint:
         if "ts" in item:
             raise InputError(f"{where}: 'ts' given but the stream is entry-stamped")
         record = make_record(self.stream.schema, self.stamp(now), item, where)
-        if stamping:
+        fields = record[1:]
+        if stamping and self.pending.get(fields, 0) >= 0:
             return record
-        self.pending[record[1:]] += 1
+        if tracking or stamping:
+            self._count(fields, 1)       # stamping: a stamped copy came before it (a take-over)
         return None
 
     def stamp(self, now: int) -> int:
@@ -129,21 +140,35 @@ class EntryPoint:
         self.punctuation = now - 1
         return [([], self.punctuation)]
 
-    def on_stamped(self, records: list[Record], punctuation: int | None) -> list[Segment]:
-        """A batch stamped by the stamper: emit it as ours and stop remembering its raw records."""
-        pending = self.pending
+    def settle(self, records) -> None:
+        """``records`` were stamped (by us or the stamper): their raw events are no longer pending."""
         for record in records:
-            pending[record[1:]] -= 1     # may go negative: the stamped copy overtook the source's
-        fresh = [r for r in records if r[0] > self.punctuation]
-        if punctuation is not None and punctuation > self.punctuation:
-            self.punctuation = punctuation
+            self._count(record[1:], -1)
+
+    def unsettle(self, records) -> None:
+        """Stamped ``records`` were discarded (never emitted): their raw events are pending again."""
+        for record in records:
+            self._count(record[1:], 1)
+
+    def forget(self) -> None:
+        """Stop remembering raw events (their stamps, if any, are unknown here)."""
+        self.pending = {}
+
+    def _count(self, fields: tuple, n: int) -> None:
+        pending = self.pending
+        count = pending.get(fields, 0) + n
+        if count:
+            pending[fields] = count
+            if len(pending) > MAX_PENDING:        # the oldest first (a dict keeps insertion order)
+                del pending[next(iter(pending))]
+                self.evicted += 1
         else:
-            punctuation = None
-        return [(fresh, punctuation)] if fresh or punctuation is not None else []
+            del pending[fields]
 
     def take_over(self, now: int) -> list[Segment]:
         """Become the stamper: stamp every raw record no stamped copy has covered (§II-B)."""
         ts = self.stamp(now)
         records = [(ts, *fields) for fields, n in sorted(self.pending.items()) if n > 0 for _ in range(n)]
-        self.pending.clear()
+        # Stamped copies whose raw events have not come stay: those raw events are not stamped again.
+        self.pending = {fields: n for fields, n in self.pending.items() if n < 0}
         return [(records, None)] if records else []

@@ -31,6 +31,11 @@ Rules of this module:
 8. A replica that starts mid-stream takes a :class:`Snapshot` from a live peer replica
    (:class:`SnapshotRequest`; :class:`NoSnapshot` if the peer cannot give one).  See
    ``docs/lifecycle.md``.
+8. Entry-stamped mode: the replicas of an entry point agree on one stamper through a :class:`View`
+   decided by a majority of voters (:class:`ViewBallot`, :class:`ViewReply`, :class:`ViewDecided`);
+   the stamper emits a segment only once every member holds it (:class:`Stamped`,
+   :class:`StampAck`, :class:`Committed`); a replica outside the view asks to join
+   (:class:`JoinStamping`).  See :mod:`engine.core.stamper`.
 """
 
 from __future__ import annotations
@@ -152,6 +157,102 @@ class NoSnapshot:
     reason: str
 
 
+# -- entry-stamped mode (rule 8) -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class View:
+    """Who stamps an entry-stamped stream: decided by a majority of voters (:mod:`engine.core.views`).
+    ``members`` are ``(replica index, epoch)`` pairs, the stamper's among them; every segment the
+    stamper emits is held by every member first."""
+
+    term: int
+    stamper: int
+    members: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewBallot:
+    """Candidate replica ``candidate`` of ``stream`` → a voter: promise ``term`` (``view`` None,
+    Paxos phase 1) or accept ``view`` (phase 2, ``view.term == term``)."""
+
+    stream: str
+    candidate: int
+    term: int
+    view: View | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewReply:
+    """A voter → the candidate: whether it promised (phase 1) or accepted (phase 2) ``term``; the
+    largest term it has promised and the view it last accepted."""
+
+    stream: str
+    candidate: int
+    term: int
+    phase: int
+    ok: bool
+    promised: int
+    accepted: View | None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewDecided:
+    """The stamper of ``view`` → a peer replica (``target``; -1: to the voters only): this view is
+    decided.  A member that was in view ``base`` (-1: none) continues its stream with segment
+    ``start``; any other member starts a new stream there, complete above ``frontier``, and first
+    settles its pending records with the segments from ``since`` (committed lately) to ``start``."""
+
+    stream: str
+    target: int
+    view: View
+    start: int
+    frontier: int
+    base: int = -1
+    since: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Stamped:
+    """The stamper → member ``target``: segment ``seq`` of the stamped stream, stamped in ``term``."""
+
+    stream: str
+    target: int
+    term: int
+    seq: int
+    records: Sequence[Record]
+    punctuation: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StampAck:
+    """Member ``member`` → the stamper ``target``: I hold every segment below ``seq`` of ``term``."""
+
+    stream: str
+    target: int
+    member: int
+    term: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The stamper → member ``target``: every member holds the segments below ``seq``: emit them."""
+
+    stream: str
+    target: int
+    term: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinStamping:
+    """Replica ``index`` (incarnation ``epoch``) of ``stream``, not a member of the view, asks the
+    stamper to admit it (and tells its peers it lives)."""
+
+    stream: str
+    index: int
+    epoch: int
+
+
 # -- control --------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class DeployReplica:
@@ -219,6 +320,7 @@ class Proof:
 
 
 Message = (Batch | Ack | Resume | Hold | Standby | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
+           | ViewBallot | ViewReply | ViewDecided | Stamped | StampAck | Committed | JoinStamping
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Hello | Proof)
 CONTROL = (DeployReplica, RemoveReplica, ConnectStream, DisconnectStream)

@@ -29,9 +29,10 @@ from typing import Any, Callable
 
 import msgpack
 
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello,
-                             Hold, Mark, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest,
-                             Standby, Statistics, StatisticsRequest, StreamHead)
+from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
+                             Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot,
+                             SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
+                             ViewBallot, ViewDecided, ViewReply)
 from operators.errors import ReplicastError
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import Record
@@ -120,6 +121,48 @@ def _dict(value: Any, what: str = "statistics") -> dict:
     return value
 
 
+def _index(value: Any, what: str = "replica index", allow_none: bool = False) -> int:
+    """A replica index (or -1, "none", where ``allow_none``)."""
+    if type(value) is int and (0 <= value < _SMALL or (allow_none and value == -1)):
+        return value
+    raise WireError(f"bad {what} {repr(value)[:40]}")
+
+
+def _view_fields(view: View | None) -> list | None:
+    return None if view is None else [view.term, view.stamper, [list(m) for m in view.members]]
+
+
+def _view(f: Any) -> View | None:
+    if f is None:
+        return None
+    if type(f) is not tuple or len(f) != 3 or type(f[2]) is not tuple or len(f[2]) > _SMALL:
+        raise WireError(f"bad view {repr(f)[:80]}")
+    members = []
+    for m in f[2]:
+        if type(m) is not tuple or len(m) != 2:
+            raise WireError(f"bad view member {repr(m)[:40]}")
+        members.append((_index(m[0]), _int(m[1], "member epoch")))
+    return View(_int(f[0], "view term"), _index(f[1], "stamper index"), tuple(members))
+
+
+def _required_view(f: Any) -> View:
+    view = _view(f)
+    if view is None:
+        raise WireError("a decided view is missing")
+    return view
+
+
+def _flag(value: Any) -> bool:
+    if type(value) is not bool:
+        raise WireError(f"expected a boolean, got {repr(value)[:40]}")
+    return value
+
+
+def _stamped(f: tuple) -> Stamped:
+    return Stamped(_str(f[0], "stream"), _index(f[1]), _int(f[2], "term"), _int(f[3], "seq"),
+                   PackedRecords(_bytes(f[4], "stamped records")), _int(f[5], "punctuation", optional=True))
+
+
 # code, class, fields of a message, message from fields (after the code)
 _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message], int]] = [
     (1, Batch, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset, _records_bytes(m.records), m.punctuation],
@@ -154,6 +197,23 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
      lambda f: Standby(_stream(f), _int(f[5], "punctuation")), 6),
     (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],
      lambda f: NoSnapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _str(f[4], "reason")), 5),
+    # entry-stamped mode (messages rule 8)
+    (40, ViewBallot, lambda m: [m.stream, m.candidate, m.term, _view_fields(m.view)],
+     lambda f: ViewBallot(_str(f[0], "stream"), _index(f[1]), _int(f[2], "term"), _view(f[3])), 4),
+    (41, ViewReply, lambda m: [m.stream, m.candidate, m.term, m.phase, m.ok, m.promised, _view_fields(m.accepted)],
+     lambda f: ViewReply(_str(f[0], "stream"), _index(f[1]), _int(f[2], "term"), _index(f[3], "phase"),
+                         _flag(f[4]), _int(f[5], "promised"), _view(f[6])), 7),
+    (42, ViewDecided, lambda m: [m.stream, m.target, _view_fields(m.view), m.start, m.frontier, m.base, m.since],
+     lambda f: ViewDecided(_str(f[0], "stream"), _index(f[1], "target", True), _required_view(f[2]),
+                           _int(f[3], "start"), _int(f[4], "frontier"), _int(f[5], "base"), _int(f[6], "since")), 7),
+    (43, Stamped, lambda m: [m.stream, m.target, m.term, m.seq, _records_bytes(m.records), m.punctuation],
+     _stamped, 6),
+    (44, StampAck, lambda m: [m.stream, m.target, m.member, m.term, m.seq],
+     lambda f: StampAck(_str(f[0], "stream"), _index(f[1]), _index(f[2]), _int(f[3], "term"), _int(f[4], "seq")), 5),
+    (45, Committed, lambda m: [m.stream, m.target, m.term, m.seq],
+     lambda f: Committed(_str(f[0], "stream"), _index(f[1]), _int(f[2], "term"), _int(f[3], "seq")), 4),
+    (46, JoinStamping, lambda m: [m.stream, m.index, m.epoch],
+     lambda f: JoinStamping(_str(f[0], "stream"), _index(f[1]), _int(f[2], "epoch")), 3),
 ]
 _ENCODERS = {cls: (code, fields) for code, cls, fields, _, _ in _CODECS}
 _DECODERS = {code: (build, n) for code, _, _, build, n in _CODECS}

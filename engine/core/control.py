@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Callable
 from engine.core.control_policy import ControlPolicy
 from engine.core.events import ControlRefused
 from engine.core.hosted import Hosted, Inbound, Route
+from engine.core.stamper import StampState
 from engine.core.states import ReplicaState
 from engine.entry import EntryPoint
 from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
-from operators.plan import ReplicaId
+from operators.plan import ReplicaId, StreamReplica
 from operators.replica import OperatorReplica, application_sink
 
 if TYPE_CHECKING:
@@ -81,8 +82,9 @@ class Control:
         if core.options.trace_paths:
             hosted.hop = (f"{replica}@{core.name}",)
         hosted.fresh = src == core.name and not core.restarted       # from a first start's own configuration
+        if entry is not None and entry.mode == "entry":
+            hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
         core.lifecycle.start(hosted, now)
-        core.stamping.elect(now)
 
     def remove(self, src: str, message: RemoveReplica, now: int) -> None:
         core = self.core
@@ -98,10 +100,21 @@ class Control:
             self._tell(core.inbound.pop(stream).node, DisconnectStream(stream))
         for stream, route in hosted.routes.items():
             self._tell(route.node, DisconnectStream(stream))
-        core.stamping.elect(now)
+        if hosted.stamp is not None:                  # its peers stop counting on it (stamper)
+            for index, node in hosted.stamp.peers.items():
+                if index != message.replica.index:
+                    self._tell(node, DisconnectStream(StreamReplica(message.replica,
+                                                                    ReplicaId(message.replica.name, index), 0)))
 
     def connect(self, src: str, message: ConnectStream, now: int) -> None:
         core, stream = self.core, message.stream
+        if core.stamper.peer_stream(stream):          # entry → entry, entry-stamped: where a peer is
+            for mine, other, node in ((stream.source, stream.target, message.target_node),
+                                      (stream.target, stream.source, message.source_node)):
+                hosted = core.hosted.get(mine)
+                if hosted is not None and hosted.stamp is not None and node:
+                    core.stamper.connect_peer(hosted, other.index, node, now)
+            return
         if message.source_node == core.name:
             source = core.hosted.get(stream.source)
             if source is None:
@@ -114,7 +127,7 @@ class Control:
             if target is None:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.target} is not hosted here", src)
                 return
-            if target.logic is not None and stream.port >= len(target.logic.filters):
+            if target.logic is None or stream.port >= len(target.logic.filters):
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: no input port {stream.port}", src)
                 return
             inbound = core.inbound[stream] = Inbound(message.source_node)
@@ -122,6 +135,12 @@ class Control:
 
     def disconnect(self, src: str, message: DisconnectStream, now: int) -> None:
         core, stream = self.core, message.stream
+        if core.stamper.peer_stream(stream):
+            for mine, other in ((stream.source, stream.target), (stream.target, stream.source)):
+                hosted = core.hosted.get(mine)
+                if hosted is not None and hosted.stamp is not None:
+                    core.stamper.disconnect_peer(hosted, other.index, now)
+            return
         if core.inbound.pop(stream, None) is not None and core.failover is not None:
             core.failover.disconnected(stream)
         source = core.hosted.get(stream.source)

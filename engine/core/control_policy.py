@@ -51,6 +51,10 @@ class ControlPolicy:
     def other_ends(self, message: DisconnectStream) -> set[str]:
         """The nodes at the other end of the stream replica, as this node knows them (rule 2)."""
         core, stream = self.core, message.stream
+        if core.stamper.peer_stream(stream):          # entry → entry: the peer replica's node
+            return {node for mine, other in ((stream.source, stream.target), (stream.target, stream.source))
+                    if (hosted := core.hosted.get(mine)) is not None and hosted.stamp is not None
+                    and (node := hosted.stamp.peers.get(other.index))}
         ends = set()
         inbound = core.inbound.get(stream)
         if inbound is not None:

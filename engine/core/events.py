@@ -28,6 +28,10 @@ class NodeOptions:
     retention_items: int = 1_000_000
     #: Replication (the paper) or a baseline it is compared with (:mod:`engine.core.modes`).
     mode: Mode = Mode.REPLICATION
+    #: The nodes that decide, by majority, which entry replica stamps an entry-stamped stream
+    #: (engine.core.views): the cluster's nodes.  Empty: each entry point's replica nodes and the
+    #: nodes of the replicas it feeds, as configured when it first needs a view.
+    voters: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from operators.plan import ReplicaId, StreamReplica
 
 if TYPE_CHECKING:
     from engine.core.lifecycle import Joining
+    from engine.core.stamper import StampState
     from engine.entry import EntryPoint
     from operators.replica import OperatorReplica
 
@@ -64,7 +65,7 @@ class Hosted:
         self.retained = True                           # some route waits for the log
         self.records_in = 0
         self.records_out = 0
-        self.stamping = False                          # entry-stamped mode: this replica stamps
+        self.stamp: "StampState | None" = None         # entry-stamped mode: its part in the view (stamper)
         self.joining: "Joining | None" = None          # progress of a join (lifecycle)
         self.fresh = False                             # deployed by its node's first start (lifecycle rule 5)
         self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier

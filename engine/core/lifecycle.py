@@ -34,8 +34,8 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    §IV-A, as the sources here do).  With no live peer, an entry point of its node's first start
    claims the whole stream (frontier −∞: the cluster is starting); any other — a restart, one added
    mid-stream — knows its stream only from the first punctuation it emits (its frontier then).  In entry-stamped mode an entry point
-   follows the stamper's stream (:mod:`engine.core.stamping`) and starts at once.  Applications are
-   not replicated: they rebuild.
+   waits to be a member of its stream's view (:mod:`engine.core.stamper`), which says where its
+   stream starts.  Applications are not replicated: they rebuild.
 """
 
 from __future__ import annotations
@@ -84,14 +84,13 @@ class Lifecycle:
     # -- starting ---------------------------------------------------------------------------------
     def start(self, hosted: Hosted, now: int) -> None:
         """A replica was just deployed (or rejoins): join (rule 1) or, without peers, rebuild (rule 3)."""
+        if hosted.stamp is not None:                  # entry-stamped: its view says when (engine.core.stamper)
+            self.core.stamper.start(hosted, now)
+            return
         donors = [(ReplicaId(hosted.replica.name, i), node) for i, node in enumerate(hosted.peers)
                   if i != hosted.replica.index and node]
         if not donors:
             self.rebuild(hosted, now, "it has no peer replicas")
-            return
-        if hosted.entry is not None and hosted.entry.mode == "entry":
-            # Entry-stamped replicas follow the stamper's stream instead (engine.core.stamping).
-            self.rebuild(hosted, now, "entry-stamped: it follows the stamper")
             return
         hosted.joining = Joining(now + self.core.options.join_timeout_us, donors)
         self.joining.add(hosted.replica)

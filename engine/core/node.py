@@ -18,7 +18,8 @@ Rules of this module (h11 style):
 5. The work is split by job: :mod:`~engine.core.sender` (output logs, routes, acks, retention),
    :mod:`~engine.core.receiver` (inbound positions, batches), :mod:`~engine.core.lifecycle`
    (joining, rebuilding, snapshots), :mod:`~engine.core.control` (deploy, remove, connect,
-   disconnect), :mod:`~engine.core.stamping` (sources, entry-stamped mode), :mod:`~engine.core.stats`.
+   disconnect), :mod:`~engine.core.stamping` (sources), :mod:`~engine.core.stamper`,
+   :mod:`~engine.core.view_changes` and :mod:`~engine.core.views` (entry-stamped mode: who stamps), :mod:`~engine.core.stats`.
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ from engine.core.links import Links
 from engine.core.modes import TRAITS
 from engine.core.receiver import Receiver
 from engine.core.sender import Sender
+from engine.core.stamper import Stamper
 from engine.core.stamping import Stamping
 from engine.core.states import InboundState, ReplicaState
 from engine.core.stats import COUNTERS, Latency, statistics
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hold,
-                             Mark, Message, NoSnapshot, RemoveReplica, Resume, Snapshot, SnapshotRequest, Standby,
-                             Statistics, StatisticsRequest, StreamHead)
+from engine.core.views import Voter
+from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
+                             Hold, JoinStamping, Mark, Message, NoSnapshot, RemoveReplica, Resume, Snapshot,
+                             SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
+                             ViewBallot, ViewDecided, ViewReply)
 from operators.plan import ReplicaId, StreamReplica
 from operators.query import Query
 from operators.record import Record
@@ -83,6 +87,7 @@ class NodeCore:
         #: The failover model's choices (engine.core.modes): None in modes where every upstream feeds.
         self.failover = Failover(self, now=now) if TRAITS[options.mode].follows_one else None
         self.links = Links(self, now)
+        self.stamper, self.voter = Stamper(self), Voter(self)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
@@ -91,6 +96,9 @@ class NodeCore:
             Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,
             Heartbeat: self._on_heartbeat, StatisticsRequest: self._on_statistics_request,
             Statistics: lambda src, m, now: None,
+            ViewBallot: self.voter.on_ballot, ViewReply: self.stamper.views.on_reply,
+            ViewDecided: self._on_view_decided, JoinStamping: self.stamper.views.on_join,
+            Stamped: self.stamper.on_stamped, StampAck: self.stamper.on_ack, Committed: self.stamper.on_committed,
         }
         guarded = self.control.guarded              # control rule 5: only from this node or the coordinator
         self._handlers.update({DeployReplica: guarded(self.control.deploy), RemoveReplica: guarded(self.control.remove),
@@ -136,7 +144,7 @@ class NodeCore:
         self.control.on_peer_up(node)
         self.receiver.on_peer_up(node)
         self.lifecycle.on_peer_change(node, now)
-        self.stamping.elect(now)
+        self.stamper.on_peer_change(node, now)
         self._drain_local(now)
 
     def on_peer_down(self, node: str, *, now: int) -> None:
@@ -147,7 +155,7 @@ class NodeCore:
         self.sender.on_peer_down(node)
         self.lifecycle.on_peer_change(node, now)
         self.lifecycle.after_peer_down(node, now)
-        self.stamping.elect(now)
+        self.stamper.on_peer_change(node, now)
         self._drain_local(now)
 
     def handle_timer(self, *, now: int) -> None:
@@ -157,8 +165,9 @@ class NodeCore:
             self.failover.check(now)
         if now >= self._punctuate_at:
             self._punctuate_at = now + self.options.punctuation_us
-            self.stamping.punctuate(now)
+            self.stamper.punctuate(now)
         self.lifecycle.on_timer(now)
+        self.stamper.on_timer(now)
         self._drain_local(now)
 
     # -- outputs --------------------------------------------------------------------------------
@@ -176,10 +185,10 @@ class NodeCore:
     def next_timer(self) -> int:
         """When :meth:`handle_timer` must next be called (µs)."""
         when = self.links.next_timer()
-        if self.stamping.any and self._punctuate_at < when:
+        if self.stamper.any and self._punctuate_at < when:
             when = self._punctuate_at
-        deadline = self.lifecycle.next_deadline()
-        return when if deadline is None else min(when, deadline)
+        deadlines = [d for d in (self.lifecycle.next_deadline(), self.stamper.next_deadline()) if d is not None]
+        return min([when, *deadlines])
 
     def statistics(self) -> dict[str, Any]:
         """Counters per replica and application (plain data, for reports and metrics)."""
@@ -238,6 +247,10 @@ class NodeCore:
             self.outbox.append((src, Heartbeat(now, message.sent_us)))
         else:
             self.rtt_us[src] = now - message.echo_us
+
+    def _on_view_decided(self, src: str, message: ViewDecided, now: int) -> None:
+        self.voter.on_decided(message)
+        self.stamper.views.on_decided(src, message, now)
 
     def _on_statistics_request(self, src: str, message: StatisticsRequest, now: int) -> None:
         self.outbox.append((src, Statistics(self.name, self.statistics())))

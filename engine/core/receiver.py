@@ -236,9 +236,6 @@ class Receiver:
             records, key = records[skip:], None
         core = self.core
         hosted.records_in += len(records)
-        if hosted.kind == "entry":                     # entry-stamped: the stamper's output
-            core.stamping.on_stamped(hosted, stream, records, punctuation, now, path)
-            return
         out, forwarded = hosted.logic.on_batch(stream.port, inbound.index, records, punctuation, key)
         core.sender.emit(hosted, out, forwarded, now, path)
         if punctuation is not None and core.failover is not None:

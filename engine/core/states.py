@@ -59,6 +59,17 @@ class InboundState(Enum):
     STANDBY = "standby"
 
 
+class StamperRole(Enum):
+    """An entry-stamped replica's part in its stream's view (:mod:`engine.core.stamper`)."""
+
+    #: Not a member of the view: stamps nothing, emits nothing (its stream waits), asks to join.
+    OUTSIDE = "outside"
+    #: A member: holds what the stamper stamped, emits it once every member holds it.
+    MEMBER = "member"
+    #: The view's stamper.
+    STAMPING = "stamping"
+
+
 _REPLICA = {
     ReplicaState.JOINING: {ReplicaState.LIVE, ReplicaState.REBUILDING, ReplicaState.REMOVED},
     ReplicaState.REBUILDING: {ReplicaState.LIVE, ReplicaState.JOINING, ReplicaState.REMOVED},
@@ -77,7 +88,12 @@ _INBOUND = {
     InboundState.FOLLOWING: {InboundState.HOLDING, InboundState.UNPOSITIONED, InboundState.STANDBY},
     InboundState.STANDBY: {InboundState.UNPOSITIONED, InboundState.HOLDING, InboundState.FOLLOWING},
 }
-_TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND}
+_STAMPER = {
+    StamperRole.OUTSIDE: {StamperRole.MEMBER, StamperRole.STAMPING},
+    StamperRole.MEMBER: {StamperRole.STAMPING, StamperRole.OUTSIDE},
+    StamperRole.STAMPING: {StamperRole.MEMBER, StamperRole.OUTSIDE},
+}
+_TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND, StamperRole: _STAMPER}
 
 
 def advance(current: Enum, new: Enum) -> Enum:

@@ -16,7 +16,8 @@ _ts = itemgetter(0)
 #: Counters every node core keeps (all start at 0; ``docs/node.md`` says what each counts).
 COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_errors", "gaps", "stale_batches",
             "stale_requests", "known_batches", "refused_control", "streams_cut", "snapshots_given",
-            "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams", "failovers")
+            "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams", "failovers",
+            "stale_stamps", "refused_ballots")
 
 
 #: Bounds (µs) of the latency histogram's buckets: wide-area paths are tens to hundreds of ms (§VI).
@@ -79,7 +80,7 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
             "inputs": [[inputs.get(i, "") for i in range(f.k)] for f in filters],
             "retained": len(h.log), "late": h.entry.late if h.entry else 0,
             "accepted": h.entry.accepted if h.entry else 0, "malformed": h.entry.malformed if h.entry else 0,
-            "stamping": h.stamping}
+            "stamping": h.stamp is not None and h.stamp.role.value == "stamping"}
     latency = {app: {"count": l.count, "mean_us": l.total // l.count if l.count else None, "max_us": l.max,
                      "total_us": l.total, "buckets": list(l.buckets)}
                for app, l in core.latency.items()}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict, deque
+from dataclasses import replace
 
 from engine.core.configure import add_replica, remove_replica
 from engine.node import Delivered, NodeCore, NodeOptions, configure
@@ -27,9 +28,11 @@ class MemoryNetwork:
                  options: NodeOptions = NodeOptions(), now: int = 0, spare: tuple[str, ...] = ()):
         self.now = now
         self.rng = random.Random(seed)
-        self.query, self.options = query, options
         self.placement = {name: list(nodes) for name, nodes in placement.items()}
         self.names = sorted({n for nodes in placement.values() for n in nodes} | set(spare))   # spare: idle nodes
+        if not options.voters:                 # every node votes, as in a cluster file (NodeOptions.voters)
+            options = replace(options, voters=tuple(self.names))
+        self.query, self.options = query, options
         self.cores = {n: NodeCore(n, query, options, now=now) for n in self.names}
         self.links: dict[tuple[str, str], deque] = defaultdict(deque)
         self.dead: set[str] = set()
@@ -96,11 +99,14 @@ class MemoryNetwork:
         busy = [link for link, queue in self.links.items() if queue]
         if not busy:
             return False
-        src, dst = self.rng.choice(busy)
+        self.deliver_one(*self.rng.choice(busy))
+        return True
+
+    def deliver_one(self, src: str, dst: str) -> None:
+        """Deliver the next message on the link ``src`` → ``dst`` (for tests that order them by hand)."""
         message = decode(self.links[(src, dst)].popleft()[4:])
         self.cores[dst].receive(src, message, now=self.now)
         self.flush()
-        return True
 
     def run(self, max_steps: int | None = None) -> int:
         steps = 0

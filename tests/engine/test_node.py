@@ -219,7 +219,8 @@ def test_entry_stamped_takeover_keeps_every_record_once():
     query = load_query(ROOT / "examples/fig1.toml")
     modes = {s: "entry" for s in query.streams}
     place = placement(2, ["n1", "n2", "n3"])
-    net = MemoryNetwork(query, place, seed=9, options=NodeOptions(punctuation_us=1000, entry_modes=modes), now=10_000)
+    net = MemoryNetwork(query, place, seed=9, options=NodeOptions(punctuation_us=1000, heartbeat_us=1000, peer_timeout_us=5000,
+                                                                  entry_modes=modes), now=10_000)
     sent = Counter()
     for i in range(60):
         for stream in ("cpu_a", "cpu_b", "cpu_c"):

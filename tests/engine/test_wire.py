@@ -6,9 +6,10 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from engine.messages import (Ack, Batch, ConnectStream, DeployReplica, DisconnectStream, Heartbeat, Hello, Hold, Mark,
-                             NoSnapshot, Proof, RemoveReplica, Resume, Snapshot, SnapshotRequest, Statistics,
-                             Standby, StatisticsRequest, StreamHead)
+from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
+                             Hello, Hold, JoinStamping, Mark, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot,
+                             SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
+                             ViewBallot, ViewDecided, ViewReply)
 from engine import wire
 from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
 from operators.plan import ReplicaId, StreamReplica
@@ -28,6 +29,11 @@ EXAMPLES = [
     Snapshot(ReplicaId("join", 1), ReplicaId("join", 0), {"kind": "operator", "positions": ((b"x", 1),)}),
     NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), "it is joining"),
     Standby(S, 12), Standby(S, -(2**63)),
+    ViewBallot("cpu", 1, 65537), ViewBallot("cpu", 1, 65537, View(65537, 1, ((0, 5), (1, 9)))),
+    ViewReply("cpu", 1, 65537, 2, True, 65537, View(65537, 1, ((1, 9),))), ViewReply("cpu", 0, 3, 1, False, 7, None),
+    ViewDecided("cpu", -1, View(65537, 1, ((1, 9),)), 4, -(2**63), -1, 2), Stamped("cpu", 0, 65537, 4, ((1, "s", 0.5),), 3),
+    Stamped("cpu", 0, 65537, 5, (), None), StampAck("cpu", 1, 0, 65537, 6), Committed("cpu", 0, 65537, 6),
+    JoinStamping("cpu", 2, 10_000),
 ]
 
 

@@ -1,0 +1,292 @@
+"""Entry-stamped mode: one stamper per stream, fenced by views, and nothing emitted before every member holds it.
+
+A source event must get one timestamp, whatever fails (issue 11: with the link between two entry
+replicas cut, both stamped; a take-over re-stamped what the old stamper had sent downstream but not
+to its peer).  Rules (docs/node.md, "Entry-stamped mode"):
+
+1. Roles (:class:`~engine.core.states.StamperRole`): a replica is OUTSIDE the stream's view (it
+   stamps and emits nothing; its stream waits), a MEMBER, or the view's STAMPING replica.  Views
+   are decided by a majority of voters (:mod:`engine.core.views`), so two replicas that cannot
+   reach each other never both stamp: at most one of them can win a majority.
+2. The stamper stamps source records and punctuates every ``punctuation_us``.  Each stamped segment
+   gets the next sequence number, is held, and goes to every other member (``Stamped``).  Once
+   every member has acknowledged it (``StampAck``) it is emitted, by the stamper at once and by the
+   members when told (``Committed``).  So a segment anyone emitted is held by every member, and
+   whoever stamps next has it: nothing is stamped twice.  The price: one round trip between the
+   entry replicas before a record leaves (none with one member).
+3. Members remember the raw records they received but have not seen stamped (``EntryPoint.pending``);
+   a stamped copy settles one.  A new stamper stamps what is still pending (rule 5).
+4. Who stamps changes only through a new view, decided by a majority of voters: see
+   :mod:`engine.core.view_changes` (rules 4 and 5 there).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.core.events import ProtocolError, ReplicaChanged
+from engine.core.hosted import Hosted
+from engine.core.states import ReplicaState, StamperRole, advance
+from engine.core.view_changes import ViewChanges
+from engine.core.views import Candidacy
+from engine.messages import Committed, JoinStamping, StampAck, Stamped, View
+from engine.wire import WireError
+from operators.base import NO_PUNCTUATION
+from operators.plan import ReplicaId
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+#: A stamper that cannot commit stops stamping new records (they stay pending) past this many segments.
+MAX_HELD = 100_000
+
+
+@dataclass
+class StampState:
+    """One entry-stamped replica's view of its stream (``Hosted.stamp``)."""
+
+    peers: dict[int, str]                       # replica index -> node
+    epochs: dict[int, int]                      # replica index -> the newest incarnation heard of
+    role: StamperRole = StamperRole.OUTSIDE
+    view: View | None = None                    # the latest decided view known
+    held: dict[int, tuple[list, int | None]] = field(default_factory=dict)   # seq -> segment, not emitted
+    next: int = 0                               # the next sequence number
+    emitted: int = 0                            # segments below are emitted
+    acked: dict[int, int] = field(default_factory=dict)      # stamper: member index -> its StampAck
+    confirmed: set = field(default_factory=set)  # stamper: members that acknowledged this view
+    resync: set = field(default_factory=set)     # stamper: members whose link broke before they did
+    sync: tuple[int, int] = (0, NO_PUNCTUATION)  # first segment after the last emitted punctuation, that punctuation
+    #: (seq, records, punctuation, when) emitted lately: since the last punctuation, and for
+    #: ``peer_timeout_us`` — what a new member settles its pending records with (rule 5).
+    history: deque = field(default_factory=deque)
+    joiners: dict[int, int] = field(default_factory=dict)    # stamper: index -> epoch of replicas asking in
+    candidacy: Candidacy | None = None
+    act_at: int | None = None                   # when to seek a new view (rule 4's back-off)
+    started: int = 0                            # when this incarnation started
+    seen_term: int = 0
+    electorate: tuple[str, ...] = ()
+
+
+class Stamper:
+    """Entry-stamped replicas of ``core``: rules 1-3 here, view changes in :mod:`engine.core.view_changes`."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+        self.views = ViewChanges(core, self)
+
+    @property
+    def any(self) -> bool:
+        """Whether some hosted replica stamps (then the core punctuates on its timer)."""
+        return any(h.stamp is not None and h.stamp.role is StamperRole.STAMPING for h in self.core.hosted.values())
+
+    def states(self, stream: str | None = None):
+        for hosted in list(self.core.hosted.values()):
+            if hosted.stamp is not None and (stream is None or hosted.replica.name == stream):
+                yield hosted, hosted.stamp
+
+    def hosted(self, stream: str, index: int) -> Hosted | None:
+        hosted = self.core.hosted.get(ReplicaId(stream, index))
+        return hosted if hosted is not None and hosted.stamp is not None else None
+
+    # -- start (a deployed or re-incarnated replica) ------------------------------------------
+    def start(self, hosted: Hosted, now: int) -> None:
+        """Outside the view, its stream waiting (log frontier unknown), asking its peers to join."""
+        state = hosted.stamp
+        state.role, state.held, state.next, state.emitted = StamperRole.OUTSIDE, {}, 0, 0
+        state.acked, state.history, state.joiners, state.candidacy = {}, deque(), {}, None
+        state.epochs[hosted.replica.index] = hosted.epoch
+        state.started = now
+        hosted.entry.forget()
+        state.act_at = now + self.views.rank(hosted) * self.core.options.heartbeat_us
+        self.ask_to_join(hosted)
+
+    def ask_to_join(self, hosted: Hosted, nodes=None) -> None:
+        message = JoinStamping(hosted.replica.name, hosted.replica.index, hosted.epoch)
+        for index, node in hosted.stamp.peers.items():
+            if index != hosted.replica.index and (nodes is None or node in nodes):
+                self.core.send(node, message)
+
+    # -- the source and the stamper (rule 2) --------------------------------------------------
+    def on_items(self, hosted: Hosted, items: list[Any], now: int) -> list:
+        """A source payload's items: stamped by the stamper, remembered by the others; the rejects."""
+        state = hosted.stamp
+        stamping = state.role is StamperRole.STAMPING and len(state.held) < MAX_HELD
+        segments, rejects = hosted.entry.on_items(items, now=now, stamping=stamping)
+        for records, punctuation in segments:
+            self.stamp(hosted, records, punctuation, now)
+        if segments:
+            self.commit(hosted, now)
+        return rejects
+
+    def punctuate(self, now: int) -> None:
+        for hosted, state in self.states():
+            if state.role is StamperRole.STAMPING and len(state.held) < MAX_HELD:
+                for records, punctuation in hosted.entry.punctuate(now):
+                    self.stamp(hosted, records, punctuation, now)
+                self.commit(hosted, now)
+
+    def stamp(self, hosted: Hosted, records: list, punctuation: int | None, now: int) -> None:
+        state = hosted.stamp
+        seq, state.next = state.next, state.next + 1
+        state.held[seq] = (records, punctuation)
+        self.send_segment(hosted, seq, [m for m in state.view.members if m[0] != hosted.replica.index])
+
+    def send_segment(self, hosted: Hosted, seq: int, members) -> None:
+        state, name = hosted.stamp, hosted.replica.name
+        if seq in state.held:
+            records, punctuation = state.held[seq]
+        else:                                          # emitted: in the history (contiguous)
+            _, records, punctuation, _ = state.history[seq - state.history[0][0]]
+        for index, _ in members:
+            self.core.send(state.peers[index], Stamped(name, index, state.view.term, seq, records, punctuation))
+
+    def commit(self, hosted: Hosted, now: int) -> None:
+        """The stamper emits what every member holds and tells them (rule 2)."""
+        state = hosted.stamp
+        if state.role is not StamperRole.STAMPING:
+            return
+        others = [index for index, _ in state.view.members if index != hosted.replica.index]
+        upto = min([state.acked.get(index, state.emitted) for index in others] + [state.next])
+        if upto > state.emitted:
+            self.emit(hosted, upto, now)
+            for index in others:
+                self.core.send(state.peers[index], Committed(hosted.replica.name, index, state.view.term, upto))
+
+    def emit(self, hosted: Hosted, upto: int, now: int) -> None:
+        state = hosted.stamp
+        history, keep = state.history, now - self.core.options.peer_timeout_us
+        while state.emitted < upto and state.emitted in state.held:
+            seq = state.emitted
+            records, punctuation = state.held.pop(seq)
+            self.core.sender.emit(hosted, records, punctuation, now)
+            history.append((seq, records, punctuation, now))
+            if punctuation is not None:
+                state.sync = (seq + 1, punctuation)
+            state.emitted += 1
+        while history and history[0][3] < keep and history[0][0] < state.sync[0]:
+            history.popleft()
+
+    # -- members (rules 2, 3) -----------------------------------------------------------------
+    def on_stamped(self, src: str, message: Stamped, now: int) -> None:
+        hosted = self.hosted(message.stream, message.target)
+        state = hosted.stamp if hosted is not None else None
+        if state is None or state.role is not StamperRole.MEMBER or message.term != state.view.term \
+                or src != state.peers.get(state.view.stamper):
+            self.core.counters["stale_stamps"] += 1
+            return
+        if message.seq == state.next:
+            try:
+                records = [tuple(r) for r in message.records]
+                width = len(self.core.query.schemas[message.stream]) + 1
+                if any(len(r) != width for r in records):
+                    raise WireError("wrong width")
+            except WireError:
+                self.core.counters["malformed_batches"] += 1
+                self.core.event(ProtocolError(src, f"malformed stamped segment {message.seq} of {message.stream}"))
+                return
+            if message.seq >= state.emitted:
+                state.held[message.seq] = (records, message.punctuation)
+            state.next += 1                            # (below emitted: a new member only settles, rule 5)
+            hosted.entry.settle(records)
+            if message.punctuation is not None:
+                hosted.entry.punctuation = max(hosted.entry.punctuation, message.punctuation)
+        if message.seq <= state.next:
+            self.core.send(src, StampAck(message.stream, state.view.stamper, hosted.replica.index, state.view.term,
+                                         state.next))
+
+    def on_ack(self, src: str, message: StampAck, now: int) -> None:
+        hosted = self.hosted(message.stream, message.target)
+        state = hosted.stamp if hosted is not None else None
+        if state is None or state.role is not StamperRole.STAMPING or message.term != state.view.term \
+                or src != state.peers.get(message.member) \
+                or not any(index == message.member for index, _ in state.view.members):
+            self.core.counters["stale_stamps"] += 1
+            return
+        state.acked[message.member] = max(state.acked.get(message.member, 0), min(message.seq, state.next))
+        state.confirmed.add(message.member)
+        self.commit(hosted, now)
+
+    def on_committed(self, src: str, message: Committed, now: int) -> None:
+        hosted = self.hosted(message.stream, message.target)
+        state = hosted.stamp if hosted is not None else None
+        if state is None or state.role is not StamperRole.MEMBER or message.term != state.view.term \
+                or src != state.peers.get(state.view.stamper):
+            self.core.counters["stale_stamps"] += 1
+            return
+        self.emit(hosted, min(message.seq, state.next), now)
+
+    # -- links, peers and time ----------------------------------------------------------------
+    def on_peer_change(self, node: str, now: int) -> None:
+        core = self.core
+        up = node in core.connected
+        for hosted, state in self.states():
+            if up and state.candidacy is not None and node in state.candidacy.voters:
+                core.send(node, state.candidacy.ballot(hosted.replica.name, hosted.replica.index))
+            if up and state.role is StamperRole.OUTSIDE:
+                self.ask_to_join(hosted, {node})
+            if up and state.role is StamperRole.STAMPING:
+                self._resend(hosted, node)
+                if node in state.electorate:
+                    core.send(node, self.views.decided(hosted, -1, None))     # a restarted voter learns the view
+                for index, peer in state.peers.items():                  # a replica left out learns it
+                    if peer == node and not any(i == index for i, _ in state.view.members):
+                        core.send(node, self.views.decided(hosted, index, None))
+            self.views.review(hosted, now)
+
+    def _resend(self, hosted: Hosted, node: str) -> None:
+        """A member's link is back: what it may have lost in flight again (its acks say from where);
+        a member that had not acknowledged the view yet gets it through a new view (rule 4)."""
+        state = hosted.stamp
+        for member in state.view.members:
+            if member[0] == hosted.replica.index or state.peers.get(member[0]) != node:
+                continue
+            if member[0] not in state.confirmed:
+                state.resync.add(member[0])
+                continue
+            for seq in range(state.acked.get(member[0], state.emitted), state.next):
+                self.send_segment(hosted, seq, [member])
+            self.core.send(node, Committed(hosted.replica.name, member[0], state.view.term, state.emitted))
+
+    def peer_stream(self, stream) -> bool:
+        """Whether ``stream`` runs between two replicas of an entry-stamped entry point (configure's
+        way of telling each replica where its peers are; it carries no data)."""
+        name = stream.source.name
+        return name == stream.target.name and name in self.core.query.streams \
+            and self.core.options.entry_modes.get(name) == "entry"
+
+    def connect_peer(self, hosted: Hosted, index: int, node: str, now: int) -> None:
+        """A peer replica is at ``node`` (a stream replica entry → entry, configure's).  Control
+        messages only note it: the timer seeks a view, once the whole configuration is applied."""
+        hosted.stamp.peers[index] = node
+        self.views.review(hosted, now, seek=False)
+
+    def disconnect_peer(self, hosted: Hosted, index: int, now: int) -> None:
+        """Peer replica ``index`` was removed."""
+        hosted.stamp.peers.pop(index, None)
+        hosted.stamp.joiners.pop(index, None)
+        self.views.review(hosted, now, seek=False)
+
+    def on_timer(self, now: int) -> None:
+        for hosted, state in self.states():
+            if state.candidacy is not None and now >= state.candidacy.deadline:
+                state.candidacy = None                 # unanswered: seek again after a back-off
+                state.act_at = now + (1 + self.views.rank(hosted)) * self.core.options.heartbeat_us
+            self.views.review(hosted, now)
+
+    def next_deadline(self) -> int | None:
+        times = [t for _, s in self.states()
+                 for t in (s.candidacy.deadline if s.candidacy else None, s.act_at) if t is not None]
+        return min(times, default=None)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def set_role(self, hosted: Hosted, role: StamperRole) -> None:
+        hosted.stamp.role = advance(hosted.stamp.role, role)
+
+    def live(self, hosted: Hosted, reason: str) -> None:
+        old = hosted.state
+        if old is not ReplicaState.LIVE:
+            hosted.state = advance(old, ReplicaState.LIVE)
+            self.core.event(ReplicaChanged(hosted.replica, old.value, ReplicaState.LIVE.value, reason))
+        self.core.sender.serve_parked(hosted)

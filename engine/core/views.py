@@ -1,0 +1,125 @@
+"""Who stamps an entry-stamped stream: views decided by a majority of voters (Paxos, one decision per change).
+
+Two entry replicas that cannot reach each other must not both stamp (issue 11: the same event
+would get two timestamps).  So the stamper is named by a :class:`~engine.messages.View` that a
+majority of the *voters* (the cluster's nodes, ``NodeOptions.voters``) accepted.  Rules:
+
+1. **Voter** (every node, :class:`Voter`): per stream it keeps the largest term it promised and the
+   view it last accepted.  Phase 1 (``ViewBallot`` without a view): promise a term above every term
+   promised before, answering with the view last accepted.  Phase 2 (with a view): accept it unless
+   a larger term was promised.  A restarted node has forgotten its promises, so it promises only
+   terms above its incarnation (its start time, µs): terms are clock readings too, and a term it
+   may have promised in its previous life is below that.  A :class:`~engine.messages.ViewDecided`
+   from a stamper is accepted as if voted, so a restarted voter learns the current view again.
+2. **Candidate** (:class:`Candidacy`): a replica that wants a new view picks a term above every term
+   it has seen (and above its clock), asks every voter to promise it, takes the latest view
+   accepted among a majority of promises — every view ever decided is at or below it, since two
+   majorities share a voter — and derives its proposal from that view (:mod:`engine.core.stamper`
+   says how), then asks the voters to accept it.  A majority of acceptances decides the view.  A
+   refusal (a larger promise elsewhere) ends the candidacy; the stamper module retries later.
+3. The voters' answers go to the candidate's node, addressed by stream and replica index; a
+   candidate counts each voter once per phase and ignores answers for other terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from engine.messages import View, ViewBallot, ViewDecided, ViewReply
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+
+
+@dataclass
+class Ballots:
+    """One voter's memory for one stream (rule 1)."""
+
+    promised: int = 0
+    accepted: View | None = None
+
+
+class Voter:
+    """The voter of ``core``'s node for every entry-stamped stream (rule 1)."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+        self.streams: dict[str, Ballots] = {}
+
+    def on_ballot(self, src: str, message: ViewBallot, now: int) -> None:
+        core = self.core
+        if message.stream not in core.query.streams:
+            core.counters["refused_ballots"] += 1
+            return
+        ballots = self.streams.setdefault(message.stream, Ballots())
+        floor = max(ballots.promised, core.incarnation)
+        if message.view is None:                         # phase 1: promise
+            ok = message.term > floor
+            if ok:
+                ballots.promised = message.term
+        else:                                            # phase 2: accept
+            ok = message.view.term == message.term and message.term >= floor and message.term > core.incarnation
+            if ok:
+                ballots.promised, ballots.accepted = message.term, message.view
+        if not ok:
+            core.counters["refused_ballots"] += 1
+        core.send(src, ViewReply(message.stream, message.candidate, message.term, 1 if message.view is None else 2,
+                                 ok, max(floor, ballots.promised), ballots.accepted))
+
+    def on_decided(self, message: ViewDecided) -> None:
+        if message.stream not in self.core.query.streams:
+            return
+        ballots = self.streams.setdefault(message.stream, Ballots())
+        if ballots.accepted is None or message.view.term > ballots.accepted.term:
+            ballots.accepted = message.view
+            ballots.promised = max(ballots.promised, message.view.term)
+
+
+class Phase(Enum):
+    PROMISING = "promising"        # phase 1: waiting for a majority of promises
+    ACCEPTING = "accepting"        # phase 2: waiting for a majority of acceptances
+
+
+@dataclass
+class Candidacy:
+    """One attempt to get a view decided (rule 2)."""
+
+    term: int
+    voters: tuple[str, ...]
+    deadline: int
+    phase: Phase = Phase.PROMISING
+    heard: set = field(default_factory=set)          # voters that answered yes in this phase
+    latest: View | None = None                       # the latest view accepted among the promises
+    proposal: View | None = None
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def ballot(self, stream: str, candidate: int) -> ViewBallot:
+        """What to send every voter now (again, to one that just came up)."""
+        return ViewBallot(stream, candidate, self.term, self.proposal if self.phase is Phase.ACCEPTING else None)
+
+    def on_reply(self, src: str, reply: ViewReply) -> str:
+        """Take one voter's answer: ``"refused"``, ``"promised"`` (a majority of promises: propose
+        from :attr:`latest`), ``"decided"`` (a majority accepted :attr:`proposal`) or ``"waiting"``."""
+        if reply.term != self.term or src not in self.voters:
+            return "waiting"
+        phase = 1 if self.phase is Phase.PROMISING else 2
+        if reply.phase != phase:
+            return "waiting"
+        if not reply.ok:
+            return "refused"
+        if phase == 1 and reply.accepted is not None and (self.latest is None
+                                                          or reply.accepted.term > self.latest.term):
+            self.latest = reply.accepted
+        self.heard.add(src)
+        if len(self.heard) < self.majority:
+            return "waiting"
+        return "promised" if phase == 1 else "decided"
+
+    def propose(self, view: View) -> None:
+        """Phase 2 with ``view`` (its term is this candidacy's)."""
+        self.phase, self.proposal, self.heard = Phase.ACCEPTING, view, set()
