@@ -167,6 +167,7 @@ class View:
     term: int
     stamper: int
     members: tuple[tuple[int, int], ...]
+    origin: bool = False                  # the stream's first view (proposed when none was accepted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +206,7 @@ class ViewDecided:
     target: int
     view: View
     start: int
-    frontier: int
+    frontier: int | None                 # None: the stream is known from its first punctuation
     base: int = -1
     since: int = 0
 

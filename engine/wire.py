@@ -129,20 +129,20 @@ def _index(value: Any, what: str = "replica index", allow_none: bool = False) ->
 
 
 def _view_fields(view: View | None) -> list | None:
-    return None if view is None else [view.term, view.stamper, [list(m) for m in view.members]]
+    return None if view is None else [view.term, view.stamper, [list(m) for m in view.members], view.origin]
 
 
 def _view(f: Any) -> View | None:
     if f is None:
         return None
-    if type(f) is not tuple or len(f) != 3 or type(f[2]) is not tuple or len(f[2]) > _SMALL:
+    if type(f) is not tuple or len(f) != 4 or type(f[2]) is not tuple or len(f[2]) > _SMALL:
         raise WireError(f"bad view {repr(f)[:80]}")
     members = []
     for m in f[2]:
         if type(m) is not tuple or len(m) != 2:
             raise WireError(f"bad view member {repr(m)[:40]}")
         members.append((_index(m[0]), _int(m[1], "member epoch")))
-    return View(_int(f[0], "view term"), _index(f[1], "stamper index"), tuple(members))
+    return View(_int(f[0], "view term"), _index(f[1], "stamper index"), tuple(members), _flag(f[3]))
 
 
 def _required_view(f: Any) -> View:
@@ -205,7 +205,7 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
                          _flag(f[4]), _int(f[5], "promised"), _view(f[6])), 7),
     (42, ViewDecided, lambda m: [m.stream, m.target, _view_fields(m.view), m.start, m.frontier, m.base, m.since],
      lambda f: ViewDecided(_str(f[0], "stream"), _index(f[1], "target", True), _required_view(f[2]),
-                           _int(f[3], "start"), _int(f[4], "frontier"), _int(f[5], "base"), _int(f[6], "since")), 7),
+                           _int(f[3], "start"), _int(f[4], "frontier", True), _int(f[5], "base"), _int(f[6], "since")), 7),
     (43, Stamped, lambda m: [m.stream, m.target, m.term, m.seq, _records_bytes(m.records), m.punctuation],
      _stamped, 6),
     (44, StampAck, lambda m: [m.stream, m.target, m.member, m.term, m.seq],

@@ -57,7 +57,9 @@ class StampState:
     acked: dict[int, int] = field(default_factory=dict)      # stamper: member index -> its StampAck
     confirmed: set = field(default_factory=set)  # stamper: members that acknowledged this view
     resync: set = field(default_factory=set)     # stamper: members whose link broke before they did
-    sync: tuple[int, int] = (0, NO_PUNCTUATION)  # first segment after the last emitted punctuation, that punctuation
+    #: The first segment after the last emitted punctuation, and that punctuation (None: none yet,
+    #: and the stream's frontier is not known before one).
+    sync: tuple[int, int | None] = (0, NO_PUNCTUATION)
     #: (seq, records, punctuation, when) emitted lately: since the last punctuation, and for
     #: ``peer_timeout_us`` — what a new member settles its pending records with (rule 5).
     history: deque = field(default_factory=deque)

@@ -78,15 +78,16 @@ class ViewChanges:
             for seq in [s for s in state.held if s >= state.emitted]:
                 hosted.entry.unsettle(state.held.pop(seq)[0])
             state.next = state.emitted
-        elif state.role is not StamperRole.OUTSIDE or hosted.log.frontier is not None:
+        elif state.role is not StamperRole.OUTSIDE or hosted.log.frontier is not None or hosted.log.end:
             self.leave(hosted, now, f"view {view.term} of {message.stream} does not continue its stream")
             self.stamper.ask_to_join(hosted, {src})
             return
         else:                                          # a new member: a new stream from the start
             state.held, state.next, state.emitted, state.history = {}, message.since, message.start, deque()
             state.sync = (message.start, message.frontier)
-            hosted.log.frontier = message.frontier
-            hosted.entry.punctuation = max(hosted.entry.punctuation, message.frontier)
+            hosted.log.frontier = message.frontier     # None: known from its first punctuation
+            if message.frontier is not None:
+                hosted.entry.punctuation = max(hosted.entry.punctuation, message.frontier)
             self.stamper.live(hosted, f"member of view {view.term}")
         self.stamper.set_role(hosted, StamperRole.MEMBER)
         self.core.send(src, StampAck(message.stream, view.stamper, me[0], view.term, state.next))
@@ -212,7 +213,7 @@ class ViewChanges:
         if latest is None:                             # the start: nothing stamped yet, every replica in step
             peers = {(i, state.epochs[i]) for i in state.peers if i != index and i in state.epochs
                      and self.reachable(hosted, i, state.epochs[i])}
-            return View(term, index, tuple(sorted(peers | {me})))
+            return View(term, index, tuple(sorted(peers | {me})), origin=True)
         if me in latest.members:
             stamper = next((m for m in latest.members if m[0] == latest.stamper), None)
             if latest.stamper != index and stamper is not None and self.reachable(hosted, *stamper):
@@ -232,12 +233,15 @@ class ViewChanges:
         state, view, index = hosted.stamp, candidacy.proposal, hosted.replica.index
         previous = state.view if state.role is not StamperRole.OUTSIDE else None
         if state.role is StamperRole.OUTSIDE:
-            if candidacy.latest is not None:
-                hosted.entry.forget()                  # dead members may have stamped what is pending
+            latest, me = candidacy.latest, (index, hosted.epoch)
+            if latest is not None and not (latest.origin and state.view is None and me in latest.members):
+                # Dead members may have stamped what is pending.  (Not so if we are a member of the
+                # stream's first view and never saw one: anything it emitted needed our acknowledgement.)
+                hosted.entry.forget()
             state.held, state.next, state.emitted, state.history = {}, 0, 0, deque()
-            if hosted.log.frontier is None:
-                hosted.log.frontier = NO_PUNCTUATION
-            state.sync = (0, hosted.log.frontier)
+            if hosted.log.frontier is None and candidacy.latest is None and hosted.fresh:
+                hosted.log.frontier = NO_PUNCTUATION   # the cluster's start: the whole stream (lifecycle rule 5)
+            state.sync = (0, hosted.log.frontier)      # else known from its first punctuation (None till then)
             self.stamper.live(hosted, f"stamper of view {view.term}")
         state.candidacy = None
         self.learn(state, view)
