@@ -167,7 +167,9 @@ class View:
     term: int
     stamper: int
     members: tuple[tuple[int, int], ...]
-    origin: bool = False                  # the stream's first view (proposed when none was accepted)
+    #: The term of the view it was derived from (-1: none, the stream's first view).  A member of
+    #: that view that never heard of this one holds everything emitted before it (view_changes rule 4).
+    base: int = -1
 
 
 @dataclass(frozen=True, slots=True)

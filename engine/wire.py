@@ -129,7 +129,7 @@ def _index(value: Any, what: str = "replica index", allow_none: bool = False) ->
 
 
 def _view_fields(view: View | None) -> list | None:
-    return None if view is None else [view.term, view.stamper, [list(m) for m in view.members], view.origin]
+    return None if view is None else [view.term, view.stamper, [list(m) for m in view.members], view.base]
 
 
 def _view(f: Any) -> View | None:
@@ -142,7 +142,7 @@ def _view(f: Any) -> View | None:
         if type(m) is not tuple or len(m) != 2:
             raise WireError(f"bad view member {repr(m)[:40]}")
         members.append((_index(m[0]), _int(m[1], "member epoch")))
-    return View(_int(f[0], "view term"), _index(f[1], "stamper index"), tuple(members), _flag(f[3]))
+    return View(_int(f[0], "view term"), _index(f[1], "stamper index"), tuple(members), _int(f[3], "view base"))
 
 
 def _required_view(f: Any) -> View:

@@ -11,7 +11,13 @@ replica seeks one, what it proposes, and how the members follow a decided one.
    stamper — only if the candidate is one of them, or if there was no view yet (the cluster's
    start), or if every member of it is dead (its node runs a newer incarnation of that replica; the
    new stamper then forgets what it holds pending, which those members may have stamped).
-   Otherwise the candidate gives up.  During a partition only the side with a majority of voters
+   Otherwise the candidate gives up.  A proposal records the view it derives from (``View.base``).
+   A candidate *holds* the latest view if it is a member of it and either knows it or knows the
+   view it derives from (then nothing of the latest was emitted: that needed the candidate's
+   acknowledgement; for the stream's first view, base −1, knowing no view).  A member or stamper
+   that does not hold the latest view never continues from it: unless its stamper is reachable,
+   it leaves (rule 5) and seeks again from outside, forgetting what it has pending — views it
+   missed may have stamped it.  During a partition only the side with a majority of voters
    stamps; the other side's events wait at its replicas (as raw pending) and are lost if they never
    reach the stamper's side — the availability given up for the guarantee.
 5. The new stamper tells every member the view and where its stream continues (``ViewDecided``),
@@ -153,13 +159,17 @@ class ViewChanges:
         if not self._wants(hosted):
             state.act_at = None
             return
+        delay = self.rank(hosted) * self.core.options.heartbeat_us
         if state.act_at is None:
-            state.act_at = now + self.rank(hosted) * self.core.options.heartbeat_us
-        if state.view is None and state.role is StamperRole.OUTSIDE and not all(
-                i in state.epochs and self.reachable(hosted, i, state.epochs[i]) for i in state.peers):
-            # The start: wait (a peer time-out at most) until every peer replica said it lives, so
-            # the first view has them all and nothing is stamped by one replica alone.
-            state.act_at = max(state.act_at, state.started + self.core.options.peer_timeout_us)
+            state.act_at = now + delay
+        if state.view is None and state.role is StamperRole.OUTSIDE:
+            # The start (rule 6): wait (a peer time-out at most) until every peer replica said it
+            # lives, so the first view has them all and nothing is stamped by one replica alone;
+            # then the lowest-indexed seeks first (the others' ballots would only pre-empt it).
+            if all(i in state.epochs and self.reachable(hosted, i, state.epochs[i]) for i in state.peers):
+                state.act_at = min(state.act_at, now + delay)
+            else:
+                state.act_at = max(state.act_at, state.started + self.core.options.peer_timeout_us + delay)
         if seek and now >= state.act_at:
             self._seek(hosted, now)
 
@@ -197,9 +207,9 @@ class ViewChanges:
             if proposal is None:
                 state.candidacy = None
                 latest = candidacy.latest
-                if latest is not None and state.role is not StamperRole.OUTSIDE and latest.term > state.view.term \
-                        and (hosted.replica.index, hosted.epoch) not in latest.members:
-                    self.leave(hosted, now, f"a newer view of {hosted.replica.name} leaves it out")
+                if latest is not None and state.role is not StamperRole.OUTSIDE and not self._holds(hosted, latest) \
+                        and not self._stamper_alive(hosted, latest):
+                    self.leave(hosted, now, f"a newer view of {hosted.replica.name} than it holds")
                 return
             candidacy.propose(proposal)
             self._ballot(hosted)
@@ -213,19 +223,38 @@ class ViewChanges:
         if latest is None:                             # the start: nothing stamped yet, every replica in step
             peers = {(i, state.epochs[i]) for i in state.peers if i != index and i in state.epochs
                      and self.reachable(hosted, i, state.epochs[i])}
-            return View(term, index, tuple(sorted(peers | {me})), origin=True)
+            return View(term, index, tuple(sorted(peers | {me})))
+        if state.role is not StamperRole.OUTSIDE and not self._holds(hosted, latest):
+            return None                                # it missed a view that may have emitted: leave first
         if me in latest.members:
-            stamper = next((m for m in latest.members if m[0] == latest.stamper), None)
-            if latest.stamper != index and stamper is not None and self.reachable(hosted, *stamper):
+            if latest.stamper != index and self._stamper_alive(hosted, latest):
                 return None                            # its stamper is alive: nothing to take over
             members = {m for m in latest.members if self.reachable(hosted, *m)}
             if latest.stamper == index:
                 taken = {i for i, _ in members}
                 members |= {(i, e) for i, e in state.joiners.items() if i not in taken and self.reachable(hosted, i, e)}
-            return View(term, index, tuple(sorted(members)))
+            return View(term, index, tuple(sorted(members)), latest.term)
         if all(state.epochs.get(i, e) > e for i, e in latest.members):
-            return View(term, index, (me,))            # every member is dead: a fresh stream
+            return View(term, index, (me,), latest.term)   # every member is dead: a fresh stream
         return None
+
+    def _holds(self, hosted: Hosted, latest: View) -> bool:
+        """Whether this replica holds every segment anyone emitted up to ``latest``: it is a member
+        of ``latest``, or of the view ``latest`` derives from and never heard of ``latest`` (then
+        nothing of ``latest`` was emitted: that needed its acknowledgement) — for the stream's first
+        view, never having heard of any."""
+        state, me = hosted.stamp, (hosted.replica.index, hosted.epoch)
+        if me not in latest.members:
+            return False
+        if state.view is None:
+            return latest.base == -1
+        if me not in state.view.members:               # left out of the view it knows, or a new incarnation
+            return False
+        return latest.term == state.view.term or latest.base == state.view.term
+
+    def _stamper_alive(self, hosted: Hosted, view: View) -> bool:
+        stamper = next((m for m in view.members if m[0] == view.stamper), None)
+        return stamper is not None and self.reachable(hosted, *stamper)
 
     # -- our view is decided (rule 5) ---------------------------------------------------------
     def _take(self, hosted: Hosted, candidacy: Candidacy, now: int) -> None:
@@ -233,11 +262,8 @@ class ViewChanges:
         state, view, index = hosted.stamp, candidacy.proposal, hosted.replica.index
         previous = state.view if state.role is not StamperRole.OUTSIDE else None
         if state.role is StamperRole.OUTSIDE:
-            latest, me = candidacy.latest, (index, hosted.epoch)
-            if latest is not None and not (latest.origin and state.view is None and me in latest.members):
-                # Dead members may have stamped what is pending.  (Not so if we are a member of the
-                # stream's first view and never saw one: anything it emitted needed our acknowledgement.)
-                hosted.entry.forget()
+            if candidacy.latest is not None and not self._holds(hosted, candidacy.latest):
+                hosted.entry.forget()                  # dead members may have stamped what is pending
             state.held, state.next, state.emitted, state.history = {}, 0, 0, deque()
             if hosted.log.frontier is None and candidacy.latest is None and hosted.fresh:
                 hosted.log.frontier = NO_PUNCTUATION   # the cluster's start: the whole stream (lifecycle rule 5)
