@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.events import ProtocolError, ReplicaChanged
 from engine.core.hosted import Hosted
-from engine.core.states import ReplicaState, StamperRole, advance
+from engine.core.states import MemberSync, ReplicaState, StamperRole, advance
 from engine.core.view_changes import ViewChanges
 from engine.core.views import Candidacy
 from engine.messages import Committed, JoinStamping, StampAck, Stamped, View
@@ -55,8 +55,7 @@ class StampState:
     next: int = 0                               # the next sequence number
     emitted: int = 0                            # segments below are emitted
     acked: dict[int, int] = field(default_factory=dict)      # stamper: member index -> its StampAck
-    confirmed: set = field(default_factory=set)  # stamper: members that acknowledged this view
-    resync: set = field(default_factory=set)     # stamper: members whose link broke before they did
+    told: dict[int, MemberSync] = field(default_factory=dict)   # stamper: member index -> what it knows
     #: The first segment after the last emitted punctuation, and that punctuation (None: none yet,
     #: and the stream's frontier is not known before one).
     sync: tuple[int, int | None] = (0, NO_PUNCTUATION)
@@ -207,7 +206,8 @@ class Stamper:
             self.core.counters["stale_stamps"] += 1
             return
         state.acked[message.member] = max(state.acked.get(message.member, 0), min(message.seq, state.next))
-        state.confirmed.add(message.member)
+        if state.told.get(message.member) is MemberSync.TOLD:      # (LOST stays LOST: a new view is due)
+            state.told[message.member] = advance(MemberSync.TOLD, MemberSync.CONFIRMED)
         self.commit(hosted, now)
 
     def on_committed(self, src: str, message: Committed, now: int) -> None:
@@ -244,8 +244,9 @@ class Stamper:
         for member in state.view.members:
             if member[0] == hosted.replica.index or state.peers.get(member[0]) != node:
                 continue
-            if member[0] not in state.confirmed:
-                state.resync.add(member[0])
+            told = state.told.get(member[0], MemberSync.TOLD)
+            if told is not MemberSync.CONFIRMED:
+                state.told[member[0]] = advance(told, MemberSync.LOST)
                 continue
             for seq in range(state.acked.get(member[0], state.emitted), state.next):
                 self.send_segment(hosted, seq, [member])

@@ -70,6 +70,27 @@ class StamperRole(Enum):
     STAMPING = "stamping"
 
 
+class MemberSync(Enum):
+    """The stamper's knowledge of one other member of its view (:mod:`engine.core.stamper`)."""
+
+    #: Told the view (``ViewDecided``), no acknowledgement yet.
+    TOLD = "told"
+    #: Acknowledged the view: when its link comes back it gets what it has not acknowledged again.
+    CONFIRMED = "confirmed"
+    #: Its link broke before it acknowledged: it may never have heard the view, so a new view
+    #: (which tells every member again) is sought (view_changes rule 6).
+    LOST = "lost"
+
+
+class CandidacyPhase(Enum):
+    """One attempt to get a view decided (:mod:`engine.core.views` rule 2)."""
+
+    #: Phase 1: waiting for a majority of promises.
+    PROMISING = "promising"
+    #: Phase 2: waiting for a majority of acceptances of the proposal.
+    ACCEPTING = "accepting"
+
+
 _REPLICA = {
     ReplicaState.JOINING: {ReplicaState.LIVE, ReplicaState.REBUILDING, ReplicaState.REMOVED},
     ReplicaState.REBUILDING: {ReplicaState.LIVE, ReplicaState.JOINING, ReplicaState.REMOVED},
@@ -93,7 +114,19 @@ _STAMPER = {
     StamperRole.MEMBER: {StamperRole.STAMPING, StamperRole.OUTSIDE},
     StamperRole.STAMPING: {StamperRole.MEMBER, StamperRole.OUTSIDE},
 }
-_TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND, StamperRole: _STAMPER}
+#: A new view starts every member at TOLD again (a new table, not a transition).
+_MEMBER = {
+    MemberSync.TOLD: {MemberSync.CONFIRMED, MemberSync.LOST},
+    MemberSync.CONFIRMED: set(),
+    MemberSync.LOST: set(),
+}
+#: A candidacy that ends (decided, refused, timed out) is dropped; the next one starts at PROMISING.
+_CANDIDACY = {
+    CandidacyPhase.PROMISING: {CandidacyPhase.ACCEPTING},
+    CandidacyPhase.ACCEPTING: set(),
+}
+_TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND, StamperRole: _STAMPER,
+           MemberSync: _MEMBER, CandidacyPhase: _CANDIDACY}
 
 
 def advance(current: Enum, new: Enum) -> Enum:

@@ -6,6 +6,7 @@ from bisect import bisect_left
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from engine.core.states import StamperRole
 from operators.record import Record
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
             "inputs": [[inputs.get(i, "") for i in range(f.k)] for f in filters],
             "retained": len(h.log), "late": h.entry.late if h.entry else 0,
             "accepted": h.entry.accepted if h.entry else 0, "malformed": h.entry.malformed if h.entry else 0,
-            "stamping": h.stamp is not None and h.stamp.role.value == "stamping"}
+            "stamping": h.stamp is not None and h.stamp.role is StamperRole.STAMPING}
     latency = {app: {"count": l.count, "mean_us": l.total // l.count if l.count else None, "max_us": l.max,
                      "total_us": l.total, "buckets": list(l.buckets)}
                for app, l in core.latency.items()}

@@ -3,7 +3,8 @@
 Views are decided by a majority of voters (:mod:`engine.core.views`); this module decides when a
 replica seeks one, what it proposes, and how the members follow a decided one.
 
-4. A new view is sought (the lowest-ranked seeker first, the others after ``rank`` heartbeats):
+4. A new view is sought (the lowest-ranked seeker first — the stamper, then members by index, then
+   replicas outside — the others after ``rank`` heartbeats):
    by the stamper when it cannot reach a member (to leave it out) or a replica outside asks to join
    (``JoinStamping``) and is reachable; by a member when it cannot reach the stamper (to take over);
    by a replica outside when no stamper is reachable.  The proposal derives from the latest view
@@ -42,8 +43,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from engine.core.hosted import Hosted
-from engine.core.states import StamperRole
-from engine.core.views import Candidacy
+from engine.core.states import MemberSync, StamperRole
+from engine.core.views import Candidacy, Outcome
 from engine.messages import JoinStamping, StampAck, View, ViewDecided, ViewReply
 from operators.base import NO_PUNCTUATION
 
@@ -136,7 +137,7 @@ class ViewChanges:
         state = hosted.stamp
         view = state.view
         if state.role is StamperRole.STAMPING:
-            return any(not self.reachable(hosted, *m) for m in view.members) or bool(state.resync) \
+            return any(not self.reachable(hosted, *m) for m in view.members) or MemberSync.LOST in state.told.values() \
                 or any(self.reachable(hosted, i, e) for i, e in state.joiners.items())
         if view is None:
             return True
@@ -144,12 +145,14 @@ class ViewChanges:
         return stamper is None or not self.reachable(hosted, *stamper)
 
     def rank(self, hosted: Hosted) -> int:
-        """Rule 4's order: the stamper and the lowest-indexed reachable member first; outsiders last."""
+        """Rule 4's order: the stamper first (a cut from a member is best mended by leaving the member
+        out, not by a take-over that makes the stamper start a new incarnation), then the
+        lowest-indexed reachable member; outsiders last."""
         state, index = hosted.stamp, hosted.replica.index
         if state.role is StamperRole.STAMPING:
             return 0
         if state.role is StamperRole.MEMBER:
-            return sum(1 for i, e in state.view.members if i < index and self.reachable(hosted, i, e))
+            return 1 + sum(1 for i, e in state.view.members if i < index and self.reachable(hosted, i, e))
         return index + (len(state.peers) if state.view is not None else 0)
 
     def review(self, hosted: Hosted, now: int, seek: bool = True) -> None:
@@ -199,10 +202,10 @@ class ViewChanges:
         candidacy = state.candidacy
         state.seen_term = max(state.seen_term, message.promised)
         outcome = candidacy.on_reply(src, message)
-        if outcome == "refused":
+        if outcome is Outcome.REFUSED:
             state.candidacy = None
             state.act_at = now + (1 + self.rank(hosted)) * self.core.options.heartbeat_us
-        elif outcome == "promised":
+        elif outcome is Outcome.PROMISED:
             proposal = self._derive(hosted, candidacy.latest, candidacy.term)
             if proposal is None:
                 state.candidacy = None
@@ -213,7 +216,7 @@ class ViewChanges:
                 return
             candidacy.propose(proposal)
             self._ballot(hosted)
-        elif outcome == "decided":
+        elif outcome is Outcome.DECIDED:
             self._take(hosted, candidacy, now)
 
     def _derive(self, hosted: Hosted, latest: View | None, term: int) -> View | None:
@@ -273,14 +276,14 @@ class ViewChanges:
         self.learn(state, view)
         state.joiners = {i: e for i, e in state.joiners.items() if (i, e) not in view.members}
         self.stamper.set_role(hosted, StamperRole.STAMPING)
-        state.acked, state.confirmed, state.resync = {}, set(), set()
+        state.acked, state.told = {}, {}
         for member in view.members:
             if member[0] == index:
                 continue
             carried = previous is not None and member in previous.members
             start = state.emitted if carried else state.sync[0]
             since = start if carried or not state.history else min(start, state.history[0][0])
-            state.acked[member[0]] = start
+            state.acked[member[0]], state.told[member[0]] = start, MemberSync.TOLD
             self.core.send(state.peers[member[0]], self.decided(hosted, member[0], previous if carried else None,
                                                                  start, since))
             for seq in range(since, state.next):

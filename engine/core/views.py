@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from engine.core.states import CandidacyPhase, advance
 from engine.messages import View, ViewBallot, ViewDecided, ViewReply
 
 if TYPE_CHECKING:
@@ -77,9 +78,13 @@ class Voter:
             ballots.promised = max(ballots.promised, message.view.term)
 
 
-class Phase(Enum):
-    PROMISING = "promising"        # phase 1: waiting for a majority of promises
-    ACCEPTING = "accepting"        # phase 2: waiting for a majority of acceptances
+class Outcome(Enum):
+    """What one voter's answer did to a :class:`Candidacy`."""
+
+    WAITING = "waiting"            # no majority yet (or an answer for another term or phase)
+    REFUSED = "refused"            # a voter promised a larger term: the candidacy is over
+    PROMISED = "promised"          # a majority promised: propose from Candidacy.latest
+    DECIDED = "decided"            # a majority accepted Candidacy.proposal
 
 
 @dataclass
@@ -89,7 +94,7 @@ class Candidacy:
     term: int
     voters: tuple[str, ...]
     deadline: int
-    phase: Phase = Phase.PROMISING
+    phase: CandidacyPhase = CandidacyPhase.PROMISING
     heard: set = field(default_factory=set)          # voters that answered yes in this phase
     latest: View | None = None                       # the latest view accepted among the promises
     proposal: View | None = None
@@ -100,26 +105,27 @@ class Candidacy:
 
     def ballot(self, stream: str, candidate: int) -> ViewBallot:
         """What to send every voter now (again, to one that just came up)."""
-        return ViewBallot(stream, candidate, self.term, self.proposal if self.phase is Phase.ACCEPTING else None)
+        return ViewBallot(stream, candidate, self.term,
+                          self.proposal if self.phase is CandidacyPhase.ACCEPTING else None)
 
-    def on_reply(self, src: str, reply: ViewReply) -> str:
-        """Take one voter's answer: ``"refused"``, ``"promised"`` (a majority of promises: propose
-        from :attr:`latest`), ``"decided"`` (a majority accepted :attr:`proposal`) or ``"waiting"``."""
+    def on_reply(self, src: str, reply: ViewReply) -> Outcome:
+        """Take one voter's answer (:class:`Outcome` says what it did)."""
         if reply.term != self.term or src not in self.voters:
-            return "waiting"
-        phase = 1 if self.phase is Phase.PROMISING else 2
+            return Outcome.WAITING
+        phase = 1 if self.phase is CandidacyPhase.PROMISING else 2
         if reply.phase != phase:
-            return "waiting"
+            return Outcome.WAITING
         if not reply.ok:
-            return "refused"
+            return Outcome.REFUSED
         if phase == 1 and reply.accepted is not None and (self.latest is None
                                                           or reply.accepted.term > self.latest.term):
             self.latest = reply.accepted
         self.heard.add(src)
         if len(self.heard) < self.majority:
-            return "waiting"
-        return "promised" if phase == 1 else "decided"
+            return Outcome.WAITING
+        return Outcome.PROMISED if phase == 1 else Outcome.DECIDED
 
     def propose(self, view: View) -> None:
         """Phase 2 with ``view`` (its term is this candidacy's)."""
-        self.phase, self.proposal, self.heard = Phase.ACCEPTING, view, set()
+        self.phase = advance(self.phase, CandidacyPhase.ACCEPTING)
+        self.proposal, self.heard = view, set()

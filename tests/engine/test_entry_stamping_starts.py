@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.states import StamperRole
+from engine.core.states import CandidacyPhase, StamperRole
 from engine.messages import ViewDecided
 from engine.wire import decode
 from operators.query_file import parse_query
 from tests.engine.memnet import MemoryNetwork
-from tests.engine.test_entry_stamping import OPTIONS, PLACE, QUERY, close, delivered, publish, settle
+from tests.engine.test_entry_stamping import (OPTIONS, PLACE, QUERY, close, delivered, network, publish, settle,
+                                             stamper_of)
 
 
 def role(net: MemoryNetwork, node: str) -> StamperRole:
@@ -96,3 +97,34 @@ def test_after_a_whole_cluster_restart_no_window_is_counted_from_half_its_events
     windows = {ts: n for ts, _, n in net.delivered["out"]}
     assert cut + 50_000 not in windows, f"the window the restart cut was counted: {windows}"
     assert sorted(windows.values()) == [10], windows   # the later window, whole
+
+
+def candidacy_phase(net: MemoryNetwork, node: str):
+    [hosted] = [h for h in net.cores[node].hosted.values() if h.stamp is not None]
+    return hosted.stamp.candidacy.phase if hosted.stamp.candidacy is not None else None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_member_cut_off_while_its_view_is_decided_is_told_again(seed):
+    """The stamper's link to a member breaks while a view that keeps the member is being accepted:
+    the view is decided, its ``ViewDecided`` to the member is lost (MemberSync LOST).  When the link
+    comes back the stamper must seek a new view, which tells the member again — the member does
+    not ask to join (it is in the view), segments of a view it never heard are stale to it, and the
+    stamper would wait for its acknowledgement for ever: nothing would be delivered again."""
+    net = network(seed)
+    stamper = stamper_of(net)
+    [member] = [n for n in PLACE["cpu"] if n != stamper]
+    publish(net, 0, 3)
+    net.cut_link(stamper, member)                  # the stamper seeks a new view at once …
+    net.restore_link(stamper, member)              # … and proposes one that keeps the member
+    while candidacy_phase(net, stamper) is not CandidacyPhase.ACCEPTING:
+        assert net.step(), "the stamper never proposed a view"
+    net.cut_link(stamper, member)                  # the view is decided while the member is away
+    net.run()
+    assert candidacy_phase(net, stamper) is None and role(net, stamper) is StamperRole.STAMPING
+    net.restore_link(stamper, member)
+    settle(net, 20)
+    publish(net, 3, 5)
+    close(net)
+    assert sorted(delivered(net).items()) == [(("s", float(i)), 1) for i in range(8)]
+    assert role(net, member) is StamperRole.MEMBER and stamper_of(net) == stamper
