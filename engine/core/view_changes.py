@@ -3,8 +3,8 @@
 Views are decided by a majority of voters (:mod:`engine.core.views`); this module decides when a
 replica seeks one, what it proposes, and how the members follow a decided one.
 
-4. A new view is sought (the lowest-ranked seeker first — the stamper, then members by index, then
-   replicas outside — the others after ``rank`` heartbeats):
+4. A new view is sought (the lowest-ranked seeker first — the stamper and the lowest-indexed
+   member, the stamper's term winning a tie — the others after ``rank`` heartbeats):
    by the stamper when it cannot reach a member (to leave it out) or a replica outside asks to join
    (``JoinStamping``) and is reachable; by a member when it cannot reach the stamper (to take over);
    by a replica outside when no stamper is reachable.  The proposal derives from the latest view
@@ -52,8 +52,13 @@ if TYPE_CHECKING:
     from engine.core.node import NodeCore
     from engine.core.stamper import StampState, Stamper
 
-#: Terms are clock readings (µs) rounded up to a multiple of this, plus the candidate's replica index.
-TERM_STRIDE = 1 << 16
+#: Terms are clock readings (µs) rounded up to a multiple of this, plus the candidate's replica
+#: index (< 2**16 on the wire), plus STAMPER_PRIORITY if the candidate is the stamper.
+TERM_STRIDE = 1 << 17
+#: A stamper's term beats a member's of the same moment: when the link between them is cut both
+#: seek a view at once, and the stamper's (leave the member out) is the one to win, not a take-over
+#: that makes the old stamper start a new incarnation.  (Any winner is safe; this one is cheaper.)
+STAMPER_PRIORITY = 1 << 16
 
 
 class ViewChanges:
@@ -145,14 +150,13 @@ class ViewChanges:
         return stamper is None or not self.reachable(hosted, *stamper)
 
     def rank(self, hosted: Hosted) -> int:
-        """Rule 4's order: the stamper first (a cut from a member is best mended by leaving the member
-        out, not by a take-over that makes the stamper start a new incarnation), then the
-        lowest-indexed reachable member; outsiders last."""
+        """Rule 4's order: the stamper and the lowest-indexed reachable member first (the stamper's
+        term wins a tie: STAMPER_PRIORITY); outsiders last."""
         state, index = hosted.stamp, hosted.replica.index
         if state.role is StamperRole.STAMPING:
             return 0
         if state.role is StamperRole.MEMBER:
-            return 1 + sum(1 for i, e in state.view.members if i < index and self.reachable(hosted, i, e))
+            return sum(1 for i, e in state.view.members if i < index and self.reachable(hosted, i, e))
         return index + (len(state.peers) if state.view is not None else 0)
 
     def review(self, hosted: Hosted, now: int, seek: bool = True) -> None:
@@ -183,7 +187,8 @@ class ViewChanges:
             state.electorate = tuple(sorted(n for n in voters if n))
         state.act_at = None
         # Above every term seen and the clock, and ≡ the replica index: two candidates never share one.
-        term = (max(state.seen_term, now, core.incarnation) // TERM_STRIDE + 1) * TERM_STRIDE + hosted.replica.index
+        term = (max(state.seen_term, now, core.incarnation) // TERM_STRIDE + 1) * TERM_STRIDE + hosted.replica.index \
+            + (STAMPER_PRIORITY if state.role is StamperRole.STAMPING else 0)
         state.seen_term = term
         state.candidacy = Candidacy(term, state.electorate, now + core.options.peer_timeout_us)
         self._ballot(hosted)

@@ -104,7 +104,7 @@ def candidacy_phase(net: MemoryNetwork, node: str):
     return hosted.stamp.candidacy.phase if hosted.stamp.candidacy is not None else None
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(4))
 def test_a_member_cut_off_while_its_view_is_decided_is_told_again(seed):
     """The stamper's link to a member breaks while a view that keeps the member is being accepted:
     the view is decided, its ``ViewDecided`` to the member is lost (MemberSync LOST).  When the link
@@ -119,12 +119,30 @@ def test_a_member_cut_off_while_its_view_is_decided_is_told_again(seed):
     net.restore_link(stamper, member)              # … and proposes one that keeps the member
     while candidacy_phase(net, stamper) is not CandidacyPhase.ACCEPTING:
         assert net.step(), "the stamper never proposed a view"
-    net.cut_link(stamper, member)                  # the view is decided while the member is away
+    away = [stamper, "f1", "f2"]                   # the member is left too few voters to take over
+    for node in away:
+        net.cut_link(member, node)                 # the view is decided while the member is away
     net.run()
     assert candidacy_phase(net, stamper) is None and role(net, stamper) is StamperRole.STAMPING
-    net.restore_link(stamper, member)
+    for node in away:
+        net.restore_link(member, node)
     settle(net, 20)
     publish(net, 3, 5)
     close(net)
     assert sorted(delivered(net).items()) == [(("s", float(i)), 1) for i in range(8)]
     assert role(net, member) is StamperRole.MEMBER and stamper_of(net) == stamper
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_cut_between_stamper_and_member_leaves_the_member_out(seed):
+    """Both ends of a cut between the entry replicas seek a view at once and both can reach a
+    majority; the stamper's term wins the tie (STAMPER_PRIORITY), so the stamper carries on and the
+    member is left out — not a take-over that makes the old stamper start a new incarnation."""
+    net = network(seed)
+    stamper = stamper_of(net)
+    [member] = [n for n in PLACE["cpu"] if n != stamper]
+    net.cut_link(stamper, member)
+    net.run()
+    settle(net, 3)
+    assert stamper_of(net, among=[stamper, member]) == stamper
+    assert net.cores[stamper].counters["rejoins"] == 0
