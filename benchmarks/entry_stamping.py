@@ -24,23 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.node import NodeOptions  # noqa: E402
-from operators.query_file import parse_query  # noqa: E402
+from operators.query_file import load_query  # noqa: E402
 from simulator.driver import Observer, Simulation  # noqa: E402
 from simulator.network import FixedDelays  # noqa: E402
 
-QUERY = parse_query("""
-[[streams]]
-name = "cpu"
-fields = { server = "str", load = "float" }
-[[operators]]
-name = "pass"
-kind = "filter"
-input = "cpu"
-where = "load >= 0"
-[[applications]]
-name = "out"
-input = "pass"
-""")
+QUERY = load_query(Path(__file__).resolve().parents[1] / "examples/entry-stamped-query.toml")
 MS, S = 1_000, 1_000_000
 NODES = ["e1", "e2", "f1", "f2", "app", "src"]
 

@@ -170,13 +170,22 @@ class Stamper:
             history.popleft()
 
     # -- members (rules 2, 3) -----------------------------------------------------------------
-    def on_stamped(self, src: str, message: Stamped, now: int) -> None:
+    def _from_stamper(self, src: str, message: Stamped | Committed) -> Hosted | None:
+        """The member ``message`` is for, if it comes from the stamper of that member's view (else
+        counted as stale)."""
         hosted = self.hosted(message.stream, message.target)
         state = hosted.stamp if hosted is not None else None
         if state is None or state.role is not StamperRole.MEMBER or message.term != state.view.term \
                 or src != state.peers.get(state.view.stamper):
             self.core.counters["stale_stamps"] += 1
+            return None
+        return hosted
+
+    def on_stamped(self, src: str, message: Stamped, now: int) -> None:
+        hosted = self._from_stamper(src, message)
+        if hosted is None:
             return
+        state = hosted.stamp
         if message.seq == state.next:
             try:
                 records = [tuple(r) for r in message.records]
@@ -211,13 +220,9 @@ class Stamper:
         self.commit(hosted, now)
 
     def on_committed(self, src: str, message: Committed, now: int) -> None:
-        hosted = self.hosted(message.stream, message.target)
-        state = hosted.stamp if hosted is not None else None
-        if state is None or state.role is not StamperRole.MEMBER or message.term != state.view.term \
-                or src != state.peers.get(state.view.stamper):
-            self.core.counters["stale_stamps"] += 1
-            return
-        self.emit(hosted, min(message.seq, state.next), now)
+        hosted = self._from_stamper(src, message)
+        if hosted is not None:
+            self.emit(hosted, min(message.seq, hosted.stamp.next), now)
 
     # -- links, peers and time ----------------------------------------------------------------
     def on_peer_change(self, node: str, now: int) -> None:

@@ -7,30 +7,17 @@ and checks that the application receives each event exactly once, with one times
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from engine.core.states import StamperRole
 from engine.entry import EntryPoint
 from engine.node import NodeOptions
-from operators.query_file import parse_query
+from operators.query_file import load_query
 from tests.engine.memnet import MemoryNetwork
 
-QUERY = parse_query("""
-[[streams]]
-name = "cpu"
-fields = { server = "str", load = "float" }
-
-[[operators]]
-name = "pass"
-kind = "filter"
-input = "cpu"
-where = "load >= 0"
-
-[[applications]]
-name = "out"
-input = "pass"
-""")
+QUERY = load_query(Path(__file__).resolve().parents[2] / "examples/entry-stamped-query.toml")
 PLACE = {"cpu": ["e1", "e2"], "pass": ["f1", "f2"], "out": ["app"]}
 OPTIONS = NodeOptions(punctuation_us=1_000, heartbeat_us=1_000, peer_timeout_us=5_000,
                       entry_modes={"cpu": "entry"})

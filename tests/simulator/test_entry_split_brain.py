@@ -4,27 +4,14 @@ reach the application once, with one timestamp; before the fix each event publis
 cut was delivered twice."""
 
 from collections import Counter, defaultdict
+from pathlib import Path
 
 from engine.node import NodeOptions
-from operators.query_file import parse_query
+from operators.query_file import load_query
 from simulator.driver import Observer, Simulation
 from simulator.network import FixedDelays
 
-QUERY = parse_query("""
-[[streams]]
-name = "cpu"
-fields = { server = "str", load = "float" }
-
-[[operators]]
-name = "pass"
-kind = "filter"
-input = "cpu"
-where = "load >= 0"
-
-[[applications]]
-name = "out"
-input = "pass"
-""")
+QUERY = load_query(Path(__file__).resolve().parents[2] / "examples/entry-stamped-query.toml")
 MS = 1_000
 S = 1_000_000
 
