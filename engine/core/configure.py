@@ -27,8 +27,8 @@ def configure(query: Query, placement: Placement, node: str,
     ``placement`` maps every stream, operator and application to the nodes of its replicas (index
     order); its length is the replica count (applications: exactly one node).  ``mode`` may run
     fewer replicas than it lists (:func:`engine.core.modes.shape`).  In entry-stamped
-    mode every entry-point replica also feeds its peers; those routes come first, so a stamper
-    sends to its peers before it sends downstream (§II-B).  A caller configuring several nodes in
+    mode every entry-point replica is also connected to its peers: that stream replica carries no
+    data, it tells each replica where its peers are (:mod:`engine.core.stamper`).  A caller configuring several nodes in
     one process may pass ``physical = placement_plan(query, shape(mode, placement, query.applications))``
     once: the nodes then share the replica and stream-replica ids, so their dict lookups match by identity.
     """
@@ -109,8 +109,8 @@ def _peers(placement: Placement, name: str) -> tuple[str, ...]:
 
 
 def _streams(physical: PhysicalPlan, entry_modes: dict[str, str] | None) -> list[StreamReplica]:
-    """The physical plan's stream replicas; in entry-stamped mode every entry-point replica also feeds
-    its peers, and those come first, so a stamper sends to its peers before downstream (§II-B)."""
+    """The physical plan's stream replicas; in entry-stamped mode first those between the replicas of
+    each entry point (where its peers are, :mod:`engine.core.stamper`)."""
     peers = [StreamReplica(a, b, 0) for stream, mode in (entry_modes or {}).items() if mode == "entry"
              for a in physical.replicas[stream] for b in physical.replicas[stream] if a != b]
     return peers + physical.stream_replicas

@@ -8,8 +8,8 @@ Rules of this module:
 
 1. Each port of a hosted operator or application follows one upstream replica, its *active*
    stream replica: replica ``j`` prefers upstream ``j mod k``, then the next indexes
-   (:func:`engine.core.modes.preference`).  Entry points in entry-stamped mode follow the stamper
-   (:mod:`engine.core.stamping`), not this module.
+   (:func:`engine.core.modes.preference`).  Entry points in entry-stamped mode emit what the
+   stamper of their view stamped (:mod:`engine.core.stamper`), not this module.
 2. The port asks the active stream replica for its stream (:class:`~engine.messages.Resume`) and
    every other one to stand by (:class:`~engine.messages.Standby`, with the port's punctuation).
    Each time the port's punctuation advances, the standbys are told, so their logs keep only what a
