@@ -152,6 +152,44 @@ def test_record_bytes_that_are_not_records_are_counted_not_fatal():
     assert [(type(m).__name__, m.epoch, m.offset) for m in resumes] == [("Resume", 0, 0)]
 
 
+class CorruptingNetwork(MemoryNetwork):
+    """Replaces the ``nth`` batch with records that crosses a link by one whose record bytes do not
+    decode (same stream, epoch and offset), and drops a link on a ProtocolError, as both runtimes'
+    drivers do."""
+
+    nth, seen, corrupted = 25, 0, 0
+
+    def deliver_one(self, src: str, dst: str) -> None:
+        queue = self.links[(src, dst)]
+        message = decode(queue[0][4:])
+        if isinstance(message, Batch) and len(message.records):
+            self.seen += 1
+            if self.seen == self.nth:
+                self.corrupted += 1
+                queue[0] = encode(Batch(message.stream, message.epoch, message.offset,
+                                        PackedRecords(b"\x92\x01\x02"), message.punctuation))
+        before = len(self.events)
+        super().deliver_one(src, dst)
+        if any(isinstance(e, ProtocolError) for n, e in self.events[before:] if n == dst):
+            self.cut_link(src, dst)
+            self.restore_link(src, dst)
+
+
+@pytest.mark.parametrize("nth", [5, 25, 60])
+def test_a_malformed_batch_does_not_silence_its_stream_replica(nth):
+    """Issue 11 item 6: a malformed batch was dropped without advancing the offset, the next batch
+    looked like a gap, and the stream replica's punctuations were ignored for ever (150 records and
+    0 punctuations delivered; windows downstream never closed).  Now it is a protocol error: the
+    link drops, the stream resumes from what the receiver holds, and with one replica of everything
+    (the only path crosses it) every application still gets exactly the reference."""
+    place = placement(1, ["n1", "n2", "n3"])
+    net = CorruptingNetwork(QUERY, place, seed=7)
+    net.nth = nth
+    publish_all(net, place)
+    assert net.corrupted == 1 and sum(c.counters["malformed_batches"] for c in net.cores.values()) == 1
+    assert_same(net)
+
+
 def test_crash_of_a_node_changes_nothing():
     place = placement(2, NODES)
     net = MemoryNetwork(QUERY, place, seed=3)
