@@ -90,11 +90,13 @@ class Sender:
         start = offset if epoch == hosted.epoch and log.base <= offset <= log.end else log.base
         route.state = advance(route.state, RouteState.ACTIVE)
         route.acked, route.standby = start, None
-        self.retrim(hosted)
         send = self.core.send
         send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier, log.lineage_at(start)))
         for first, records, punctuation, path, _, _ in log.since(start):
             send(route.node, Batch(stream, hosted.epoch, first, records, punctuation, path))
+        # Only now: an active route to this node itself retains nothing, so trimming first would drop
+        # the very batches its StreamHead promised (tests/engine/test_local_stream_replay.py).
+        self.retrim(hosted)
 
     def serve_parked(self, hosted: Hosted) -> None:
         """The log's frontier is known now: answer the Resume requests that waited for it."""
