@@ -74,11 +74,19 @@ def cluster_file(directory: Path, query: Path, settings: Settings, mode: str, ta
     return path
 
 
-def _replicast(*args: str) -> subprocess.Popen:
-    from cluster.processes import env
+#: This checkout: processes started here import its code (as 'cluster up' starts its nodes).
+ROOT = Path(__file__).resolve().parents[1]
 
-    return subprocess.Popen([sys.executable, "-m", "engine.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env())
+
+def _start(command: list[str], **options) -> subprocess.Popen:
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, *command], env=environment, stdin=subprocess.DEVNULL, **options)
+
+
+def _replicast(*args: str) -> subprocess.Popen:
+    """``replicast ARGS…`` in a child process (the cluster package is driven through its command:
+    experiments are node-side code and do not import it, tests/cluster/test_layering.py)."""
+    return _start(["-m", "engine.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _up(clusters: dict[str, Path], settings: Settings, names: dict[str, str]) -> None:
@@ -107,10 +115,9 @@ def _down(clusters: dict[str, Path]) -> None:
 
 
 def _kill(path: Path, node: str) -> None:
-    """SIGKILL node ``node`` of the cluster whose file is ``path`` (a crash, §II-A fail-stop)."""
-    from cluster.processes import read_state
-
-    state = read_state(path.parent / "run" / "state.json")
+    """SIGKILL node ``node`` of the cluster whose file is ``path`` (a crash, §II-A fail-stop); the
+    cluster's ``run/state.json`` (written by ``cluster up``) has its pid."""
+    state = json.loads((path.parent / "run" / "state.json").read_text(encoding="utf-8"))
     pid = next(p["pid"] for p in state["processes"] if p["name"] == node)
     os.kill(pid, signal.SIGKILL)
 
@@ -131,22 +138,19 @@ def run_modes(directory: Path, settings: Settings, progress: bool = True) -> pd.
     """Run every mode's cluster at once; all deliveries (:func:`experiments.fig2.deliveries`)."""
     from tqdm import tqdm
 
-    from cluster.processes import spawn, stop
-
     query, _ = write_inputs(directory, settings)
     names = servers(settings)
     taken: set[int] = set()
     clusters = {mode: cluster_file(directory / f"tcp-{mode}", query, settings, mode, taken) for mode in settings.modes}
     _up(clusters, settings, names)
-    sources = []
+    sources: list[subprocess.Popen] = []
     try:
         start_us = round((time.time() + LEAD_S) * 1e6)
-        for mode, path in clusters.items():
-            host, port = "127.0.0.1", _broker_port(path)
-            sources.append(spawn("fig2-source", [sys.executable, "-m", "experiments.fig2_workload", "--seconds",
-                                                 f"{settings.duration_s:g}", "--start-unix-us", str(start_us),
-                                                 "--broker-host", host, "--broker-port", str(port)],
-                                 path.parent / "run"))
+        for path in clusters.values():
+            with (path.parent / "run" / "fig2-source.log").open("ab") as log:
+                sources.append(_start(["-m", "experiments.fig2_workload", "--seconds", f"{settings.duration_s:g}",
+                                       "--start-unix-us", str(start_us), "--broker-host", "127.0.0.1",
+                                       "--broker-port", str(_broker_port(path))], stdout=log, stderr=subprocess.STDOUT))
         begin, end = time.time(), start_us / 1e6 + settings.duration_s + settings.drain_s
         crashed = False
         with tqdm(total=round(end - begin), desc="fig2 (TCP clusters)", unit="s", disable=not progress) as bar:
@@ -158,7 +162,10 @@ def run_modes(directory: Path, settings: Settings, progress: bool = True) -> pd.
                     crashed = True
                 bar.update(min(bar.total, round(time.time() - begin)) - bar.n)
     finally:
-        stop(sources, grace=2.0)
+        for source in sources:
+            if source.poll() is None:
+                source.kill()
+            source.wait()
         _down(clusters)
     frames = [_read(path.parent / f"{APP}.jsonl", start_us, mode) for mode, path in clusters.items()]
     (directory / "tcp.json").write_text(json.dumps({
