@@ -5,15 +5,24 @@ replicas; if the operator is order-sensitive a :class:`~operators.sorter.Sorter`
 the operator.  An application sink is the same machinery in front of a pass-through operator.
 A driver feeds batches from stream replicas and routes the returned output to every downstream
 replica.
+
+Each batch becomes at most one *step* of the operator's input — records of one port, then maybe
+that port's punctuation (:meth:`OperatorReplica.step`).  Two engine modes change the steps
+(``engine/core/modes.py``): ``deterministic`` puts a :class:`~operators.merge.MergeSorter` across
+all ports in place of the sorters, so every replica takes the same steps; ``synchronization``
+gives a replica a ``tap`` that sees each step first (a primary records it as a determinant, a
+backup takes its primary's steps instead of its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
 from typing import Any
 
 from operators.base import Operator
 from operators.dedup import DuplicateFilter
+from operators.merge import MergeSorter
 from operators.record import Record
 from operators.sorter import Sorter
 from operators.union import Union
@@ -22,12 +31,18 @@ from operators.union import Union
 class OperatorReplica:
     """Duplicate filters (+ sorters) in front of one operator instance."""
 
-    def __init__(self, operator: Operator, upstreams_per_port: list[int], sort_inputs: bool = False):
+    def __init__(self, operator: Operator, upstreams_per_port: list[int], sort_inputs: bool = False,
+                 merged: bool = False):
         if len(upstreams_per_port) != operator.n_inputs:
             raise ValueError(f"{operator.kind} has {operator.n_inputs} inputs, got {len(upstreams_per_port)} ports")
         self.operator = operator
         self.filters = [DuplicateFilter(k) for k in upstreams_per_port]
-        self.sorters = [Sorter() for _ in upstreams_per_port] if sort_inputs else None
+        #: ``merged``: one deterministic order across all ports (it sorts, so no per-port sorters).
+        self.merge = MergeSorter(len(upstreams_per_port)) if merged else None
+        self.sorters = [Sorter() for _ in upstreams_per_port] if sort_inputs and not merged else None
+        #: Sees every step before the operator does: ``tap(replica, port, records, p) -> (out, forwarded)``.
+        self.tap: Callable[["OperatorReplica", int, list[Record], int | None], tuple[list[Record], int | None]] \
+            | None = None
 
     def knows(self, port: int, key: Hashable) -> bool:
         """Whether a batch with this content key reached ``port`` whole from another stream replica
@@ -44,21 +59,19 @@ class OperatorReplica:
         """
         dedup = self.filters[port]
         fresh = dedup.on_batch(upstream, records, key) if records or key is not None else []
+        p = None if punctuation is None else dedup.on_punctuation(upstream, punctuation)
+        if self.merge is not None:
+            return self._merged(port, fresh, p)
         if self.sorters is not None:
             self.sorters[port].add(fresh)
-            out: list[Record] = []
-        else:
-            out = self.operator.on_batch(port, fresh) if fresh else []
-        if punctuation is None:
-            return out, None
-        p = dedup.on_punctuation(upstream, punctuation)
+            fresh = self.sorters[port].release(p) if p is not None else []
+        if self.tap is not None:
+            return self.tap(self, port, fresh, p) if fresh or p is not None else ([], None)
+        operator = self.operator                    # self.step, inlined: the hot path of every replica
+        out = operator.on_batch(port, fresh) if fresh else []
         if p is None:
             return out, None
-        if self.sorters is not None:
-            released = self.sorters[port].release(p)
-            if released:
-                out = out + self.operator.on_batch(port, released)
-        emitted, forwarded = self.operator.on_punctuation(port, p)
+        emitted, forwarded = operator.on_punctuation(port, p)
         return (out + emitted if emitted else out), forwarded
 
     def skip_to(self, port: int, frontier: int) -> tuple[list[Record], int | None]:
@@ -71,10 +84,40 @@ class OperatorReplica:
         emitted, forwarded = self.operator.on_punctuation(port, p)
         return out + emitted, forwarded
 
+    def step(self, port: int, records: list[Record], p: int | None) -> tuple[list[Record], int | None]:
+        """One step of the operator's input: ``records`` on ``port``, then punctuation ``p`` if not
+        None; returns what it emits and the punctuation it forwards (or None)."""
+        operator = self.operator
+        out = operator.on_batch(port, records) if records else []
+        if p is None:
+            return out, None
+        emitted, forwarded = operator.on_punctuation(port, p)
+        return (out + emitted if emitted else out), forwarded
+
+    def _merged(self, port: int, fresh: list[Record], p: int | None) -> tuple[list[Record], int | None]:
+        """The deterministic merge: release in one order what every port's punctuation has passed."""
+        self.merge.add(port, fresh)
+        if p is None:
+            return [], None
+        runs, low = self.merge.punctuate(port, p)
+        if low is None:
+            return [], None
+        out: list[Record] = []
+        take = self.step if self.tap is None else partial(self.tap, self)
+        for run_port, records in runs:
+            out += take(run_port, records, None)[0]
+        forwarded = None
+        for q in range(len(self.filters)):          # every port is known up to the merged punctuation
+            emitted, f = take(q, [], low)
+            out += emitted
+            forwarded = f if f is not None else forwarded
+        return out, forwarded
+
     def snapshot(self) -> dict[str, Any]:
         return {"operator": self.operator.snapshot(),
                 "filters": [f.snapshot() for f in self.filters],
-                "sorters": None if self.sorters is None else [s.snapshot() for s in self.sorters]}
+                "sorters": None if self.sorters is None else [s.snapshot() for s in self.sorters],
+                "merge": None if self.merge is None else self.merge.snapshot()}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.operator.restore(state["operator"])
@@ -83,6 +126,8 @@ class OperatorReplica:
         if self.sorters is not None:
             for sorter, s in zip(self.sorters, state["sorters"]):
                 sorter.restore(s)
+        if self.merge is not None:
+            self.merge.restore(state["merge"])
 
 
 def application_sink(upstreams: int, ordered: bool) -> OperatorReplica:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 from engine.core.control_policy import ControlPolicy
 from engine.core.events import ControlRefused
 from engine.core.hosted import Hosted, Inbound, Route
+from engine.core.modes import TRAITS
 from engine.core.stamper import StampState
 from engine.core.states import ReplicaState
 from engine.entry import EntryPoint
@@ -60,7 +61,7 @@ class Control:
             return application_sink(0, query.applications[name].ordered)
         if name in query.operators:
             return OperatorReplica(query.new_operator(name), [0] * len(query.inputs_of(name)),
-                                   query.order_sensitive(name))
+                                   query.order_sensitive(name), merged=TRAITS[self.core.options.mode].merged_order)
         return None
 
     def deploy(self, src: str, message: DeployReplica, now: int) -> None:

@@ -16,10 +16,15 @@ mode changes is data, in :data:`TRAITS`:
   punctuation).  The port switches to the next standby when the failure detector suspects the
   followed one's node: nothing heard from it for ``peer_timeout``, checked at heartbeats
   (:mod:`engine.core.failover`).  So a crash costs a gap of about the detector's time.
+* ``deterministic`` ([12] in the paper): the failover model, and every operator replica processes
+  its input in one merge order — by timestamp across all its ports, released only once the
+  punctuations of all inputs pass it (:class:`operators.merge.MergeSorter`) — so peer replicas
+  run identically.  Records wait for the slowest input's punctuation (§VI-B: "the pace … is
+  eventually determined by the slowest input flow"), and a crash costs a failover as well: the
+  paper's previous approaches "switch to another upstream server" (§VI-B, §VII).
 
-The paper's other two baselines, ``deterministic`` (replicas fed in one sorted order, [12]) and
-``synchronization`` (process pairs exchanging determinants, [9]), build on the failover model and
-come next (issue 14).
+The paper's last baseline, ``synchronization`` (process pairs exchanging determinants, [9]),
+builds on the failover model too and comes next (issue 14).
 
 Rules of this module:
 
@@ -40,6 +45,7 @@ class Mode(Enum):
     REPLICATION = "replication"
     NONE = "none"
     FAILOVER = "failover"
+    DETERMINISTIC = "deterministic"
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,15 @@ class Traits:
     max_replicas: int | None
     #: Each port follows one upstream replica and fails over to standbys (else: all feed it).
     follows_one: bool
+    #: Operator replicas process input in the deterministic merge order (timestamps across ports).
+    merged_order: bool = False
 
 
 TRAITS = {
     Mode.REPLICATION: Traits(max_replicas=None, follows_one=False),
     Mode.NONE: Traits(max_replicas=1, follows_one=False),
     Mode.FAILOVER: Traits(max_replicas=None, follows_one=True),
+    Mode.DETERMINISTIC: Traits(max_replicas=None, follows_one=True, merged_order=True),
 }
 
 #: The modes' names, as a cluster file or scenario writes them.

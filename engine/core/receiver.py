@@ -17,7 +17,8 @@ Rules of this module:
 4. After a batch that carries a punctuation the receiver acknowledges, cumulatively (messages rule 3).
 5. A joined replica's stream starts with a copy of its donor's retained log and then continues the
    donor's stream (lifecycle rule 2).  A receiver that holds the donor's stream up to where the
-   copy starts takes the joined stream as its continuation: it skips what it holds and seeds the
+   copy starts (following it, or on standby after following it: failover modes) takes the joined
+   stream as its continuation: it skips what it holds and seeds the
    new stream replica's counts with the donor stream's counts at that point — at once if it holds
    the donor's stream only up to a point inside the copy, else from the counts it noted when the
    donor's :class:`~engine.messages.Mark` passed (the donor marks its stream where it took the
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 _KEYED = (EncodedRecords, PackedRecords)      # records that may carry their bytes as a content key
 _TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)
+_HELD = (InboundState.FOLLOWING, InboundState.STANDBY)
 
 
 #: Count checkpoints a receiver keeps for joined replicas' heads still to come (rule 5).
@@ -142,8 +144,8 @@ class Receiver:
         replica, epoch, start, end = head.lineage
         lineage = StreamReplica(replica, head.stream.target, head.stream.port)
         held = self.core.inbound.get(lineage)
-        if held is None or held.state is not InboundState.FOLLOWING or held.epoch != epoch or held.next < start:
-            return False
+        if held is None or held.state not in _HELD or held.epoch != epoch or held.next < start:
+            return False                               # (a standby we followed before still holds what it held)
         if held.next <= end:                           # we hold it up to a point inside the copy
             counts, at = dedup.counts(held.index), held.next
         else:                                          # past it: the counts noted at its mark
