@@ -80,10 +80,30 @@ def _stream_fields(s: StreamReplica) -> list:
     return [s.source.name, s.source.index, s.target.name, s.target.index, s.port]
 
 
+#: Stream replicas read off the wire so far, by their five fields (validated when first seen).  A
+#: node's links carry a handful of streams and every batch and ack names one, so reading it is one
+#: lookup; the types of the int fields are checked on every read, because ``1 == 1.0 == True`` as
+#: keys.  Bounded: emptied when it reaches ``_STREAMS_KEPT`` entries.
+_streams: dict[tuple, StreamReplica] = {}
+_STREAMS_KEPT = 4096
+
+
 def _stream(f: tuple) -> StreamReplica:
+    key = f[:5]
+    try:
+        known = _streams.get(key)
+    except TypeError:                   # an unhashable field (a map): not a stream, said below
+        known = key = None
+    if known is not None and type(f[1]) is int and type(f[3]) is int and type(f[4]) is int:
+        return known
     if type(f[4]) is not int or not 0 <= f[4] < _SMALL:
         raise WireError(f"bad port {repr(f[4])[:40]}")
-    return StreamReplica(_replica(f[0], f[1]), _replica(f[2], f[3]), f[4])
+    stream = StreamReplica(_replica(f[0], f[1]), _replica(f[2], f[3]), f[4])
+    if key is not None:
+        if len(_streams) >= _STREAMS_KEPT:
+            _streams.clear()
+        _streams[key] = stream
+    return stream
 
 
 def _int(value: Any, what: str, optional: bool = False) -> Any:
@@ -93,10 +113,15 @@ def _int(value: Any, what: str, optional: bool = False) -> Any:
 
 
 def _batch(f: tuple) -> Batch:
-    if type(f[7]) is not bytes:
-        raise WireError(f"batch records must be msgpack bytes, got {type(f[7]).__name__}")
-    return Batch(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset"), PackedRecords(f[7]),
-                 _int(f[8], "punctuation", optional=True))
+    epoch, offset, packed, punctuation = f[5], f[6], f[7], f[8]
+    if type(packed) is not bytes:
+        raise WireError(f"batch records must be msgpack bytes, got {type(packed).__name__}")
+    # the checks of _int, inline (one batch frame per batch per upstream replica)
+    if not (type(epoch) is int and type(offset) is int and _INT_MIN <= epoch <= _INT_MAX
+            and _INT_MIN <= offset <= _INT_MAX and (punctuation is None or (type(punctuation) is int
+                                                   and _INT_MIN <= punctuation <= _INT_MAX))):
+        _int(epoch, "epoch"), _int(offset, "offset"), _int(punctuation, "punctuation", optional=True)
+    return Batch(_stream(f), epoch, offset, PackedRecords(packed), punctuation)
 
 
 def _records_bytes(records: Sequence[Record]) -> bytes:
@@ -250,12 +275,13 @@ class PackedRecords(Sequence):
     array header, and the records decoded (and checked) only when first needed.  :attr:`key` is
     the bytes — the content identity a duplicate filter may use."""
 
-    __slots__ = ("packed", "_records", "_n")
+    __slots__ = ("packed", "_records", "_stamps", "_n")
 
     def __init__(self, packed: bytes):
         self.packed = packed
         self._n = _array_length(packed)
         self._records: Sequence[Record] | None = None
+        self._stamps: list[int] | None = None
 
     @property
     def key(self) -> bytes:
@@ -265,8 +291,16 @@ class PackedRecords(Sequence):
     def records(self) -> Sequence[Record]:
         """The records; raises :class:`WireError` if the bytes are not an array of records."""
         if self._records is None:
-            self._records = _unpack_records(self.packed, self._n)
+            self._records, self._stamps = _unpack_records(self.packed, self._n)
         return self._records
+
+    @property
+    def stamps(self) -> list[int]:
+        """The records' timestamps, in record order: taken out once, to check them, and kept for
+        the duplicate filter (:func:`operators.record.sorted_stamps`), which would take them out again."""
+        if self._stamps is None:
+            self._records, self._stamps = _unpack_records(self.packed, self._n)
+        return self._stamps
 
     def __len__(self) -> int:
         return self._n
@@ -298,20 +332,23 @@ def _array_length(packed: bytes) -> int:
     raise WireError("batch records must be a msgpack array")
 
 
-def _unpack_records(packed: bytes, n: int) -> tuple[Record, ...]:
+def _unpack_records(packed: bytes, n: int) -> tuple[tuple[Record, ...], list[int]]:
+    """The records in ``packed`` (``n`` of them) and their timestamps, in record order."""
     try:
         records = msgpack.unpackb(packed, use_list=False, raw=False, strict_map_key=False)
     except Exception as error:  # msgpack raises several unrelated types for garbage
         raise WireError(f"batch records are not msgpack: {type(error).__name__}") from None
-    # Every record an array starting with an integer timestamp (type checks in C, two passes).
+    # Every record an array starting with an integer timestamp (type checks in C, three passes).
     try:
-        valid = type(records) is tuple and len(records) == n and set(map(type, records)) <= {tuple} \
-            and set(map(type, map(_first, records))) <= {int}
+        valid = type(records) is tuple and len(records) == n and set(map(type, records)) <= {tuple}
+        if valid:
+            stamps = list(map(_first, records))
+            valid = set(map(type, stamps)) <= {int}
     except IndexError:                  # an empty record
         valid = False
     if not valid:
         raise WireError("batch records must be arrays starting with an integer timestamp")
-    return records
+    return records, stamps
 
 
 # -- messages <-> frames --------------------------------------------------------------------------

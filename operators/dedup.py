@@ -68,7 +68,7 @@ from operator import itemgetter
 from typing import Any
 
 from operators.base import NO_PUNCTUATION
-from operators.record import Record
+from operators.record import Record, sorted_stamps
 
 
 _ts = itemgetter(0)
@@ -226,7 +226,7 @@ class DuplicateFilter:
             return []
         if not self._runs and (key is None or len(records) < self.min_run):
             return self._per_record(i, records)
-        stamps = sorted(map(_ts, records))              # oldest, newest (linear on sorted input)
+        stamps = sorted_stamps(records)                 # oldest, newest (linear on sorted input)
         if stamps[-1] <= self.max_punctuation:          # Alg. 1 line 2 for the whole batch
             self.below_punctuation += len(records)
             return []
@@ -320,7 +320,7 @@ class DuplicateFilter:
         if not records:
             return []
         max_punctuation = self.max_punctuation
-        stamps = sorted(map(_ts, records))              # oldest and newest at once: linear on sorted input
+        stamps = sorted_stamps(records)                 # oldest and newest at once: linear on sorted input
         if stamps[0] > max_punctuation:
             passed = records if type(records) is list else list(records)
             if key is not None and len(records) >= self.min_run:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Sequence
 
 import msgpack
@@ -68,6 +69,17 @@ class Schema:
 
     def __len__(self) -> int:
         return len(self.names)
+
+
+_ts = itemgetter(0)
+
+
+def sorted_stamps(records: Sequence[Record]) -> list[int]:
+    """The timestamps of ``records``, sorted (one linear pass on a batch in timestamp order).  A
+    batch read off the wire has them taken out already, when its records were checked
+    (``engine.wire.PackedRecords.stamps``): a pass over the records fewer."""
+    stamps = getattr(records, "stamps", None)
+    return sorted(map(_ts, records) if stamps is None else stamps)
 
 
 def normalise(value: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
                              Hello, Hold, JoinStamping, Mark, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot,
@@ -12,7 +12,11 @@ from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica
                              ViewBallot, ViewDecided, ViewReply)
 from engine import wire
 from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
+from operators.dedup import DuplicateFilter
 from operators.plan import ReplicaId, StreamReplica
+from operators.record import Punctuation
+from tests.operators.strategies import keyed_records
+from tests.operators.test_dedup import _arrivals
 
 S = StreamReplica(ReplicaId("load", 1), ReplicaId("correlate", 0), 0)
 fields = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=8), st.booleans())
@@ -100,3 +104,89 @@ def test_ints_the_core_could_not_send_back_are_refused(fields):
     code = next(c for c, cls, *_ in wire._CODECS if cls is Ack)
     with pytest.raises(WireError, match="64-bit|bad replica|bad port"):
         decode(msgpack.packb([code, *fields[1:]]))
+
+
+# -- the decoder's fast paths give what the plain reading gives ---------------------------------------
+
+# ints and what equals them as a dict key (or lies outside 64 bits): collisions are frequent
+ints_or_lookalikes = st.sampled_from([0, 1, True, False, 0.0, 1.0, 2**63, 2**64 - 1, -(2**63)])
+
+
+@example([("load", 1, "correlate", 0, 0, 0, 0, None, 7), ("load", True, "correlate", 0, 0, 0, 0, None, 7)])
+@example([("load", 1, "correlate", 0, 0, 0, 0, None, 9), ("load", 1, "correlate", 0, 0, 0, 0, 2**63, 9)])
+@example([("load", 1, "correlate", 0, 0, 0, 0, None, 9), ("load", 1, "correlate", 0, 0, 1.0, 0, None, 9)])
+@given(st.lists(st.tuples(st.just("load"), ints_or_lookalikes, st.just("correlate"),
+                          ints_or_lookalikes, ints_or_lookalikes, ints_or_lookalikes, ints_or_lookalikes,
+                          st.one_of(st.none(), ints_or_lookalikes), st.sampled_from([7, 9])),
+                min_size=1, max_size=12))
+def test_a_stream_seen_before_is_read_as_strictly_as_a_new_one(frames):
+    """Stream ids are remembered by their fields after a first successful read; ``1 == 1.0 == True``
+    as dict keys, so a frame naming a remembered stream with a bool or float where an int belongs
+    (or epochs, offsets, punctuations out of 64 bits) must still be refused, exactly as with nothing
+    remembered.  Batches (code 1, 9 fields) and acks (code 2, 7 fields), over a warm and a cold cache."""
+    def outcome(body):
+        try:
+            return decode(body)
+        except WireError:
+            return "refused"
+
+    bodies = []
+    for name, i, target, j, port, epoch, offset, punctuation, n in frames:
+        if n == 9:
+            bodies.append(msgpack.packb([1, name, i, target, j, port, epoch, offset, msgpack.packb([[1, 2]]),
+                                         punctuation]))
+        else:
+            bodies.append(msgpack.packb([2, name, i, target, j, port, epoch, offset]))
+    warm = [outcome(b) for b in bodies]                  # the cache fills as it goes
+    cold = []
+    for b in bodies:
+        wire._streams.clear()
+        cold.append(outcome(b))
+    assert warm == cold
+    for (_, i, _, j, port, epoch, offset, punctuation, n), got in zip(frames, warm):
+        small = all(type(v) is int and 0 <= v < 2**16 for v in (i, j, port))
+        exact = all(type(v) is int and -(2**63) <= v < 2**63 for v in (epoch, offset))
+        optional = n == 7 or punctuation is None or (type(punctuation) is int and -(2**63) <= punctuation < 2**63)
+        assert (got != "refused") == (small and exact and optional)
+
+
+def test_the_remembered_streams_are_bounded(monkeypatch):
+    monkeypatch.setattr(wire, "_STREAMS_KEPT", 4)
+    wire._streams.clear()
+    for i in range(10):
+        stream = StreamReplica(ReplicaId("load", i), ReplicaId("correlate", 0), 0)
+        [body] = FrameDecoder().feed(encode(Ack(stream, 1, i)))
+        assert decode(body) == Ack(stream, 1, i)
+        assert len(wire._streams) <= 4
+
+
+@given(records)
+def test_a_batch_read_off_the_wire_carries_its_timestamps_in_record_order(recs):
+    [body] = FrameDecoder().feed(encode(Batch(S, 0, 0, tuple(recs), None)))
+    packed = decode(body).records
+    assert packed.stamps == [r[0] for r in recs]
+    assert list(packed) == recs
+
+
+@given(keyed_records(), st.integers(1, 4), st.floats(0, 1), st.randoms(use_true_random=False))
+def test_batches_read_off_the_wire_filter_exactly_like_their_records(records, k, same_batches, rng):
+    """The duplicate filter takes a wire batch's timestamps from the batch (taken out when its
+    records were checked) instead of from its records: same records passed, same state, at k = 1
+    (the single-replica path) and above (runs), as a filter fed the plain record lists."""
+    arrivals = _arrivals(records, k, same_batches, rng)
+    wired, plain = DuplicateFilter(k, min_run=1), DuplicateFilter(k)
+    cursors = [0] * k
+    while any(cursors[i] < len(arrivals[i]) for i in range(k)):
+        i = rng.choice([i for i in range(k) if cursors[i] < len(arrivals[i])])
+        batch = arrivals[i][cursors[i]]
+        cursors[i] += 1
+        records_only = [item for item in batch if type(item) is not Punctuation]
+        [body] = FrameDecoder().feed(encode(Batch(S, 0, 0, records_only, None)))
+        packed = decode(body).records
+        assert wired.on_batch(i, packed, key=packed.key) == plain.on_batch(i, records_only)
+        for item in batch:
+            if type(item) is Punctuation:
+                assert wired.on_punctuation(i, item.ts) == plain.on_punctuation(i, item.ts)
+        state, reference = wired.snapshot(), plain.snapshot()
+        assert {tuple(r): e for r, e in state.pop("counts")} == {tuple(r): e for r, e in reference.pop("counts")}
+        assert state == reference
