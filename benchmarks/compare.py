@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from tqdm import tqdm
 
@@ -78,9 +78,13 @@ def records(n: int, seed: int) -> list[Record]:
     return [(i * 1000, rng.randrange(KEYS), rng.randrange(1000)) for i in range(n)]
 
 
-def batches(stream: list[Record], size: int) -> list[tuple[list[Record], int]]:
-    """``(batch, punctuation)`` pairs: timestamps are strictly increasing, so a batch's last ts is a punctuation."""
-    return [(stream[i:i + size], stream[min(i + size, len(stream)) - 1][0]) for i in range(0, len(stream), size)]
+def batches(stream: list[Record], size: int) -> Iterator[tuple[list[Record], int]]:
+    """``(batch, punctuation)`` pairs, cut as they are consumed (as they reach a node, and as Bytewax's
+    ``TestingSource`` cuts its batches): timestamps are strictly increasing, so a batch's last ts is
+    a punctuation.  (Cutting all of them first kept 1000 lists of 1000 records alive through the
+    run, and the garbage collector traversed them at every collection of the middle generation:
+    a quarter of filter+map's CPU.)"""
+    return ((stream[i:i + size], stream[min(i + size, len(stream)) - 1][0]) for i in range(0, len(stream), size))
 
 
 def build(define: Callable[[QueryBuilder], None], streams: tuple[str, ...]) -> Query:

@@ -373,8 +373,8 @@ def main() -> int:
         share = gmac / (cpu * args.batch)
         print(f"  frame tags at k=3: {gmac:.1f} µs per batch (3 frames) = {share:.1%} of the node's CPU per record "
               f"(HMAC-SHA256 tags would take {sha:.1f} µs = {sha / (cpu * args.batch):.1%})")
-    met = rate >= 1e6 and rate >= 0.4 * ceiling
-    print(f"  target (k=3 >= 1000 k/s and >= 40% of the ceiling): {'met' if met else 'NOT MET'}")
+    print(f"  targets at k=3: >= 1000 k distinct records/s {'met' if rate >= 1e6 else 'NOT MET'}; "
+          f">= 40% of the ceiling {'met' if rate >= 0.4 * ceiling else 'NOT MET'} ({rate / ceiling:.1%})")
     if not args.no_mqtt:
         rate = max(mqtt_run(args.mqtt_records, args.batch) for _ in range(args.rounds))
         print(f"  MQTT ingest (mosquitto, QoS 1, {args.batch} records/message): {rate / 1000:8.1f} k records/s")

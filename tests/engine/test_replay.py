@@ -143,6 +143,8 @@ def test_source_batches_carry_the_source_messages_in_order():
     flat = lambda messages: [item for _, batch, p in messages for item in (*batch, *([p] if p is not None else []))]  # noqa: E731
     assert flat(source_batches(records, 1_000_000)) == flat(source_messages(records, 1_000_000))
     assert [len(batch) for _, batch, _ in source_batches(records, 1_000_000)] == [0, 1, 2, 2]
+    with pytest.raises(InputError, match="'s': records are not in timestamp order"):
+        source_batches(records[::-1], 1_000_000, "'s'")          # at once, before any batch is taken
     assert flat(source_batches([], 1_000_000)) == flat(source_messages([], 1_000_000)) == [2**63 - 1]
 
 
