@@ -12,11 +12,9 @@ from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica
                              ViewBallot, ViewDecided, ViewReply)
 from engine import wire
 from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
-from operators.dedup import DuplicateFilter
 from operators.plan import ReplicaId, StreamReplica
-from operators.record import Punctuation
 from tests.operators.strategies import keyed_records
-from tests.operators.test_dedup import _arrivals
+from tests.operators.test_dedup import _arrivals, filters_agree
 
 S = StreamReplica(ReplicaId("load", 1), ReplicaId("correlate", 0), 0)
 fields = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=8), st.booleans())
@@ -173,20 +171,9 @@ def test_batches_read_off_the_wire_filter_exactly_like_their_records(records, k,
     """The duplicate filter takes a wire batch's timestamps from the batch (taken out when its
     records were checked) instead of from its records: same records passed, same state, at k = 1
     (the single-replica path) and above (runs), as a filter fed the plain record lists."""
-    arrivals = _arrivals(records, k, same_batches, rng)
-    wired, plain = DuplicateFilter(k, min_run=1), DuplicateFilter(k)
-    cursors = [0] * k
-    while any(cursors[i] < len(arrivals[i]) for i in range(k)):
-        i = rng.choice([i for i in range(k) if cursors[i] < len(arrivals[i])])
-        batch = arrivals[i][cursors[i]]
-        cursors[i] += 1
-        records_only = [item for item in batch if type(item) is not Punctuation]
-        [body] = FrameDecoder().feed(encode(Batch(S, 0, 0, records_only, None)))
+    def as_read(batch):
+        [body] = FrameDecoder().feed(encode(Batch(S, 0, 0, batch, None)))
         packed = decode(body).records
-        assert wired.on_batch(i, packed, key=packed.key) == plain.on_batch(i, records_only)
-        for item in batch:
-            if type(item) is Punctuation:
-                assert wired.on_punctuation(i, item.ts) == plain.on_punctuation(i, item.ts)
-        state, reference = wired.snapshot(), plain.snapshot()
-        assert {tuple(r): e for r, e in state.pop("counts")} == {tuple(r): e for r, e in reference.pop("counts")}
-        assert state == reference
+        return packed, packed.key
+
+    filters_agree(_arrivals(records, k, same_batches, rng), k, rng, as_read)

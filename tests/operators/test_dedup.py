@@ -211,7 +211,13 @@ def test_batch_keys_change_nothing_but_speed(records, k, same_batches, rng):
     """A keyed filter (runs of slots taken at once) behaves exactly like the per-record filter:
     same records passed at every call, same counters, §V-B ranks, memory and state — whether the
     replicas' batches are byte-identical (the fast path) or not, and whatever repeats they carry."""
-    arrivals = _arrivals(records, k, same_batches, rng)
+    filters_agree(_arrivals(records, k, same_batches, rng), k, rng, lambda batch: (batch, tuple(batch)))
+
+
+def filters_agree(arrivals, k, rng, as_sent) -> None:
+    """Feed each replica's batches, in an interleaving drawn from ``rng``, to a keyed filter (each
+    batch as ``as_sent(records)`` gives it: ``(records, key)``) and to a plain one fed the record
+    lists: same records passed at every call, same punctuations, counters and state."""
     keyed, plain = DuplicateFilter(k, min_run=1), DuplicateFilter(k)
     cursors = [0] * k
     while any(cursors[i] < len(arrivals[i]) for i in range(k)):
@@ -219,7 +225,8 @@ def test_batch_keys_change_nothing_but_speed(records, k, same_batches, rng):
         batch = arrivals[i][cursors[i]]
         cursors[i] += 1
         records_only = [item for item in batch if type(item) is not Punctuation]
-        assert keyed.on_batch(i, records_only, key=tuple(records_only)) == plain.on_batch(i, records_only)
+        sent, key = as_sent(records_only)
+        assert keyed.on_batch(i, sent, key=key) == plain.on_batch(i, records_only)
         for item in batch:
             if type(item) is Punctuation:
                 assert keyed.on_punctuation(i, item.ts) == plain.on_punctuation(i, item.ts)
