@@ -45,6 +45,7 @@ from typing import Any, Sequence
 
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import Record
+from placement.reports import ServerReport
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -306,6 +307,13 @@ class Statistics:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A server's report to the placement coordinator it elected (§V; :mod:`placement.reports`)."""
+
+    report: ServerReport
+
+
 # -- handshake (driver level: never reaches the core) --------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Hello:
@@ -325,5 +333,5 @@ class Proof:
 Message = (Batch | Ack | Resume | Hold | Standby | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
            | ViewBallot | ViewReply | ViewDecided | Stamped | StampAck | Committed | JoinStamping
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
-           | StatisticsRequest | Statistics | Hello | Proof)
+           | StatisticsRequest | Statistics | Report | Hello | Proof)
 CONTROL = (DeployReplica, RemoveReplica, ConnectStream, DisconnectStream)

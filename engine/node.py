@@ -4,12 +4,12 @@ The core itself lives in :mod:`engine.core`, one module per job (see :mod:`engin
 this module names the pieces a driver needs, so ``from engine.node import NodeCore`` stays the way in.
 """
 
-from engine.core.configure import configure, placement_plan
-from engine.core.events import (ControlRefused, DeadLetter, Delivered, Event, NodeOptions, PeerTimedOut, ProtocolError,
-                                ReplicaChanged, StreamCutOff)
+from engine.core.configure import configure, configure_pinned, placement_plan
+from engine.core.events import (ControlRefused, DeadLetter, Decided, Delivered, Event, NodeOptions, PeerTimedOut,
+                                ProtocolError, ReplicaChanged, StreamCutOff)
 from engine.core.node import NodeCore
 from engine.core.states import InboundState, ReplicaState, RouteState
 
-__all__ = ["NodeCore", "NodeOptions", "configure", "placement_plan", "Event", "Delivered", "DeadLetter",
-           "PeerTimedOut", "ProtocolError", "ReplicaChanged", "StreamCutOff", "ControlRefused", "ReplicaState", "RouteState",
-           "InboundState"]
+__all__ = ["NodeCore", "NodeOptions", "configure", "configure_pinned", "placement_plan", "Event", "Delivered",
+           "DeadLetter", "Decided", "PeerTimedOut", "ProtocolError", "ReplicaChanged", "StreamCutOff", "ControlRefused",
+           "ReplicaState", "RouteState", "InboundState"]

@@ -30,12 +30,13 @@ from typing import Any, Callable
 import msgpack
 
 from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
-                             Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot,
-                             SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
-                             ViewBallot, ViewDecided, ViewReply)
+                             Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, Proof, RemoveReplica, Report, Resume,
+                             Snapshot, SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest,
+                             StreamHead, View, ViewBallot, ViewDecided, ViewReply)
 from operators.errors import ReplicastError
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import Record
+from placement.reports import InputReport, ServerReport
 
 #: Largest frame a node accepts (a batch is normally far smaller).
 MAX_FRAME = 64 * 1024 * 1024
@@ -188,6 +189,42 @@ def _stamped(f: tuple) -> Stamped:
                    PackedRecords(_bytes(f[4], "stamped records")), _int(f[5], "punctuation", optional=True))
 
 
+def _number(value: Any, what: str) -> float:
+    if type(value) not in (int, float):
+        raise WireError(f"{what} must be a number, got {repr(value)[:40]}")
+    return float(value)
+
+
+def _list(value: Any, what: str) -> tuple:
+    if type(value) is not tuple:
+        raise WireError(f"{what} must be an array, got {type(value).__name__}")
+    return value
+
+
+def _report_fields(r: ServerReport) -> list:
+    return [r.server, dict(r.rtt_ms), r.load, r.capacity, [_replica_fields(h) for h in r.hosted],
+            [[*_replica_fields(x), n] for x, n in r.records_out.items()],
+            [[*_stream_fields(s), i.weight, i.delay_us] for s, i in r.inputs.items()]]
+
+
+def _report(f: tuple) -> Report:
+    """A :class:`Report` from its fields, every value type-checked (the coordinator checks ranges)."""
+    rtt = {_str(peer, "report peer"): _number(ms, "report RTT") for peer, ms in _dict(f[1], "report RTTs").items()}
+    hosted = tuple(_replica(*_list(h, "hosted replica")[:2]) for h in _list(f[4], "hosted replicas"))
+    out = {}
+    for row in _list(f[5], "records_out"):
+        row = _list(row, "records_out row")
+        out[_replica(row[0], row[1])] = _int(row[2], "records_out")
+    inputs = {}
+    for row in _list(f[6], "report inputs"):
+        row = _list(row, "report input")
+        if len(row) != 7:
+            raise WireError(f"a report input needs 7 fields, got {len(row)}")
+        inputs[_stream(row)] = InputReport(_number(row[5], "input weight"), _int(row[6], "input delay"))
+    return Report(ServerReport(_str(f[0], "report server"), rtt, _number(f[2], "load"), _number(f[3], "capacity"),
+                               hosted, out, inputs))
+
+
 # code, class, fields of a message, message from fields (after the code)
 _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message], int]] = [
     (1, Batch, lambda m: [*_stream_fields(m.stream), m.epoch, m.offset, _records_bytes(m.records), m.punctuation],
@@ -222,6 +259,7 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
      lambda f: Standby(_stream(f), _int(f[5], "punctuation")), 6),
     (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],
      lambda f: NoSnapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _str(f[4], "reason")), 5),
+    (21, Report, lambda m: _report_fields(m.report), _report, 7),
     # entry-stamped mode (messages rule 8)
     (40, ViewBallot, lambda m: [m.stream, m.candidate, m.term, _view_fields(m.view)],
      lambda f: ViewBallot(_str(f[0], "stream"), _index(f[1]), _int(f[2], "term"), _view(f[3])), 4),

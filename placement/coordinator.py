@@ -8,10 +8,15 @@ Rules of this module (as the node core's):
    :meth:`CoordinatorCore.handle_timer` when :meth:`CoordinatorCore.next_timer` is due.  After either,
    drain :meth:`CoordinatorCore.decisions_to_send` and send each decision as its control message to
    its ``nodes`` (:mod:`placement.decisions`).
-3. All state is soft: a newly elected coordinator waits ``settle_us`` (or for every server's
-   report), then *adopts* the replicas and stream replicas the reports show, and deploys (Alg. 5)
-   only if they show none.  What garbage collection took away is remembered only by the coordinator
-   that took it; a successor can still revive by creating.
+3. All state is soft: a newly elected coordinator waits ``settle_us`` (or until every server has
+   reported and every pair of servers has a measured RTT), then *adopts* the replicas and stream
+   replicas the reports show if they show an operator replica, and otherwise deploys (Alg. 5) on top
+   of the entry points and applications they show (nodes run those from their own configuration).
+   What garbage collection took away is remembered only by the coordinator that took it; a
+   successor can still revive by creating.  Afterwards the view follows the reports: a server's
+   report that lacks replicas or input stream replicas the view gives it, or shows ones the view
+   lacks (a node restarted, a decision lost), corrects the view — unless the coordinator sent that
+   server a decision within ``settle_us`` (the report may predate it).
 4. Servers silent for ``expiry_us`` are down: their replicas leave the view (no decision is sent to
    a dead server) and revival no longer uses them.
 5. Periodic work: utilities every ``utility_period_us`` (U = 30 s, §V-B), garbage collection every
@@ -79,6 +84,7 @@ class CoordinatorCore:
         self._outbox: list[Decision] = []
         self._settle_at = now + config.settle_us
         self._early = True                           # may deploy before settle_us once every server reported
+        self._told: dict[int, int] = {}              # server -> when it was last sent a decision (rule 3)
         self._next_utility = now + config.utility_period_us
         self._next_gc = now + config.gc_period_us
         self._next_revival = now + config.revival_period_us
@@ -92,12 +98,14 @@ class CoordinatorCore:
         self.counters["reports"] += 1
         self.counters["bad_values"] += self.measurements.add(report, now=now)
         self._reports[report.server] = (report, now)
+        if self.deployment is not None:
+            self._reconcile(report, now)
 
     def handle_timer(self, *, now: int) -> None:
         """Do whatever is due at ``now``; then drain :meth:`decisions_to_send`."""
         self._expire(now)
         if self.deployment is None:
-            if now >= self._settle_at or (self._early and len(self._reports) == len(self.servers)):
+            if now >= self._settle_at or self._ready_early():
                 self._start(now)
             return
         if now >= self._next_utility:
@@ -105,17 +113,17 @@ class CoordinatorCore:
             self._measure_utilities()
         if self.config.gc is not None and now >= self._next_gc:
             self._next_gc = now + self.config.gc_period_us
-            self._collect()
+            self._collect(now)
         if now >= self._next_revival:
             self._next_revival = now + self.config.revival_period_us
-            self._revive()
+            self._revive(now)
 
     def next_timer(self) -> int | None:
         """When :meth:`handle_timer` is next due (µs)."""
         expiries = [at + self.config.expiry_us for _, at in self._reports.values()]
         if self.deployment is None:
             due = [self._settle_at, *expiries]
-            if self._early and len(self._reports) == len(self.servers):
+            if self._ready_early():
                 due.append(max(at for _, at in self._reports.values()))
             return min(due)
         due = [self._next_utility, self._next_revival, *expiries]
@@ -143,27 +151,65 @@ class CoordinatorCore:
         return {self.servers.index(s) for s in self._reports}
 
     # -- work -----------------------------------------------------------------------------------
+    def _ready_early(self) -> bool:
+        return self._early and len(self._reports) == len(self.servers) and self.measurements.complete()
+
     def _start(self, now: int) -> None:
-        hosted = {r: s for s, (report, _) in self._reports.items() for r in report.hosted}
-        if hosted:                                                   # rule 3: adopt what runs
-            index = {s: i for i, s in enumerate(self.servers)}
-            view = Deployment({r: index[s] for r, s in hosted.items()})
-            for report, _ in self._reports.values():
-                for stream in report.inputs:
-                    if stream.source in view.hosts and stream.target in view.hosts:
-                        view.add_stream(stream)
+        index = {s: i for i, s in enumerate(self.servers)}
+        workload = self.workload()
+        view = Deployment()
+        for server, (report, _) in self._reports.items():
+            for replica in report.hosted:
+                if replica.name in workload.pinned or replica.name in workload.operators:
+                    if replica not in view.hosts:
+                        view.add_replica(replica, index[server])
+        for report, _ in self._reports.values():
+            for stream in report.inputs:
+                if stream.source in view.hosts and stream.target in view.hosts and _wired(stream, workload):
+                    view.add_stream(stream)
+        if any(r.name in workload.operators for r in view.hosts):      # rule 3: adopt what runs
             self.deployment = view
             self.counters["adopted"] += 1
             return
         try:
-            deployment = min_cost(self.network(), self.workload(), self.config.deploy, refined=self.config.refined)
+            deployment = min_cost(self.network(), workload, self.config.deploy, refined=self.config.refined)
         except PlacementError as error:
             self.counters["deploy_failures"] += 1
             self.last_error = str(error)
             self._settle_at, self._early = now + self.config.settle_us, False     # retry after settling again
             return
-        self._emit(changes(Deployment(), deployment, self.servers, "initial"))
+        # Entry points and applications already running where the workload pins them stay as they are.
+        before = Deployment({r: s for r, s in view.hosts.items() if deployment.hosts.get(r) == s},
+                            [s for s in view.streams if s in deployment.streams])
+        self._emit(changes(before, deployment, self.servers, "initial"), now)
         self.deployment = deployment
+
+    def _reconcile(self, report: ServerReport, now: int) -> None:
+        """Rule 3: correct the view of ``report.server`` from what it says it runs."""
+        i = self.servers.index(report.server)
+        if now - self._told.get(i, -self.config.settle_us - 1) <= self.config.settle_us:
+            return
+        view, workload = self.deployment, self.workload()
+        hosted = set(report.hosted)
+        for replica in [r for r, s in view.hosts.items() if s == i and r not in hosted]:
+            view.remove_replica(replica)
+            self.counters["vanished_replicas"] += 1
+        known = set(workload.pinned) | set(workload.operators)
+        for replica in sorted(hosted - set(view.hosts)):
+            if replica.name in known:
+                view.add_replica(replica, i)
+                self.collected.replicas.pop(replica, None)
+                self.counters["appeared_replicas"] += 1
+        inputs = set(report.inputs)
+        for stream in [s for r, s_ in list(view.hosts.items()) if s_ == i for s in list(view.in_streams(r))]:
+            if stream not in inputs:
+                view.remove_stream(stream)
+                self.counters["vanished_streams"] += 1
+        for stream in sorted(inputs - view.streams, key=lambda s: (s.source, s.target, s.port)):
+            if stream.source in view.hosts and view.hosts.get(stream.target) == i and _wired(stream, workload):
+                view.add_stream(stream)
+                self.collected.streams.discard(stream)
+                self.counters["appeared_streams"] += 1
 
     def _expire(self, now: int) -> None:
         for server, (_, at) in list(self._reports.items()):
@@ -186,7 +232,7 @@ class CoordinatorCore:
         self._weights_mark = now_weights
         self.utilities = utilities(self.deployment, self.workload(), window)
 
-    def _collect(self) -> None:
+    def _collect(self, now: int) -> None:
         """Alg. 6, once utilities have been measured."""
         if self.utilities is None:
             return
@@ -196,9 +242,9 @@ class CoordinatorCore:
             self.collected.streams |= group.streams
             self.collected.replicas.update({r: before.hosts[r] for r in group.replicas})
         self.counters["gc_groups"] += len(discarded)
-        self._emit(changes(before, self.deployment, self.servers, "gc"))
+        self._emit(changes(before, self.deployment, self.servers, "gc"), now)
 
-    def _revive(self) -> None:
+    def _revive(self, now: int) -> None:
         """§V-C for every replica whose reported inputs are all late."""
         delays = {s: i.delay_us for report, _ in self._reports.values() for s, i in report.inputs.items()}
         late = sorted({s.target for s, d in delays.items() if d > self.config.revival_threshold_us})
@@ -215,8 +261,19 @@ class CoordinatorCore:
                                   self.live(), network, workload, self.config.deploy, allow_create=allow_create):
                 self.counters[f"revival_{revival.action.name.lower()}"] += 1
                 apply(revival, self.deployment, self.collected)
-        self._emit(changes(before, self.deployment, self.servers, "revival"))
+        self._emit(changes(before, self.deployment, self.servers, "revival"), now)
 
-    def _emit(self, decisions: list[Decision]) -> None:
+    def _emit(self, decisions: list[Decision], now: int) -> None:
         self.counters["decisions"] += len(decisions)
         self._outbox.extend(decisions)
+        index = {s: i for i, s in enumerate(self.servers)}
+        for decision in decisions:
+            for server in decision.nodes:
+                self._told[index[server]] = now
+
+
+def _wired(stream: StreamReplica, workload: Workload) -> bool:
+    """Whether the query feeds ``stream.source``'s node into that port of ``stream.target``'s (entry
+    points' peer streams in entry-stamped mode are the nodes' own business, not placement's)."""
+    inputs = workload.inputs.get(stream.target.name, ())
+    return stream.port < len(inputs) and inputs[stream.port] == stream.source.name

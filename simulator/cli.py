@@ -122,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
         raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
     out = args.out or Path("out") / "simulate" / scenario.name
     if args.segments is not None or args.spark is not None or args.deployment:
+        if scenario.coordinator is not None:
+            raise ReplicastError(f"{path}: a scenario with a [coordinator] runs whole (its replicas change during "
+                                 f"the run); drop --segments, --spark and --deployment")
         if args.check:
             raise ReplicastError("--check compares whole runs; it cannot be combined with --segments, --spark or "
                                  "--deployment")
@@ -156,12 +159,18 @@ def run(args: argparse.Namespace) -> int:
               for s, (_, latency) in zip(runs, curves)]
     png = plot_ccdf(labels, out / "latency.png", f"{scenario.name}: {len(prepared.servers)} servers, trace "
                     f"{scenario.trace}, {scenario.deployment} deployment")
+    cost_png = _plot_cost(runs, out, scenario, len(prepared.servers))
     for s in runs:
         q = s["latency_ms"]
         print(f"kmax={s['kmax']}: {s['delivered']} records, latency p50 {q['p50']} ms, p99 {q['p99']} ms, "
               f"max {q['max']} ms; bandwidth {s['bandwidth_ratio']:.2f}x, cost {s['cost_ratio']:.2f}x; "
               f"{s['wall_s']:.1f} s wall")
-    print(f"wrote {out}/ (deliveries.parquet, bandwidth.parquet, summary.json per kmax) and {png}")
+        if "coordinator" in s:
+            static = s.get("static")
+            print(f"  coordinator: {_decisions(s['coordinator']['decisions'])}; network cost {s['network_cost']:.0f}"
+                  + (f" against {static['network_cost']:.0f} static ({static['latency_ms']['p99']} ms p99 static)"
+                     if static else ""))
+    print(f"wrote {out}/ (deliveries.parquet, bandwidth.parquet, summary.json per kmax), {png} and {cost_png}")
     return 1 if failures else 0
 
 
@@ -215,6 +224,13 @@ def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: boo
     wall = time.perf_counter()
     result = simulate(prepared, k, keep_records=check, progress=progress, on_progress=on_progress)
     result.recorder.write(out / f"k{k}")
+    coordinator = prepared.scenario.coordinator
+    if coordinator is not None and coordinator.compare_static:
+        log.info("kmax=%d: the same deployment without the coordinator, for comparison", k)
+        static = simulate(prepared, k, progress=progress, on_progress=on_progress, coordinator=False)
+        static.recorder.write(out / f"k{k}" / "static")
+        result.summary["static"] = {key: static.summary[key] for key in
+                                    ("delivered", "latency_ms", "records_sent", "network_cost", "cost_over_time")}
     mismatched = None
     if check:
         reference = replay(prepared.query, result.inputs, replicas=1,
@@ -331,6 +347,20 @@ def _work(scenario: Any, index: int, k: int, out: Path, check: bool, reports: An
         reports.put((index, done_s, total_s))
 
     return simulate_one(Prepared(scenario), k, out, check, on_progress=report)
+
+
+def _plot_cost(runs: list[dict[str, Any]], out: Path, scenario: Any, servers: int) -> Path:
+    """``cost.png``: each run's network cost over time (and its static counterpart's, if simulated)."""
+    from experiments.cost import plot_cost
+
+    lines = [(f"kmax = {s['kmax']}" + (", coordinator" if "coordinator" in s else ""), s["cost_over_time"],
+              s.get("static", {}).get("cost_over_time")) for s in runs]
+    return plot_cost(lines, out / "cost.png", f"{scenario.name}: {servers} servers, trace {scenario.trace}, "
+                     f"{scenario.deployment} deployment")
+
+
+def _decisions(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {key.replace(':', ' ')}" for key, n in counts.items()) or "no decisions"
 
 
 def _cpus() -> int:

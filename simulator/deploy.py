@@ -9,7 +9,10 @@ and application → its servers in replica-index order.
 * **random** (Fig. 4, "random"): each operator gets a seeded random order of the servers and degree
   ``k`` uses its first ``k``, so a run at ``k + 1`` adds one replica to the run at ``k`` rather than
   moving the others — degrees are compared on the same base deployment.
-* **min-cost** (Alg. 5) belongs to the placement package; it is refused until that exists.
+* **min-cost** (Alg. 5, :mod:`simulator.coordinator`): relaxation, ``kmax`` phases and refinement
+  over the trace's latencies, with ``[deployment]``'s ``alpha`` and ``dmin_ms``; entry points stay at
+  their sources' servers and applications where they are put (so ``entry_replicas = "kmax"`` is
+  refused: placement does not replicate entry points).
 
 Applications are not replicated: a named server, or a seeded random one.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from typing import Any, Callable
 
 from operators.query import Query
 from simulator.scenario import Scenario, ScenarioError
@@ -31,11 +35,15 @@ def _order(scenario: Scenario, name: str, servers: list[str]) -> list[str]:
     return order
 
 
-def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: list[str], kmax: int) -> dict[str, list[str]]:
+def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: list[str], kmax: int,
+           network: Callable[[], Any] | None = None) -> dict[str, list[str]]:
+    """The placement at ``kmax``; ``network()`` gives min-cost its :class:`placement.model.Network`."""
     where = f"{scenario.path}: [deployment]"
-    if scenario.deployment == "min-cost":
-        raise ScenarioError(f"{where}: kind = \"min-cost\" needs the placement package (Alg. 5), which is not "
-                            f"available yet; use \"random\" or \"manual\"")
+    if scenario.deployment == "min-cost" and scenario.entry_replicas != "1":
+        raise ScenarioError(f"{where}: kind = \"min-cost\" places operators; entry points stay at their sources "
+                            f"(entry_replicas = 1), got entry_replicas = {scenario.entry_replicas!r}")
+    if scenario.deployment == "min-cost" and network is None:
+        raise ScenarioError(f"{where}: kind = \"min-cost\" needs the trace's network")
     if kmax > len(servers):
         raise ScenarioError(f"{where}: kmax = {kmax} needs at least {kmax} servers, the scenario has {len(servers)}")
     placement: dict[str, list[str]] = {}
@@ -45,6 +53,17 @@ def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: lis
         k = kmax if scenario.entry_replicas == "kmax" else 1
         rest = [s for s in _order(scenario, stream, servers) if s != first]
         placement[stream] = [first, *rest[:k - 1]]
+    for app in query.applications:
+        server = scenario.applications.get(app) or _order(scenario, app, servers)[0]
+        if server not in servers:
+            raise ScenarioError(f"{where}: application '{app}' on {server!r}, which is not a server of this scenario")
+    if scenario.deployment == "min-cost":
+        from simulator.coordinator import min_cost_placement, workload
+        pins = {name: placement[name][0] for name in query.streams}
+        pins.update({app: scenario.applications.get(app) or _order(scenario, app, servers)[0]
+                     for app in query.applications})
+        estimate = workload(query, sources, servers, pins)
+        return min_cost_placement(network(), estimate, kmax, scenario.alpha, scenario.dmin_ms, where)
     for name in query.operators:
         if scenario.deployment == "manual":
             chosen = scenario.manual.get(name)
@@ -59,10 +78,7 @@ def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: lis
         else:
             placement[name] = _order(scenario, name, servers)[:kmax]
     for app in query.applications:
-        server = scenario.applications.get(app) or _order(scenario, app, servers)[0]
-        if server not in servers:
-            raise ScenarioError(f"{where}: application '{app}' on {server!r}, which is not a server of this scenario")
-        placement[app] = [server]
+        placement[app] = [scenario.applications.get(app) or _order(scenario, app, servers)[0]]
     extra = set(scenario.manual) - set(query.operators)
     if extra:
         raise ScenarioError(f"{where}: manual lists {sorted(extra)}, which are not operators of the query")

@@ -18,6 +18,10 @@ It mirrors :mod:`engine.aio.driver` duty for duty, with simulated time and links
   from the source's server; ``on_source`` is called on arrival.
 * **CPU.** With :class:`~simulator.network.Processing` costs, a batch reaches the core only when
   the node has worked through it (records × cost of the target replica's kind).
+* **Placement.** With ``coordination`` (:mod:`simulator.coordinator`) every server runs a node core
+  that takes part in placement, all of them linked (as the TCP driver dials every node); the load
+  each reports is its CPU work over the last timer interval.  A node restarted then runs only its
+  entry points and applications: the rest is the coordinator's to redeploy, as in a live cluster.
 
 No operator, routing or placement logic lives here: the core does all of it.
 """
@@ -33,8 +37,8 @@ from engine.core.configure import add_replica, remove_replica
 from engine.core.modes import shape
 from engine.messages import Batch, ConnectStream, DeployReplica
 from operators.plan import ReplicaId
-from engine.node import (DeadLetter, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
-                         placement_plan)
+from engine.node import (DeadLetter, Decided, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
+                         configure_pinned, placement_plan)
 from engine.wire import encode
 from operators.query import Query
 from simulator.network import LinkEnvironment, Network, Processing
@@ -60,6 +64,8 @@ class Observer:
         """``messages`` leave ``src`` for ``dst`` at ``now`` as one frame (one link item); ``delay``
         is the link's one-way delay at ``now`` (None: in an outage)."""
     def dead_letter(self, node: str, event: DeadLetter) -> None: ...
+    def decided(self, node: str, decision: Any, now: int) -> None:
+        """The placement coordinator on ``node`` sent ``decision`` (:mod:`placement.decisions`)."""
 
 
 class SimNode:
@@ -68,9 +74,15 @@ class SimNode:
     def __init__(self, sim: "Simulation", name: str, *, now: int, incarnation: int | None = None,
                  restarted: bool = False):
         self.sim, self.name = sim, name
-        self.core = NodeCore(name, sim.query, sim.options, now=now, incarnation=incarnation, restarted=restarted)
-        self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical,
-                                  sim.options.mode), now=now)
+        setup = sim.coordination(name) if sim.coordination is not None else None
+        self.core = NodeCore(name, sim.query, sim.options, now=now, incarnation=incarnation, restarted=restarted,
+                             coordination=setup)
+        if setup is not None and incarnation is not None:       # restarted: the coordinator deploys the rest
+            self.core.apply(configure_pinned(sim.query, sim.placement, name, sim.options.entry_modes), now=now)
+        else:
+            self.core.apply(configure(sim.query, sim.placement, name, sim.options.entry_modes, sim.physical,
+                                      sim.options.mode), now=now)
+        self.work_us, self._load_at = 0.0, (now, 0.0)           # CPU work done, for placement reports
         self.alive = True
         self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
         self._timer_when: int | None = None
@@ -90,6 +102,7 @@ class SimNode:
                 elif type(item) is SourcePayload:
                     work += cost_of.get(item.stream, 0.0)
             env = self.sim.env
+            self.work_us += work
             done = processing.finish(self.name, env.now, work)
             if done > env.now:
                 # A timed call, not a SimPy Timeout: most batches wait for the CPU a few µs.
@@ -125,7 +138,12 @@ class SimNode:
         if not self.alive or generation != self._timer_generation:
             return                                    # stale: the timer was re-armed since
         self._timer_when = None
-        self.core.handle_timer(now=self.sim.env.now)
+        now = self.sim.env.now
+        if self.core.coordination is not None and now > self._load_at[0]:
+            at, work = self._load_at
+            self.core.set_load((self.work_us - work) / (now - at))
+            self._load_at = (now, self.work_us)
+        self.core.handle_timer(now=now)
         self._transmit()
 
     # -- the core's outputs ---------------------------------------------------------------------
@@ -171,6 +189,8 @@ class SimNode:
                 self.sim.observer.dead_letter(self.name, event)
             elif type(event) is PeerTimedOut or type(event) is ProtocolError:
                 self.sim.drop_connection(self.name, event.node)
+            elif type(event) is Decided:
+                self.sim.observer.decided(self.name, event.decision, self.sim.env.now)
 
 
 class Simulation:
@@ -184,7 +204,8 @@ class Simulation:
     def __init__(self, query: Query, placement: dict[str, list[str]], trace: Any, servers: dict[str, int], *,
                  options: NodeOptions = NodeOptions(), start_us: int = 0, outage: str = "hold",
                  bandwidth_bps: float | None = None, processing: Processing | None = None,
-                 observer: Observer | None = None, origin_us: int | None = None):
+                 observer: Observer | None = None, origin_us: int | None = None,
+                 coordination: Callable[[str], Any] | None = None):
         # Paths are the recorder's ``path`` column (engine.messages rule 5): always traced here.
         options = replace(options, trace_paths=True)
         placement = shape(options.mode, placement, query.applications)    # the replicas the mode runs
@@ -197,9 +218,12 @@ class Simulation:
         self.observer = observer or Observer()
         self.connected: set[frozenset] = set()
         self.physical = placement_plan(query, placement)    # one set of ids for every node: lookups by identity
+        self.coordination = coordination
         self.nodes: dict[str, SimNode] = {}
         self.retired: list[NodeCore] = []                   # cores of crashed incarnations (their counters)
         hosts = sorted({n for nodes in placement.values() for n in nodes if n})
+        if coordination is not None:
+            hosts = sorted(servers)
         for name in hosts:
             self.nodes[name] = SimNode(self, name, now=start_us)
         self.pairs = {frozenset((m.source_node, m.target_node)) for name in hosts
@@ -208,6 +232,8 @@ class Simulation:
         # Peers of one operator talk too: a replica that (re)joins asks them for a snapshot.
         self.pairs |= {frozenset((a, b)) for nodes in placement.values() for a in nodes for b in nodes
                        if a and b and a != b}
+        if coordination is not None:
+            self.pairs = {frozenset((a, b)) for a in hosts for b in hosts if a < b}
         # The links come up once the run starts, as a real cluster's do after its processes start
         # (and after the caller has attached its observer: the first messages are the nodes').
         self.env.timeout(0).callbacks.append(

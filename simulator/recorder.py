@@ -82,6 +82,8 @@ class Recorder(Observer):
         self._code: dict[Any, int] = {}    # id(stream) or "control" -> code in stream_col
         self.bucket_col, self.stream_col = array("q"), array("i")
         self.records_col, self.bytes_col, self.cost_col = array("q"), array("q"), array("d")
+        #: The placement coordinator's decisions: (time, kind, reason, what it names).
+        self.decisions: list[tuple[int, str, str, str]] = []
 
     # -- Observer -------------------------------------------------------------------------------
     def delivered(self, node: str, event: Delivered) -> None:
@@ -133,6 +135,11 @@ class Recorder(Observer):
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
         self.dead_letters += 1
+
+    def decided(self, node: str, decision: Any, now: int) -> None:
+        what = decision.replica if hasattr(decision, "replica") else decision.stream
+        what = str(what) if not hasattr(what, "target") else f"{what.source}>{what.target}"
+        self.decisions.append((now, type(decision).__name__.lower(), decision.reason, what))
 
     # -- tables ---------------------------------------------------------------------------------
     def deliveries(self) -> pa.Table:
@@ -249,6 +256,7 @@ class Totals:
         self.latency_max: int | None = None
         self.data = [0, 0, 0.0]         # records, bytes, cost of data streams
         self.control_bytes = 0
+        self.cost_by_bucket: dict[int, float] = {}     # bucket start (µs) -> network cost (§V-A)
 
     @property
     def delivered(self) -> int:
@@ -269,6 +277,10 @@ class Totals:
         self.data[0] += pc.sum(data.column("records")).as_py() or 0
         self.data[1] += pc.sum(data.column("bytes")).as_py() or 0
         self.data[2] += pc.sum(data.column("cost")).as_py() or 0.0
+        if data.num_rows:
+            for row in data.group_by("t_us").aggregate([("cost", "sum")]).to_pylist():
+                t = row["t_us"]
+                self.cost_by_bucket[t] = self.cost_by_bucket.get(t, 0.0) + row["cost_sum"]
         self.control_bytes += pc.sum(table.filter(control).column("bytes")).as_py() or 0
 
 

@@ -64,6 +64,15 @@ class Prepared:
             raise ScenarioError(f"{scenario.path}: start_s {scenario.start_s} is past the trace's end "
                                 f"({self.trace.duration_us / 1e6:.0f} s)")
         self.end = self.start + round(length)
+        self._network = None
+
+    def placement_network(self):
+        """The servers' :class:`placement.model.Network` over the run's window (min-cost deployment)."""
+        if self._network is None:
+            from simulator.coordinator import trace_network
+            self._network = trace_network(self.trace, self.servers, self.start, self.end, self.origin,
+                                          self.scenario.seed)
+        return self._network
 
 
 def choose_servers(trace: Any, scenario: Scenario) -> dict[str, int]:
@@ -113,7 +122,7 @@ def build_sources(scenario: Scenario, query: Query, servers: dict[str, int]) -> 
 
 def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: bool = False,
         desc: str = "", on_progress: Callable[[int, int], None] | None = None, segment: Segment | None = None,
-        sink: Path | None = None, deployment: str | None = None) -> RunResult:
+        sink: Path | None = None, deployment: str | None = None, coordinator: bool = True) -> RunResult:
     """Simulate ``prepared`` at degree ``kmax``; see the module docstring.
 
     ``progress`` shows a tqdm bar in simulated seconds.  ``on_progress(done_s, total_s)``, if given,
@@ -122,12 +131,14 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     worker processes to the parent's bars and stops the other runs this way after an error).
     ``segment`` runs one time segment of the run (:mod:`simulator.segments`); ``sink`` streams
     the deliveries and bandwidth tables to Parquet files in that directory as they are made
-    (:class:`~simulator.recorder.Recorder`); ``deployment`` replaces the scenario's kind.
+    (:class:`~simulator.recorder.Recorder`); ``deployment`` replaces the scenario's kind;
+    ``coordinator = False`` runs a scenario with a ``[coordinator]`` table without it (the static
+    deployment it starts from, for comparison).
     """
     scenario, query = prepared.scenario, prepared.query
     if deployment is not None and deployment != scenario.deployment:
         scenario = replace(scenario, deployment=deployment)
-    placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax)
+    placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax, prepared.placement_network)
     options = NodeOptions(punctuation_us=round(scenario.punctuation_ms * 1000),
                           heartbeat_us=round(scenario.heartbeat_ms * 1000),
                           peer_timeout_us=round(scenario.peer_timeout_ms * 1000),
@@ -138,9 +149,17 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     end = prepared.end if segment is None else segment.stop
     closes = end >= prepared.end                  # this run ends as the whole run does
     processing = Processing(scenario.processing_us)
+    coordination = None
+    if scenario.coordinator is not None and coordinator:
+        from simulator.coordinator import node_setups, workload
+        servers = list(prepared.servers)
+        pins = {name: placement[name][0] for name in (*query.streams, *query.applications)}
+        coordination = node_setups(scenario.coordinator, servers, workload(query, prepared.sources, servers, pins),
+                                   kmax, scenario.alpha, scenario.dmin_ms, scenario.seed)
     sim = Simulation(query, placement, prepared.trace, prepared.servers, options=options, start_us=begin,
                      outage=scenario.outage, processing=processing, origin_us=prepared.origin,
-                     bandwidth_bps=scenario.bandwidth_mbps * 1e6 if scenario.bandwidth_mbps else None)
+                     bandwidth_bps=scenario.bandwidth_mbps * 1e6 if scenario.bandwidth_mbps else None,
+                     coordination=coordination)
     done = sim.env.event()
     keep = None
     if segment is not None:       # the first and last segments also keep what lies before / after the run
@@ -166,7 +185,19 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
                                      "end_us": segment.end, "warm_us": segment.warm, "stop_us": segment.stop}
     if deployment is not None:
         result.summary["deployment"] = scenario.deployment
+    if coordination is not None:
+        result.summary["coordinator"] = coordinator_summary(sim, recorder, begin)
     return result
+
+
+def coordinator_summary(sim: Simulation, recorder: Recorder, begin: int) -> dict[str, Any]:
+    """What the placement coordinator did: its decisions by reason and kind, when, and its counters."""
+    decisions = Counter(f"{reason}:{kind}" for _, kind, reason, _ in recorder.decisions)
+    coordinators = {name: node.core.coordination.statistics() for name, node in sim.nodes.items()
+                    if node.alive and node.core.coordination.coordinator is not None}
+    return {"decisions": dict(sorted(decisions.items())),
+            "timeline": [[round((t - begin) / 1e6, 3), kind, reason, what] for t, kind, reason, what in recorder.decisions],
+            "coordinators": coordinators}
 
 
 def _run(sim: Simulation, done, limit: int, progress: bool, desc: str,
@@ -294,6 +325,7 @@ def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: floa
         "bytes_sent": int(totals.data[1] + totals.control_bytes),
         "data_bytes_sent": int(totals.data[1]),
         "network_cost": round(float(totals.data[2]) * prepared.scenario.bucket_s / seconds, 3),
+        "cost_over_time": [[round((t - begin) / 1e6, 3), round(cost, 3)] for t, cost in sorted(totals.cost_by_bucket.items())],
         "dead_letters": recorder.dead_letters,
         "lifecycle": lifecycle_counts(sim),
         "placement": sim.placement,              # at the end of the run (replicas added or removed by faults)

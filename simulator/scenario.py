@@ -1,14 +1,16 @@
 """Scenario files (TOML): what to simulate.  See ``docs/simulator.md`` for the format.
 
 A scenario names a trace and which of its nodes are servers, a query file, sources, the degrees of
-replication to compare (``kmax``), a deployment (``manual``, ``random``; ``min-cost`` once the
-placement package exists), timing, the network model and a fault script.  Every mistake is a
+replication to compare (``kmax``), a deployment (``manual``, ``random``, ``min-cost``), the placement
+coordinator's settings (``[coordinator]``: garbage collection and revival during the run, §V),
+timing, the network model and a fault script.  Every mistake is a
 :class:`ScenarioError` naming the file, the key and what was expected.
 """
 
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,9 @@ from engine.entry import MODES
 from operators.config_file import read_toml, typed_key
 from operators.errors import ReplicastError
 from simulator.network import OUTAGE_MODES
+
+if TYPE_CHECKING:
+    from simulator.coordinator import CoordinatorSpec
 
 DEPLOYMENTS = ("manual", "random", "min-cost")
 SOURCE_KINDS = ("cpu", "ping", "events")
@@ -75,13 +80,16 @@ class Scenario:
     manual: dict[str, tuple[str, ...]] = field(default_factory=dict)
     applications: dict[str, str] = field(default_factory=dict)
     entry_replicas: str = "1"   # "1": at the source's server only; "kmax": replicated like operators
+    alpha: float = 0.9          # min-cost (Alg. 5): load(s) + load(o) < alpha x capacity(s)
+    dmin_ms: float = 30.0       # min-cost: one-way latency between peer replicas above this
     sources: list[SourceSpec] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    coordinator: "CoordinatorSpec | None" = None   # [coordinator]: GC and revival during the run (§V)
 
 
 _TOP = {"name", "trace", "query", "servers", "kmax", "seed", "start_s", "duration_s", "drain_s", "punctuation_ms",
-        "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "entry_mode", "mode", "network", "processing_us", "deployment", "sources",
-        "faults", "bucket_s"}
+        "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "entry_mode", "mode", "network",
+        "processing_us", "deployment", "sources", "faults", "bucket_s", "coordinator"}
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -151,6 +159,9 @@ def parse_scenario(doc: dict, path: Path) -> Scenario:
         scenario.sources.append(_source(table, base, f"{where}: [[sources]] #{i}"))
     for i, table in enumerate(_get(doc, "faults", list, where, []), start=1):
         scenario.faults.append(_fault(table, f"{where}: [[faults]] #{i}"))
+    if "coordinator" in doc:
+        from simulator.coordinator import parse_coordinator
+        scenario.coordinator = parse_coordinator(_get(doc, "coordinator", dict, where), f"{where}: [coordinator]")
     return scenario
 
 
@@ -163,8 +174,14 @@ def _network(scenario: Scenario, table: dict, where: str) -> None:
 
 
 def _deployment(scenario: Scenario, table: dict, where: str) -> None:
-    _unknown(table, {"kind", "manual", "applications", "entry_replicas"}, where)
+    _unknown(table, {"kind", "manual", "applications", "entry_replicas", "alpha", "dmin_ms"}, where)
     scenario.deployment = _choice(_get(table, "kind", str, where, "random"), DEPLOYMENTS, where, "kind")
+    scenario.alpha = float(_get(table, "alpha", (int, float), where, 0.9))
+    if not 0 < scenario.alpha <= 1:
+        raise ScenarioError(f"{where}: 'alpha' must be in (0, 1], got {scenario.alpha!r}")
+    scenario.dmin_ms = float(_get(table, "dmin_ms", (int, float), where, 30.0))
+    if not scenario.dmin_ms >= 0:
+        raise ScenarioError(f"{where}: 'dmin_ms' must be a latency >= 0 ms, got {scenario.dmin_ms!r}")
     for name, servers in _get(table, "manual", dict, where, {}).items():
         if not isinstance(servers, list) or not servers or not all(isinstance(s, str) for s in servers):
             raise ScenarioError(f"{where}: manual '{name}' must be a non-empty list of servers, got {servers!r}")

@@ -42,6 +42,26 @@ def configure(query: Query, placement: Placement, node: str,
     return messages
 
 
+def configure_pinned(query: Query, placement: Placement, node: str,
+                     entry_modes: dict[str, str] | None = None) -> list[Message]:
+    """A node's own part of a *coordinated* placement (§V): the entry points and applications
+    ``placement`` puts on ``node`` (streams and applications only; operators may be absent), and in
+    entry-stamped mode the stream replicas among entry-point peers.  The placement coordinator
+    deploys the operators and connects every other stream replica (:mod:`engine.core.coordination`)."""
+    pinned = {name: nodes for name, nodes in placement.items() if name in query.streams or name in query.applications}
+    messages: list[Message] = [DeployReplica(ReplicaId(name, i), _peers(pinned, name))
+                               for name, nodes in pinned.items() for i, n in enumerate(nodes) if n == node]
+    for stream, mode in (entry_modes or {}).items():
+        nodes = pinned.get(stream) or []
+        if mode != "entry":
+            continue
+        for i, a in enumerate(nodes):
+            for j, b in enumerate(nodes):
+                if i != j and a and b and node in (a, b):
+                    messages.append(ConnectStream(StreamReplica(ReplicaId(stream, i), ReplicaId(stream, j), 0), a, b))
+    return messages
+
+
 def placement_plan(query: Query, placement: Placement) -> PhysicalPlan:
     """The physical plan of a placement: every replica of an upstream node feeds every replica of
     each downstream node (§III), one stream replica per pair, in index order."""

@@ -121,8 +121,9 @@ class Control:
             if source is None:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.source} is not hosted here", src)
             elif stream not in source.routes:
-                source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
+                route = source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
                 core.sender.retrim(source)
+                core.sender.connected(stream, route, now)
         if message.target_node == core.name and stream not in core.inbound:
             target = core.hosted.get(stream.target)
             if target is None:
@@ -131,7 +132,7 @@ class Control:
             if target.logic is None or stream.port >= len(target.logic.filters):
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: no input port {stream.port}", src)
                 return
-            inbound = core.inbound[stream] = Inbound(message.source_node)
+            inbound = core.inbound[stream] = Inbound(message.source_node, now)
             core.receiver.request(stream, inbound, target)
 
     def disconnect(self, src: str, message: DisconnectStream, now: int) -> None:

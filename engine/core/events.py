@@ -100,4 +100,13 @@ class ControlRefused:
     reason: str
 
 
-Event = Delivered | DeadLetter | PeerTimedOut | ProtocolError | ReplicaChanged | StreamCutOff | ControlRefused
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """This node, as the elected placement coordinator, sent ``decision`` (a
+    :mod:`placement.decisions` value: deploy, remove, connect or disconnect) as control messages."""
+
+    decision: Any
+
+
+Event = (Delivered | DeadLetter | PeerTimedOut | ProtocolError | ReplicaChanged | StreamCutOff | ControlRefused
+         | Decided)

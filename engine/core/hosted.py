@@ -36,14 +36,16 @@ class Route:
 class Inbound:
     """The receiver's side of one stream replica: which incarnation, from which item on."""
 
-    __slots__ = ("node", "state", "epoch", "next", "index")
+    __slots__ = ("node", "state", "epoch", "next", "index", "since", "punctuation")
 
-    def __init__(self, node: str):
+    def __init__(self, node: str, since: int = 0):
         self.node = node
         self.state = InboundState.UNPOSITIONED
         self.epoch: int | None = None     # the sender's incarnation we follow
         self.next = 0                     # offset of the next item we do not hold
         self.index: int | None = None     # the stream replica's number in its port's duplicate filter
+        self.since = since                # when it was connected here (µs)
+        self.punctuation: int | None = None   # the newest punctuation received on it (§V-C delays)
 
 
 class Hosted:

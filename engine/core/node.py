@@ -19,13 +19,15 @@ Rules of this module (h11 style):
    :mod:`~engine.core.receiver` (inbound positions, batches), :mod:`~engine.core.lifecycle`
    (joining, rebuilding, snapshots), :mod:`~engine.core.control` (deploy, remove, connect,
    disconnect), :mod:`~engine.core.stamping` (sources), :mod:`~engine.core.stamper`,
-   :mod:`~engine.core.view_changes` and :mod:`~engine.core.views` (entry-stamped mode: who stamps), :mod:`~engine.core.stats`.
+   :mod:`~engine.core.view_changes` and :mod:`~engine.core.views` (entry-stamped mode: who stamps), :mod:`~engine.core.stats`,
+   and, given a ``coordination`` setup, :mod:`~engine.core.coordination` (reports to the elected
+   placement coordinator, and the coordinator itself on the elected node, §V).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from engine.core.control import Control
 from engine.core.events import Delivered, Event, NodeOptions
@@ -42,19 +44,23 @@ from engine.core.states import InboundState, ReplicaState
 from engine.core.stats import COUNTERS, Latency, statistics
 from engine.core.views import Voter
 from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
-                             Hold, JoinStamping, Mark, Message, NoSnapshot, RemoveReplica, Resume, Snapshot,
+                             Hold, JoinStamping, Mark, Message, NoSnapshot, RemoveReplica, Report, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
                              ViewBallot, ViewDecided, ViewReply)
 from operators.plan import ReplicaId, StreamReplica
 from operators.query import Query
 from operators.record import Record
 
+if TYPE_CHECKING:
+    from engine.core.coordination import Coordination, CoordinationSetup
+
 
 class NodeCore:
     """The pure node: see the module docstring for its contract."""
 
     def __init__(self, name: str, query: Query, options: NodeOptions = NodeOptions(), *, now: int,
-                 incarnation: int | None = None, restarted: bool = False):
+                 incarnation: int | None = None, restarted: bool = False,
+                 coordination: "CoordinationSetup | None" = None):
         self.name = name
         #: This process continues an earlier one of this node (the driver knows: a state file, a
         #: simulated restart).  Entry points deployed by a first start claim their whole stream;
@@ -99,11 +105,16 @@ class NodeCore:
             ViewBallot: self.voter.on_ballot, ViewReply: self.stamper.views.on_reply,
             ViewDecided: self._on_view_decided, JoinStamping: self.stamper.views.on_join,
             Stamped: self.stamper.on_stamped, StampAck: self.stamper.on_ack, Committed: self.stamper.on_committed,
+            Report: self._on_report,
         }
         guarded = self.control.guarded              # control rule 5: only from this node or the coordinator
         self._handlers.update({DeployReplica: guarded(self.control.deploy), RemoveReplica: guarded(self.control.remove),
                                ConnectStream: guarded(self.control.connect),
                                DisconnectStream: guarded(self.control.disconnect)})
+        self.coordination: Coordination | None = None
+        if coordination is not None:
+            from engine.core.coordination import Coordination    # numpy and placement: only when asked for
+            self.coordination = Coordination(self, coordination, now)
 
     # -- inputs ---------------------------------------------------------------------------------
     def receive(self, src: str, message: Message, *, now: int) -> None:
@@ -145,6 +156,8 @@ class NodeCore:
         self.receiver.on_peer_up(node)
         self.lifecycle.on_peer_change(node, now)
         self.stamper.on_peer_change(node, now)
+        if self.coordination is not None:
+            self.coordination.elect(now)
         self._drain_local(now)
 
     def on_peer_down(self, node: str, *, now: int) -> None:
@@ -156,6 +169,8 @@ class NodeCore:
         self.lifecycle.on_peer_change(node, now)
         self.lifecycle.after_peer_down(node, now)
         self.stamper.on_peer_change(node, now)
+        if self.coordination is not None:
+            self.coordination.elect(now)
         self._drain_local(now)
 
     def handle_timer(self, *, now: int) -> None:
@@ -168,6 +183,8 @@ class NodeCore:
             self.stamper.punctuate(now)
         self.lifecycle.on_timer(now)
         self.stamper.on_timer(now)
+        if self.coordination is not None:
+            self.coordination.on_timer(now)
         self._drain_local(now)
 
     # -- outputs --------------------------------------------------------------------------------
@@ -188,6 +205,8 @@ class NodeCore:
         if self.stamper.any and self._punctuate_at < when:
             when = self._punctuate_at
         deadlines = [d for d in (self.lifecycle.next_deadline(), self.stamper.next_deadline()) if d is not None]
+        if self.coordination is not None:
+            deadlines.append(self.coordination.next_timer())
         return min([when, *deadlines])
 
     def statistics(self) -> dict[str, Any]:
@@ -251,6 +270,17 @@ class NodeCore:
     def _on_view_decided(self, src: str, message: ViewDecided, now: int) -> None:
         self.voter.on_decided(message)
         self.stamper.views.on_decided(src, message, now)
+
+    def _on_report(self, src: str, message: Report, now: int) -> None:
+        if self.coordination is None:
+            self.counters["stray_reports"] += 1          # this node takes no part in placement
+        else:
+            self.coordination.on_report(src, message, now)
+
+    def set_load(self, load: float, capacity: float = 1.0) -> None:
+        """The CPU this server uses and has (cores), as the driver measured it, for placement reports."""
+        if self.coordination is not None:
+            self.coordination.set_load(load, capacity)
 
     def _on_statistics_request(self, src: str, message: StatisticsRequest, now: int) -> None:
         self.outbox.append((src, Statistics(self.name, self.statistics())))

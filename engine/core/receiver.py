@@ -233,6 +233,8 @@ class Receiver:
         if skip >= n:
             return
         inbound.next = offset + n
+        if punctuation is not None:
+            inbound.punctuation = punctuation          # §V-C: how late this stream replica is
         key = records.key if type(records) in _KEYED else None
         if skip:
             records, key = records[skip:], None

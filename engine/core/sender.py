@@ -13,6 +13,10 @@ Rules of this module:
 3. The log is kept from the lowest acknowledgement of the routes that retain (remote sending routes
    and pending ones); a route that lags past ``retention_items`` is cut off (it stops retaining,
    logged and counted), so memory never grows with what a peer fails to do.
+4. A coordinator connects a stream replica at both ends with two messages on two links, so the
+   receiver's request may come before the sender's own :class:`~engine.messages.ConnectStream`.
+   Such an *early* request is kept (at most :data:`EARLY_REQUESTS`, for ``join_timeout_us``) and
+   answered once the route exists.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ if TYPE_CHECKING:
     from engine.core.node import NodeCore
 
 _SENDING = (RouteState.ACTIVE, RouteState.CUT)
+#: Requests for stream replicas this node was not told about yet, kept for the ConnectStream (rule 4).
+EARLY_REQUESTS = 256
 
 
 class Sender:
@@ -38,6 +44,7 @@ class Sender:
 
     def __init__(self, core: "NodeCore"):
         self.core = core
+        self.early: dict[StreamReplica, tuple[str, Resume | Hold | Standby, int]] = {}   # rule 4
 
     # -- emitting ---------------------------------------------------------------------------------
     def emit(self, hosted: Hosted, records: list[Record], punctuation: int | None, now: int,
@@ -76,7 +83,7 @@ class Sender:
 
     # -- the receiver says where to start (rule 2) ------------------------------------------------
     def on_resume(self, src: str, message: Resume, now: int) -> None:
-        hosted, route = self._route(src, message.stream)
+        hosted, route = self._route(src, message, now)
         if route is None:
             return
         if hosted.log.frontier is None or hosted.state is ReplicaState.JOINING:
@@ -109,7 +116,7 @@ class Sender:
                 self.serve(hosted, stream, route, epoch, offset)
 
     def on_hold(self, src: str, message: Hold, now: int) -> None:
-        hosted, route = self._route(src, message.stream)
+        hosted, route = self._route(src, message, now)
         if route is None:
             return
         hosted.parked.pop(message.stream, None)
@@ -119,7 +126,7 @@ class Sender:
 
     def on_standby(self, src: str, message: Standby, now: int) -> None:
         """A failover standby (messages rule 7): stop sending; retain only what a switch would need."""
-        hosted, route = self._route(src, message.stream)
+        hosted, route = self._route(src, message, now)
         if route is None:
             return
         hosted.parked.pop(message.stream, None)
@@ -141,13 +148,31 @@ class Sender:
         if changed:
             self.retrim(hosted)
 
-    def _route(self, src: str, stream: StreamReplica) -> tuple[Hosted | None, Route | None]:
+    def _route(self, src: str, message: Resume | Hold | Standby, now: int) -> tuple[Hosted | None, Route | None]:
+        stream = message.stream
         hosted = self.core.hosted.get(stream.source)
         route = hosted.routes.get(stream) if hosted is not None else None
         if route is None or route.node != src:
-            self.core.counters["stale_requests"] += 1     # removed, or never connected here
+            self.core.counters["stale_requests"] += 1     # removed, or not connected here (yet: rule 4)
+            if route is None:
+                early = self.early
+                early.pop(stream, None)
+                early[stream] = (src, message, now)
+                while len(early) > EARLY_REQUESTS:
+                    del early[next(iter(early))]
             return None, None
         return hosted, route
+
+    def connected(self, stream: StreamReplica, route: Route, now: int) -> None:
+        """``stream`` was just connected here: answer its receiver's early request, if any (rule 4)."""
+        request = self.early.pop(stream, None)
+        if request is None:
+            return
+        src, message, at = request
+        if src == route.node and now - at <= self.core.options.join_timeout_us:
+            self.core.counters["early_requests"] += 1
+            handler = {Resume: self.on_resume, Hold: self.on_hold, Standby: self.on_standby}[type(message)]
+            handler(src, message, now)
 
     # -- connections ------------------------------------------------------------------------------
     def on_peer_down(self, node: str) -> None:

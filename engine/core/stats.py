@@ -1,4 +1,5 @@
-"""Statistics of a node core: counters per replica and application, latencies (§V-B weights, §VI-B latency)."""
+"""Statistics of a node core: counters per replica and application, latencies (§V-B weights, §VI-B latency),
+and the report a server sends its placement coordinator (§V: :func:`server_report`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.states import StamperRole
 from operators.record import Record
+from placement.reports import InputReport, ServerReport
 
 if TYPE_CHECKING:
     from engine.core.node import NodeCore
@@ -18,7 +20,7 @@ _ts = itemgetter(0)
 COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_errors", "gaps", "stale_batches",
             "stale_requests", "known_batches", "refused_control", "streams_cut", "snapshots_given",
             "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams", "failovers",
-            "stale_stamps", "refused_ballots")
+            "stale_stamps", "refused_ballots", "early_requests", "stray_reports")
 
 
 #: Bounds (µs) of the latency histogram's buckets: wide-area paths are tens to hundreds of ms (§VI).
@@ -85,4 +87,39 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
     latency = {app: {"count": l.count, "mean_us": l.total // l.count if l.count else None, "max_us": l.max,
                      "total_us": l.total, "buckets": list(l.buckets)}
                for app, l in core.latency.items()}
-    return {"replicas": replicas, "latency": latency, "rtt_us": dict(core.rtt_us), **core.counters}
+    out = {"replicas": replicas, "latency": latency, "rtt_us": dict(core.rtt_us), **core.counters}
+    if core.coordination is not None:
+        out["placement"] = core.coordination.statistics()
+    return out
+
+
+def server_report(core: "NodeCore", now: int, load: float = 0.0, capacity: float = 1.0) -> ServerReport:
+    """What this server tells the placement coordinator at ``now`` (:mod:`placement.reports`).
+
+    * ``inputs``: every stream replica into a hosted replica, with its duplicate filter's §V-B
+      weight (the filter's index of that stream replica, ``statistics()["replicas"][…]["inputs"]``)
+      and its delay (§V-C): how far the newest punctuation received on it lags ``now``, less one
+      punctuation interval (a source punctuates once per interval, so a stream on time lags by its
+      latency plus up to one interval).  A stream replica that has carried no punctuation yet is as
+      late as the time since it was connected here, less one interval.  Never negative.
+    * ``rtt_ms``: the heartbeat round trips; ``records_out`` per hosted replica (the coordinator
+      turns them into rates); ``load``/``capacity``: what the driver measured (the core has no clock
+      of its own to measure CPU with).
+
+    Built only when a report is due (every few seconds), never on the data path.
+    """
+    weights = {replica: [f.weights() for f in h.logic.filters]
+               for replica, h in core.hosted.items() if h.logic is not None}
+    interval = core.options.punctuation_us
+    inputs = {}
+    for stream, inbound in core.inbound.items():
+        per_port = weights.get(stream.target)
+        weight = 0.0
+        if per_port is not None and inbound.index is not None and stream.port < len(per_port) \
+                and inbound.index < len(per_port[stream.port]):
+            weight = float(per_port[stream.port][inbound.index])
+        heard = inbound.punctuation if inbound.punctuation is not None else inbound.since
+        inputs[stream] = InputReport(weight, max(0, now - heard - interval))
+    return ServerReport(core.name, {peer: us / 1000.0 for peer, us in core.rtt_us.items()}, float(load),
+                        float(capacity), tuple(core.hosted), {r: h.records_out for r, h in core.hosted.items()},
+                        inputs)

@@ -231,3 +231,30 @@ def test_rates_are_measured_from_output_counters(kmax):
     cluster.run(10)                 # every replica emitted 10 records in 10 s
     step(core, cluster, 20 * SEC)
     assert core.workload().rate["o"] == pytest.approx(1.0)
+
+
+def test_a_coordinator_deploys_operators_around_the_entry_points_and_applications_nodes_run():
+    """Nodes run their pinned entry points and applications from their own configuration; the
+    coordinator deploys only what is missing around them."""
+    cluster = Cluster()
+    cluster.hosted["s0"].add(ReplicaId("e", 0))
+    cluster.hosted["s5"].add(ReplicaId("a", 0))
+    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config())
+    decisions = step(core, cluster, 10 * SEC)
+    assert core.counters["adopted"] == 0 and core.deployment.count("o") == 3
+    assert {d.replica.name for d in decisions if isinstance(d, Deploy)} == {"u", "o"}
+    cluster.deployment_matches(core)
+
+
+def test_the_view_follows_what_servers_report_once_decisions_have_settled():
+    core, cluster, _ = started()
+    victim = ReplicaId("o", 1)
+    server = SERVERS[core.deployment.hosts[victim]]
+    cluster.hosted[server].discard(victim)                      # the node restarted without it
+    for s in [s for s in cluster.streams if victim in (s.source, s.target)]:
+        del cluster.streams[s]
+    step(core, cluster, 30 * SEC)                               # within settle_us of the initial decisions
+    assert victim in core.deployment.hosts
+    step(core, cluster, 71 * SEC)
+    assert victim not in core.deployment.hosts and core.counters["vanished_replicas"] == 1
+    cluster.deployment_matches(core)

@@ -1,0 +1,152 @@
+"""Placement in simulations (§V): min-cost deployment from the trace, and the coordinator on the nodes.
+
+* ``deployment = "min-cost"``: before the run, Alg. 5 (:func:`placement.deployment.min_cost`,
+  relaxation + phases + refinement) over the scenario's servers, with latencies from the trace
+  window the run covers (per-pair median RTT of up to :data:`FRAMES` frames, halved; Vivaldi fills
+  pairs never measured) and the workload estimated from the query and the sources' periods.  It
+  plays the part of the coordinator's initial deployment (a live cluster's coordinator computes it
+  from measured RTTs once the nodes have reported), so the comparison with ``random`` starts at once.
+* ``[coordinator]``: every server's node core takes part in placement
+  (:mod:`engine.core.coordination`): the elected server (smallest name among those it reaches) runs
+  the coordinator core, reports and decisions travel over the simulated network like every other
+  message, and its decisions (garbage collection, revival) are control messages the named nodes
+  apply.  The coordinator adopts the deployment the run starts with, whatever its kind.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from engine.core.coordination import CoordinationSetup
+from operators.query import Query
+from placement.constraints import DeployConfig
+from placement.coordinator import CoordinatorConfig
+from placement.deployment import min_cost
+from placement.errors import PlacementError
+from placement.from_trace import network_from_frames
+from placement.gc import GCConfig
+from placement.model import Network, Workload
+from placement.workload import from_query
+from simulator.scenario import ScenarioError
+
+#: Trace frames (evenly spaced over the run's window) the min-cost deployment's latencies come from.
+FRAMES = 60
+_S = 1_000_000
+
+
+@dataclass(frozen=True)
+class CoordinatorSpec:
+    """A scenario's ``[coordinator]`` table (docs/simulator.md); times in seconds."""
+
+    report_s: float = 5.0
+    utility_period_s: float = 30.0
+    gc: bool = True
+    gc_period_s: float = 300.0
+    theta: float = 0.0
+    kmin: int = 2
+    revival_threshold_s: float = 10.0
+    revival_period_s: float = 5.0
+    settle_s: float = 30.0
+    expiry_s: float = 30.0
+    compare_static: bool = True
+
+    def config(self, deploy: DeployConfig) -> CoordinatorConfig:
+        return CoordinatorConfig(
+            deploy=deploy, gc=GCConfig(kmin=self.kmin, theta=self.theta) if self.gc else None,
+            utility_period_us=round(self.utility_period_s * _S), gc_period_us=round(self.gc_period_s * _S),
+            revival_threshold_us=round(self.revival_threshold_s * _S),
+            revival_period_us=round(self.revival_period_s * _S), settle_us=round(self.settle_s * _S),
+            expiry_us=round(self.expiry_s * _S))
+
+
+_TIMES = ("report_s", "utility_period_s", "gc_period_s", "revival_threshold_s", "revival_period_s", "settle_s",
+          "expiry_s")
+
+
+def parse_coordinator(table: dict, where: str) -> CoordinatorSpec:
+    """The ``[coordinator]`` table, every key checked (one-line errors naming the key)."""
+    allowed = {*_TIMES, "gc", "theta", "kmin", "compare_static"}
+    unknown = set(table) - allowed
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
+    values: dict[str, Any] = {}
+    for key in _TIMES:
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ScenarioError(f"{where}: '{key}' must be a positive number of seconds, got {value!r}")
+            values[key] = float(value)
+    for key in ("gc", "compare_static"):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise ScenarioError(f"{where}: '{key}' must be true or false, got {table[key]!r}")
+            values[key] = table[key]
+    if "theta" in table:
+        theta = table["theta"]
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta >= 0:
+            raise ScenarioError(f"{where}: 'theta' must be a cost >= 0 (records/s x ms), got {theta!r}")
+        values["theta"] = float(theta)
+    if "kmin" in table:
+        kmin = table["kmin"]
+        if isinstance(kmin, bool) or not isinstance(kmin, int) or kmin < 1:
+            raise ScenarioError(f"{where}: 'kmin' must be an integer >= 1, got {kmin!r}")
+        values["kmin"] = kmin
+    return CoordinatorSpec(**values)
+
+
+# -- the workload and the network the coordinator sees ----------------------------------------------
+def workload(query: Query, sources: list, servers: list[str], pins: dict[str, str]) -> Workload:
+    """The query's workload before anything is measured: every source stream's rate from its period
+    (one record per period; ``events`` sources: their records over their span), entry points and
+    applications pinned to ``pins`` (name → server)."""
+    rates: dict[str, float] = {}
+    for source in sources:
+        if source.kind == "events" and len(source.records) > 1:
+            span = (source.records[-1][0] - source.records[0][0]) / _S
+            rate = len(source.records) / span if span > 0 else float(len(source.records))
+        else:
+            rate = _S / source.period_us
+        rates[source.stream] = rates.get(source.stream, 0.0) + rate
+    index = {s: i for i, s in enumerate(servers)}
+    return from_query(query, {name: index[server] for name, server in pins.items()}, rates=rates)
+
+
+def trace_network(trace: Any, servers: dict[str, int], start_us: int, end_us: int, origin_us: int,
+                  seed: int) -> Network:
+    """The network of ``servers`` over the window ``[start_us, end_us)`` of the run (trace time =
+    simulated time − ``origin_us``)."""
+    first = trace.frame_index(max(0, start_us - origin_us))
+    last = trace.frame_index(max(0, end_us - origin_us))
+    picks = np.unique(np.linspace(first, max(first, last), min(FRAMES, last - first + 1)).astype(int))
+    columns = list(servers.values())
+    frames = np.stack([trace.frame(int(k))[columns][:, columns] for k in picks])
+    rng = random.Random(zlib.crc32(f"{seed}/coordinates".encode()))
+    network, _ = network_from_frames(list(servers), frames, rng, rounds=1000)
+    return network
+
+
+def min_cost_placement(network: Network, load: Workload, kmax: int, alpha: float, dmin_ms: float,
+                       where: str) -> dict[str, list[str]]:
+    """Alg. 5 at ``kmax`` (with refinement) as a manual placement: name → servers by replica index."""
+    try:
+        deployment = min_cost(network, load, DeployConfig(kmax=kmax, alpha=alpha, dmin_ms=dmin_ms))
+    except PlacementError as error:
+        raise ScenarioError(f"{where}: min-cost deployment: {error}") from None
+    return deployment.placement(network.servers)
+
+
+def node_setups(spec: CoordinatorSpec, servers: list[str], estimate: Workload, kmax: int, alpha: float,
+                dmin_ms: float, seed: int) -> Callable[[str], CoordinationSetup]:
+    """Each node's :class:`~engine.core.coordination.CoordinationSetup` (its own seeded ``random.Random``)."""
+    config = spec.config(DeployConfig(kmax=kmax, alpha=alpha, dmin_ms=dmin_ms))
+
+    def setup(node: str) -> CoordinationSetup:
+        rng = random.Random(zlib.crc32(f"{seed}/coordinator/{node}".encode()))
+        return CoordinationSetup(tuple(servers), estimate, rng, config, round(spec.report_s * _S))
+
+    return setup
