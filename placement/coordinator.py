@@ -237,16 +237,35 @@ class CoordinatorCore:
         if self.utilities is None:
             return
         before = self.deployment.copy()
-        discarded = collect(self.deployment, self.network(), self.workload(), self.utilities, self.config.gc)
+        discarded = collect(self.deployment, self.network(), self.workload(), self.utilities, self.config.gc,
+                            keep=self._last_timely())
         for group in discarded:
             self.collected.streams |= group.streams
             self.collected.replicas.update({r: before.hosts[r] for r in group.replicas})
         self.counters["gc_groups"] += len(discarded)
         self._emit(changes(before, self.deployment, self.servers, "gc"), now)
 
+    def _delays(self) -> dict[StreamReplica, int]:
+        return {s: i.delay_us for report, _ in self._reports.values() for s, i in report.inputs.items()}
+
+    def _last_timely(self) -> frozenset[StreamReplica]:
+        """Stream replicas that are the only ones on time into their port (every other one is late
+        past the revival threshold): garbage collection leaves them alone, or revival would bring
+        one back at once and GC take it again, round after round."""
+        delays, threshold = self._delays(), self.config.revival_threshold_us
+        ports: dict[tuple, list[StreamReplica]] = {}
+        for stream in self.deployment.streams:
+            ports.setdefault((stream.target, stream.port), []).append(stream)
+        keep = set()
+        for streams in ports.values():
+            timely = [s for s in streams if delays.get(s, 0) <= threshold]
+            if len(timely) == 1 and len(streams) > 1:
+                keep.add(timely[0])
+        return frozenset(keep)
+
     def _revive(self, now: int) -> None:
         """§V-C for every replica whose reported inputs are all late."""
-        delays = {s: i.delay_us for report, _ in self._reports.values() for s, i in report.inputs.items()}
+        delays = self._delays()
         late = sorted({s.target for s, d in delays.items() if d > self.config.revival_threshold_us})
         if not late:
             return

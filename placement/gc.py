@@ -134,11 +134,14 @@ def _order(stream: StreamReplica) -> tuple:
 
 
 def collect(deployment: Deployment, network: Network, workload: Workload, utility: Utilities,
-            config: GCConfig, *, max_groups: int | None = None) -> list[Discard]:
+            config: GCConfig, *, max_groups: int | None = None,
+            keep: frozenset[StreamReplica] = frozenset()) -> list[Discard]:
     """Alg. 6 on ``deployment`` (changed in place): discard groups while the cost exceeds ``theta``.
 
     Utilities stay those measured before the round (§V-B recomputes them every U seconds).  Each
     discard lowers the cost by the group's cost > 0, so the cost never rises and the loop ends.
+    A group holding a stream replica of ``keep`` is not a candidate (the coordinator keeps the last
+    timely input of a port whose others are late: §V-C would revive it at once).
     """
     costs = {s: stream_cost(s, deployment, network, workload) for s in deployment.streams}
     total = sum(costs.values())
@@ -150,7 +153,7 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
         best = None
         for stream, group in _groups(order, deployment, dependents, cache):                  # line 2
             group_cost = sum(costs[s] for s in group)
-            if group_cost <= 0:
+            if group_cost <= 0 or (keep and not keep.isdisjoint(group)):
                 continue
             ratio = utility.of(group) / group_cost
             if best is None or ratio < best[0]:                                               # line 3

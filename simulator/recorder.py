@@ -82,8 +82,8 @@ class Recorder(Observer):
         self._code: dict[Any, int] = {}    # id(stream) or "control" -> code in stream_col
         self.bucket_col, self.stream_col = array("q"), array("i")
         self.records_col, self.bytes_col, self.cost_col = array("q"), array("q"), array("d")
-        #: The placement coordinator's decisions: (time, kind, reason, what it names).
-        self.decisions: list[tuple[int, str, str, str]] = []
+        #: The placement coordinator's decisions: (time, kind, reason, what it names, coordinator).
+        self.decisions: list[tuple[int, str, str, str, str]] = []
 
     # -- Observer -------------------------------------------------------------------------------
     def delivered(self, node: str, event: Delivered) -> None:
@@ -139,7 +139,7 @@ class Recorder(Observer):
     def decided(self, node: str, decision: Any, now: int) -> None:
         what = decision.replica if hasattr(decision, "replica") else decision.stream
         what = str(what) if not hasattr(what, "target") else f"{what.source}>{what.target}"
-        self.decisions.append((now, type(decision).__name__.lower(), decision.reason, what))
+        self.decisions.append((now, type(decision).__name__.lower(), decision.reason, what, node))
 
     # -- tables ---------------------------------------------------------------------------------
     def deliveries(self) -> pa.Table:

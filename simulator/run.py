@@ -192,11 +192,12 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
 
 def coordinator_summary(sim: Simulation, recorder: Recorder, begin: int) -> dict[str, Any]:
     """What the placement coordinator did: its decisions by reason and kind, when, and its counters."""
-    decisions = Counter(f"{reason}:{kind}" for _, kind, reason, _ in recorder.decisions)
+    decisions = Counter(f"{reason}:{kind}" for _, kind, reason, _, _ in recorder.decisions)
     coordinators = {name: node.core.coordination.statistics() for name, node in sim.nodes.items()
                     if node.alive and node.core.coordination.coordinator is not None}
     return {"decisions": dict(sorted(decisions.items())),
-            "timeline": [[round((t - begin) / 1e6, 3), kind, reason, what] for t, kind, reason, what in recorder.decisions],
+            "timeline": [[round((t - begin) / 1e6, 3), kind, reason, what, node]
+                         for t, kind, reason, what, node in recorder.decisions],
             "coordinators": coordinators}
 
 

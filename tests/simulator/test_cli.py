@@ -33,3 +33,20 @@ def test_simulate_user_errors_exit_2(tmp_path, capsys):
     assert "cannot read scenario" in capsys.readouterr().err
     assert main(["simulate", str(DATA / "chain.toml"), "--kmax", "9", "--out", str(tmp_path)]) == 2
     assert "kmax = 9 needs at least 9 servers" in capsys.readouterr().err
+
+
+def test_simulate_with_a_coordinator_writes_cost_over_time_next_to_the_static_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["simulate", str(DATA / "revival.toml"), "--out", str(out), "--check", "--no-progress"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "kmax=2: OK" in text and "coordinator: 2 gc disconnect" in text
+    (run,) = json.loads((out / "summary.json").read_text())["runs"]
+    static = run["static"]
+    assert run["coordinator"]["decisions"] == {"gc:disconnect": 2}
+    assert run["network_cost"] < static["network_cost"] and run["delivered"] == static["delivered"]
+    assert len(run["cost_over_time"]) == len(static["cost_over_time"]) >= 15
+    assert pq.read_table(out / "k2" / "static" / "deliveries.parquet").num_rows == static["delivered"]
+    assert (out / "cost.png").stat().st_size > 10_000
+    assert main(["simulate", str(DATA / "revival.toml"), "--segments", "2", "--out", str(tmp_path / "s")]) == 2
+    assert "[coordinator] runs whole" in capsys.readouterr().err
