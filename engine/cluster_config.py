@@ -1,4 +1,5 @@
-"""Cluster files (TOML): the nodes, the query, the broker, timing, secret and a manual placement.
+"""Cluster files (TOML): the nodes, the query, the broker, timing, secret and a placement (manual, or
+``"min-cost"`` by the placement coordinator, :mod:`engine.placement_config`).
 
 One file describes the whole cluster; every node reads the same file and picks its own part by
 name (``replicast node --config cluster.toml --name n1``), and ``replicast cluster up`` starts all
@@ -21,6 +22,7 @@ from engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
 from engine.entry import MODES
 from engine.handshake import MAX_NAME
 from engine.node import NodeOptions
+from engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
 from operators.config_file import MISSING, read_toml, typed_key
 from operators.errors import ReplicastError
 from operators.query import Query
@@ -73,6 +75,10 @@ class ClusterConfig:
     outputs: dict[str, OutputSpec] = field(default_factory=dict)
     sources: list[SourceSpec] = field(default_factory=list)
     tls: dict[str, Path] = field(default_factory=dict)
+    #: The placement coordinator's settings (``[coordinator]``), or None: no coordinator.
+    coordinator: CoordinatorSettings | None = None
+    #: ``placement = "min-cost"``: ``placement`` holds only the pinned entry points and applications.
+    min_cost: bool = False
     _query: Query | None = None
 
     @property
@@ -88,6 +94,12 @@ class ClusterConfig:
                            join_timeout_us=round(self.join_timeout_ms * 1000), retention_items=self.retention_items,
                            mode=self.mode, voters=tuple(sorted(self.nodes)))
 
+    def coordination(self, node: str):
+        """Node ``node``'s part in placement (:class:`engine.core.coordination.CoordinationSetup`), or None."""
+        if self.coordinator is None:
+            return None
+        return coordination_setup(self.coordinator, self.query, list(self.nodes), self.placement, node)
+
     def mqtt_address(self) -> tuple[str, int]:
         return self.broker_host, self.broker_port
 
@@ -97,8 +109,9 @@ class ClusterConfig:
         return {key: Path(str(path).replace("{node}", node)) for key, path in self.tls.items()}
 
 
-_TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "secret", "secret_env", "entry_mode",
-        "entry_modes", "mode", "mqtt", "nodes", "placement", "outputs", "sources", "tls", "name"}
+_TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "secret",
+        "secret_env", "entry_mode", "entry_modes", "mode", "mqtt", "nodes", "placement", "outputs", "sources", "tls",
+        "name", "coordinator"}
 #: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
 _TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": {"broker", "host", "port"},
                "[outputs.*]": {"file", "mqtt"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"}}
@@ -162,7 +175,10 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         nodes[name] = NodeSpec(name, _get(table, "host", str, w, "127.0.0.1"), _port(table, "port", w, owner=owner),
                                _port(table, "metrics_port", w, None, owner), _port(table, "source_port", w, None, owner))
     placement = {}
-    for name, value in _get(doc, "placement", dict, where).items():
+    placed = _get(doc, "placement", (dict, str), where)
+    if isinstance(placed, str) and placed != "min-cost":
+        raise ClusterConfigError(f"{where}: 'placement' must be a table of node lists or \"min-cost\", got {placed!r}")
+    for name, value in (placed.items() if isinstance(placed, dict) else ()):
         if not isinstance(value, list) or not value or not all(v in nodes for v in value):
             raise ClusterConfigError(f"{where}: placement.{name}: expected a non-empty list of node names "
                                      f"({', '.join(nodes)}), got {value!r}")
@@ -222,8 +238,15 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
                                  f"'heartbeat_ms' ({config.heartbeat_ms:g}), or every link times out")
     query = config.query
     config.entry_modes = {s: modes.get(s, modes["*"]) for s in query.streams}
+    if placed == "min-cost" or "coordinator" in doc:
+        config.coordinator = parse_coordinator(doc.get("coordinator", {}), list(nodes), query, f"{where}: [coordinator]",
+                                               ClusterConfigError)
+    if placed == "min-cost":
+        config.min_cost = True
+        config.placement = placement = pinned_placement(config.coordinator, query, list(nodes))
     names = [*query.streams, *query.operators, *query.applications]
-    missing = [n for n in names if n not in placement]
+    # With "min-cost" the placement holds the pinned entry points and applications; the coordinator places the rest.
+    missing = [n for n in names if n not in placement and not (config.min_cost and n in query.operators)]
     extra = [n for n in placement if n not in names]
     if missing or extra:
         raise ClusterConfigError(f"{where}: [placement] must list every stream, operator and application of "

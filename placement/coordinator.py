@@ -19,8 +19,9 @@ Rules of this module (as the node core's):
    server a decision within ``settle_us`` (the report may predate it).
 4. Servers silent for ``expiry_us`` are down: their replicas leave the view (no decision is sent to
    a dead server) and revival no longer uses them.
-5. Periodic work: utilities every ``utility_period_us`` (U = 30 s, §V-B), garbage collection every
-   ``gc_period_us`` (G = 300 s) while the cost exceeds θ, revival checks every ``revival_period_us``
+5. Periodic work, counted from the deployment (adopted or made): utilities every
+   ``utility_period_us`` (U = 30 s, §V-B), garbage collection every ``gc_period_us`` (G = 300 s)
+   while the cost exceeds θ, revival checks every ``revival_period_us``
    for replicas whose inputs are all later than ``revival_threshold_us`` (10 s, §V-C).  Creating new
    upstream replicas is allowed only while the cost is under θ ("the coordinator can also assist").
 6. Bad input never raises: unknown servers and unusable values are counted in :attr:`counters`.
@@ -167,6 +168,9 @@ class CoordinatorCore:
             for stream in report.inputs:
                 if stream.source in view.hosts and stream.target in view.hosts and _wired(stream, workload):
                     view.add_stream(stream)
+        # Utilities and garbage collection count from the moment there is a deployment.
+        self._next_utility = now + self.config.utility_period_us
+        self._next_gc = now + self.config.gc_period_us
         if any(r.name in workload.operators for r in view.hosts):      # rule 3: adopt what runs
             self.deployment = view
             self.counters["adopted"] += 1

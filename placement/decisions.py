@@ -35,6 +35,11 @@ class _OnServer:
     def nodes(self) -> tuple[str, ...]:
         return (self.server,)
 
+    @property
+    def target(self) -> str:
+        """What the decision is about, for logs and summaries: ``name#index``."""
+        return str(self.replica)
+
 
 @dataclass(frozen=True)
 class Deploy(_OnServer):
@@ -63,6 +68,11 @@ class _OnStream:
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.source_server, self.target_server)))
+
+    @property
+    def target(self) -> str:
+        """What the decision is about, for logs and summaries: ``source>target`` (replicas)."""
+        return f"{self.stream.source}>{self.stream.target}"
 
 
 @dataclass(frozen=True)

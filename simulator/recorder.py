@@ -137,9 +137,7 @@ class Recorder(Observer):
         self.dead_letters += 1
 
     def decided(self, node: str, decision: Any, now: int) -> None:
-        what = decision.replica if hasattr(decision, "replica") else decision.stream
-        what = str(what) if not hasattr(what, "target") else f"{what.source}>{what.target}"
-        self.decisions.append((now, type(decision).__name__.lower(), decision.reason, what, node))
+        self.decisions.append((now, type(decision).__name__.lower(), decision.reason, decision.target, node))
 
     # -- tables ---------------------------------------------------------------------------------
     def deliveries(self) -> pa.Table:

@@ -40,8 +40,8 @@ from engine.aio.tcp_source import MAX_LINE, serve_source
 from engine.cluster_config import ClusterConfig
 from engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
 from engine.messages import Hello, Proof
-from engine.node import (ControlRefused, DeadLetter, Delivered, NodeCore, PeerTimedOut, ProtocolError,
-                         ReplicaChanged, StreamCutOff, configure)
+from engine.node import (ControlRefused, DeadLetter, Decided, Delivered, NodeCore, PeerTimedOut, ProtocolError,
+                         ReplicaChanged, StreamCutOff, configure, configure_pinned)
 from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
 from operators.errors import ReplicastError
 from operators.record import CLOSED
@@ -76,9 +76,14 @@ class NodeDriver:
                  callbacks: dict[str, Callable[[Delivered], None]] | None = None, restarted: bool = False):
         self.config, self.name = config, name
         self.spec = config.nodes[name]
-        self.core = NodeCore(name, config.query, config.options(), now=now_us(), restarted=restarted)
-        self.core.apply(configure(config.query, config.placement, name, config.entry_modes, mode=config.mode),
-                        now=now_us())
+        self.core = NodeCore(name, config.query, config.options(), now=now_us(), restarted=restarted,
+                             coordination=config.coordination(name))
+        if config.min_cost:          # the coordinator deploys the operators (engine.placement_config)
+            self.core.apply(configure_pinned(config.query, config.placement, name, config.entry_modes), now=now_us())
+        else:
+            self.core.apply(configure(config.query, config.placement, name, config.entry_modes, mode=config.mode),
+                            now=now_us())
+        self._cpu = (time.monotonic(), time.process_time())     # for the load placement reports carry
         self.links: dict[str, asyncio.StreamWriter] = {}
         self.metrics = NodeMetrics(name)
         self.sinks: dict[str, list] = defaultdict(list)
@@ -380,6 +385,12 @@ class NodeDriver:
             if self._control_log.allow(int(time.monotonic() // 60)):
                 log.warning("refused a control message from %s: %s", shorten(event.node), shorten(event.reason, 200),
                             extra={"event": "control_refused", "peer": shorten(event.node)})
+        elif isinstance(event, Decided):
+            decision = event.decision
+            kind = type(decision).__name__.lower()
+            log.info("placement (%s): %s %s on %s", decision.reason, kind, decision.target, ", ".join(decision.nodes),
+                     extra={"event": "placement_decision", "reason": decision.reason, "decision": kind,
+                            "target": decision.target, "nodes": list(decision.nodes)})
         elif isinstance(event, StreamCutOff):
             log.warning("stream replica %s -> %s on %s lagged past the retention limit (%d items kept); "
                         "its log no longer waits for it", event.stream.source, event.stream.target, event.node,
@@ -473,10 +484,33 @@ class NodeDriver:
     def is_ready(self) -> bool:
         peers = set(self.config.nodes) - {self.name}
         return (peers <= set(self.links) and not self._supervisor.down
-                and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps)) and self.core.ready())
+                and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps)) and self.core.ready()
+                and self._placed())
+
+    def _placed(self) -> bool:
+        """With ``placement = "min-cost"``: the coordinator has wired this node's entry points
+        (each feeds something) and applications (each is fed), so sources may start."""
+        if not self.config.min_cost:
+            return True
+        core = self.core
+        for replica, hosted in core.hosted.items():
+            if hosted.kind == "entry" and not hosted.routes:
+                return False
+            if hosted.kind == "application" and not any(s.target == replica for s in core.inbound):
+                return False
+        return True
+
+    def _measure_load(self) -> None:
+        """The share of a core this process used since the last call, for placement reports."""
+        wall, cpu = time.monotonic(), time.process_time()
+        if wall - self._cpu[0] >= 1.0:
+            self.core.set_load((cpu - self._cpu[1]) / (wall - self._cpu[0]))
+            self._cpu = (wall, cpu)
 
     async def _refresh_metrics(self) -> None:
         while True:
+            if self.core.coordination is not None:
+                self._measure_load()
             self.metrics.refresh(self.core.statistics())
             ready = self.is_ready()
             self.metrics.ready.set(1 if ready else 0)

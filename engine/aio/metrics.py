@@ -90,6 +90,28 @@ class NodeMetrics:
         for key in COUNTERS:
             yield CounterMetricFamily(f"replicast_{key}", f"node counter {key} (docs/node.md)", value=stats.get(key, 0))
         yield latency_family(stats.get("latency", {}))
+        placement = stats.get("placement")
+        if placement is not None:
+            yield GaugeMetricFamily("replicast_placement_coordinating",
+                                    "1 while this node is the elected placement coordinator (§V)",
+                                    value=1 if placement["coordinating"] else 0)
+            decisions = CounterMetricFamily("replicast_placement_decisions",
+                                            "control decisions this node sent as coordinator, by reason",
+                                            labels=["reason"])
+            for reason in ("initial", "gc", "revival"):
+                decisions.add_metric([reason], placement.get(f"decisions_{reason}", 0))
+            yield decisions
+            core = placement.get("core", {})
+            yield GaugeMetricFamily("replicast_placement_deployed",
+                                    "1 once this coordinator has a deployment (made by Alg. 5 or adopted from reports)",
+                                    value=1 if placement.get("deployed") else 0)
+            yield CounterMetricFamily("replicast_placement_adopted",
+                                      "deployments this coordinator adopted from the nodes' reports instead of deploying",
+                                      value=core.get("adopted", 0))
+            if placement.get("cost") is not None:
+                yield GaugeMetricFamily("replicast_placement_cost",
+                                        "network cost of the coordinator's view (records/s x one-way ms, §V-A)",
+                                        value=placement["cost"])
         rtt = GaugeMetricFamily("replicast_peer_rtt_seconds", "heartbeat round-trip time", labels=["peer"])
         for peer, us in stats.get("rtt_us", {}).items():
             rtt.add_metric([peer], us / 1e6)

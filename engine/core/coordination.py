@@ -4,7 +4,9 @@ Rules of this module:
 
 1. A node core made with a :class:`CoordinationSetup` elects its coordinator among the servers it
    can reach: itself and its connected peers, the smallest name (:func:`placement.coordinator.elect`,
-   re-run whenever a link comes up or goes down).  Every ``report_us`` it sends that coordinator
+   re-run whenever a link comes up or goes down).  For ``settle_us`` after it starts it also counts
+   the servers it has not heard from yet as alive, so a node whose links are still coming up does
+   not coordinate a cluster alone for a moment.  Every ``report_us`` it sends that coordinator
    a :class:`~engine.messages.Report` (:func:`engine.core.stats.server_report`); when the elected
    node changes it reports at once, so a new coordinator rebuilds its soft state from a full round
    of reports.
@@ -64,6 +66,8 @@ class Coordination:
         self.counters: collections.Counter[str] = collections.Counter()
         self.load, self.capacity = 0.0, 1.0
         self._report_at = now
+        self._presumed = set(self.servers) - {core.name}          # rule 1: not heard from yet
+        self._presume_until = now + setup.config.settle_us
         self.elect(now)
 
     # -- inputs -----------------------------------------------------------------------------------
@@ -74,7 +78,10 @@ class Coordination:
     def elect(self, now: int) -> None:
         """Rule 1: (re-)elect among this node and its connected peers of the cluster."""
         core = self.core
-        elected = elect({core.name} | (core.connected & self.servers))
+        self._presumed -= core.connected
+        if self._presumed and now >= self._presume_until:
+            self._presumed.clear()
+        elected = elect({core.name} | (core.connected & self.servers) | self._presumed)
         if elected == self.elected:
             return
         if self.elected is not None:
@@ -101,6 +108,8 @@ class Coordination:
             self._decide(now)
 
     def on_timer(self, now: int) -> None:
+        if self._presumed and now >= self._presume_until:
+            self.elect(now)
         if now >= self._report_at:
             self._report_at = now + self.setup.report_us
             self._report(now)
@@ -112,7 +121,8 @@ class Coordination:
 
     def next_timer(self) -> int:
         when = self.coordinator.next_timer() if self.coordinator is not None else None
-        return self._report_at if when is None else min(self._report_at, when)
+        due = self._report_at if when is None else min(self._report_at, when)
+        return min(due, self._presume_until) if self._presumed else due
 
     # -- outputs ----------------------------------------------------------------------------------
     def _report(self, now: int) -> None:
@@ -122,7 +132,7 @@ class Coordination:
         if self.elected == core.name:
             self.coordinator.receive(report, now=now)
             self._decide(now)
-        else:
+        elif self.elected in core.connected:
             core.send(self.elected, Report(report))
 
     def _decide(self, now: int) -> None:

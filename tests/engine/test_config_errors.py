@@ -93,3 +93,42 @@ def test_replay_of_an_events_file_that_is_not_utf8_is_one_line(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("replicast replay: error: ")
     assert "not UTF-8" in result.stderr and "Traceback" not in result.stderr
+
+
+def min_cost_cluster(tmp_path, coordinator: str) -> object:
+    path = cluster(tmp_path)
+    text = path.read_text().replace('[placement]\ncpu = ["a"]\nbusy = ["a"]\nalerts = ["a"]\n', "")
+    path.write_text(text.replace('query = "query.toml"', 'query = "query.toml"\nplacement = "min-cost"')
+                    + f"[coordinator]\n{coordinator}\n")
+    return path
+
+
+def test_a_min_cost_cluster_file_pins_entry_points_and_applications(tmp_path):
+    config = load_cluster(min_cost_cluster(tmp_path, 'kmax = 1\ndmin_ms = 0\npin = { alerts = "a" }'))
+    assert config.min_cost and config.placement == {"cpu": ["a"], "alerts": ["a"]}
+    setup = config.coordination("a")
+    assert setup.servers == ("a",) and setup.config.deploy.kmax == 1 and setup.config.deploy.dmin_ms == 0
+    assert set(setup.estimate.pinned) == {"cpu", "alerts"} and setup.estimate.operators == ("busy",)
+
+
+@pytest.mark.parametrize("coordinator, message", [
+    ("kmax = 2", "[coordinator]: kmax = 2 needs at least 2 nodes, the file has 1"),
+    ("gc_every_s = 3", "[coordinator]: unknown key(s) ['gc_every_s']"),
+    ("kmin = 0", "[coordinator]: 'kmin' must be an integer >= 1, got 0"),
+    ("report_ms = -5", "[coordinator]: 'report_ms' must be a positive number, got -5"),
+    ("alpha = 1.5", "[coordinator]: 'alpha' must be at most 1, got 1.5"),
+    ('pin = { nothing = "a" }', "[coordinator]: pin.nothing: not a stream or application"),
+    ('pin = { cpu = "z" }', "[coordinator]: pin.cpu: unknown node 'z' (nodes: a)"),
+])
+def test_a_bad_coordinator_table_is_one_line(tmp_path, coordinator, message):
+    with pytest.raises(ClusterConfigError) as error:
+        load_cluster(min_cost_cluster(tmp_path, "kmax = 1\n" * ("kmax" not in coordinator) + coordinator))
+    assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_placement_is_a_table_or_min_cost(tmp_path):
+    path = cluster(tmp_path)
+    path.write_text(path.read_text().replace('[placement]\ncpu = ["a"]\nbusy = ["a"]\nalerts = ["a"]\n', "")
+                    .replace('query = "query.toml"', 'query = "query.toml"\nplacement = "cheapest"'))
+    with pytest.raises(ClusterConfigError, match="'placement' must be a table of node lists or \"min-cost\""):
+        load_cluster(path)

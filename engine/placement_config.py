@@ -1,0 +1,128 @@
+"""A cluster file's placement coordinator (§V): ``placement = "min-cost"`` and the ``[coordinator]`` table.
+
+* ``placement = "min-cost"``: nobody places operators by hand.  Every node runs the entry points and
+  applications ``[coordinator] pin`` gives it (``pin = { stream_or_app = "node" }``; anything not
+  pinned goes to the first node of the file) and reports to the elected coordinator (the live node
+  with the smallest name); the coordinator deploys the operators, ``kmax`` replicas each by Alg. 5
+  over the RTTs the nodes measured, once every node has reported and every pair has an RTT (or
+  ``settle_s`` after it was elected).
+* ``[coordinator]`` with a manual ``[placement]`` table: the nodes start as placed and the
+  coordinator adopts that deployment.
+* Either way the coordinator then garbage-collects (Alg. 6: every ``gc_period_s`` while the cost
+  exceeds ``theta``, never below ``kmin`` replicas) and revives (§V-C: inputs all later than
+  ``revival_threshold_s``).  Every key is checked; a mistake is one line naming the file and key.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.core.coordination import CoordinationSetup
+from operators.query import Query
+from placement.constraints import DeployConfig
+from placement.coordinator import CoordinatorConfig
+from placement.gc import GCConfig
+from placement.workload import from_query
+
+_S = 1_000_000
+#: Keys of ``[coordinator]`` holding positive numbers, with their defaults.
+_NUMBERS = {"alpha": 0.9, "source_rate": 1.0, "cpu_us": 10.0, "report_ms": 5000.0, "utility_period_s": 30.0,
+            "gc_period_s": 300.0, "revival_threshold_s": 10.0, "revival_period_s": 5.0, "settle_s": 30.0,
+            "expiry_s": 30.0}
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    """The ``[coordinator]`` table (docs/placement.md, "In a live cluster")."""
+
+    kmax: int = 2
+    alpha: float = 0.9
+    dmin_ms: float = 30.0
+    source_rate: float = 1.0          # records/s of every source stream, until measured
+    cpu_us: float = 10.0              # CPU per record, for the loads Alg. 5 expects
+    report_ms: float = 5000.0
+    utility_period_s: float = 30.0
+    gc: bool = True
+    gc_period_s: float = 300.0
+    theta: float = 0.0
+    kmin: int = 2
+    revival_threshold_s: float = 10.0
+    revival_period_s: float = 5.0
+    settle_s: float = 30.0
+    expiry_s: float = 30.0
+    pin: dict[str, str] = field(default_factory=dict)
+
+    def config(self) -> CoordinatorConfig:
+        return CoordinatorConfig(
+            deploy=DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms),
+            gc=GCConfig(kmin=self.kmin, theta=self.theta) if self.gc else None,
+            utility_period_us=round(self.utility_period_s * _S), gc_period_us=round(self.gc_period_s * _S),
+            revival_threshold_us=round(self.revival_threshold_s * _S),
+            revival_period_us=round(self.revival_period_s * _S), settle_us=round(self.settle_s * _S),
+            expiry_us=round(self.expiry_s * _S))
+
+
+def parse_coordinator(table: Any, nodes: list[str], query: Query, where: str, error: type[Exception]) -> CoordinatorSettings:
+    """``[coordinator]`` checked key by key against the nodes and the query."""
+    if not isinstance(table, dict):
+        raise error(f"{where}: expected a table, got {table!r}")
+    allowed = {*_NUMBERS, "kmax", "kmin", "dmin_ms", "theta", "gc", "pin"}
+    unknown = set(table) - allowed
+    if unknown:
+        raise error(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
+    values: dict[str, Any] = {}
+    for key in _NUMBERS:
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise error(f"{where}: '{key}' must be a positive number, got {value!r}")
+            values[key] = float(value)
+    if values.get("alpha", 0.9) > 1:
+        raise error(f"{where}: 'alpha' must be at most 1, got {values['alpha']!r}")
+    for key in ("dmin_ms", "theta"):
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise error(f"{where}: '{key}' must be a number >= 0, got {value!r}")
+            values[key] = float(value)
+    for key in ("kmax", "kmin"):
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise error(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
+            values[key] = value
+    if values.get("kmax", 2) > len(nodes):
+        raise error(f"{where}: kmax = {values['kmax']} needs at least {values['kmax']} nodes, the file has {len(nodes)}")
+    if "gc" in table:
+        if not isinstance(table["gc"], bool):
+            raise error(f"{where}: 'gc' must be true or false, got {table['gc']!r}")
+        values["gc"] = table["gc"]
+    pin = table.get("pin", {})
+    if not isinstance(pin, dict):
+        raise error(f"{where}: 'pin' must be a table stream_or_application = \"node\", got {pin!r}")
+    for name, node in pin.items():
+        if name not in query.streams and name not in query.applications:
+            raise error(f"{where}: pin.{name}: not a stream or application of {query.source}")
+        if node not in nodes:
+            raise error(f"{where}: pin.{name}: unknown node {node!r} (nodes: {', '.join(nodes)})")
+    values["pin"] = dict(pin)
+    return CoordinatorSettings(**values)
+
+
+def pinned_placement(settings: CoordinatorSettings, query: Query, nodes: list[str]) -> dict[str, list[str]]:
+    """Entry points and applications on their pinned node (the first node if not pinned)."""
+    return {name: [settings.pin.get(name, nodes[0])] for name in (*query.streams, *query.applications)}
+
+
+def coordination_setup(settings: CoordinatorSettings, query: Query, nodes: list[str],
+                       placement: dict[str, list[str]], node: str) -> CoordinationSetup:
+    """Node ``node``'s :class:`~engine.core.coordination.CoordinationSetup`: the cluster, the query's
+    estimated workload with entry points and applications where ``placement`` runs their replica 0."""
+    index = {name: i for i, name in enumerate(nodes)}
+    pinned = {name: index[placement[name][0]] for name in (*query.streams, *query.applications)}
+    estimate = from_query(query, pinned, source_rate=settings.source_rate, cpu_us=settings.cpu_us)
+    rng = random.Random(zlib.crc32(f"coordinator/{node}".encode()))
+    return CoordinationSetup(tuple(nodes), estimate, rng, settings.config(), round(settings.report_ms * 1000))
