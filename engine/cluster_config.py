@@ -239,8 +239,8 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
     query = config.query
     config.entry_modes = {s: modes.get(s, modes["*"]) for s in query.streams}
     if placed == "min-cost" or "coordinator" in doc:
-        config.coordinator = parse_coordinator(doc.get("coordinator", {}), list(nodes), query, f"{where}: [coordinator]",
-                                               ClusterConfigError)
+        config.coordinator = parse_coordinator(doc.get("coordinator", {}), f"{where}: [coordinator]", ClusterConfigError,
+                                               nodes=list(nodes), query=query)
     if placed == "min-cost":
         config.min_cost = True
         config.placement = placement = pinned_placement(config.coordinator, query, list(nodes))

@@ -24,25 +24,19 @@ from engine.core.coordination import CoordinationSetup
 from operators.query import Query
 from placement.constraints import DeployConfig
 from placement.coordinator import CoordinatorConfig
-from placement.gc import GCConfig
 from placement.workload import from_query
 
-_S = 1_000_000
-#: Keys of ``[coordinator]`` holding positive numbers, with their defaults.
-_NUMBERS = {"alpha": 0.9, "source_rate": 1.0, "cpu_us": 10.0, "report_ms": 5000.0, "utility_period_s": 30.0,
-            "gc_period_s": 300.0, "revival_threshold_s": 10.0, "revival_period_s": 5.0, "settle_s": 30.0,
-            "expiry_s": 30.0}
+#: Keys of ``[coordinator]`` holding positive numbers (cluster files and scenarios alike).
+_NUMBERS = ("report_ms", "utility_period_s", "gc_period_s", "revival_threshold_s", "revival_period_s", "settle_s",
+            "expiry_s")
+#: Keys only a cluster file has: a scenario takes them from its runs, ``[deployment]`` and sources.
+_CLUSTER_NUMBERS = ("alpha", "source_rate", "cpu_us")
 
 
 @dataclass(frozen=True)
 class CoordinatorSettings:
-    """The ``[coordinator]`` table (docs/placement.md, "In a live cluster")."""
+    """A ``[coordinator]`` table, of a cluster file or a scenario (docs/placement.md)."""
 
-    kmax: int = 2
-    alpha: float = 0.9
-    dmin_ms: float = 30.0
-    source_rate: float = 1.0          # records/s of every source stream, until measured
-    cpu_us: float = 10.0              # CPU per record, for the loads Alg. 5 expects
     report_ms: float = 5000.0
     utility_period_s: float = 30.0
     gc: bool = True
@@ -53,28 +47,43 @@ class CoordinatorSettings:
     revival_period_s: float = 5.0
     settle_s: float = 30.0
     expiry_s: float = 30.0
+    # cluster files only
+    kmax: int = 2
+    alpha: float = 0.9
+    dmin_ms: float = 30.0
+    source_rate: float = 1.0          # records/s of every source stream, until measured
+    cpu_us: float = 10.0              # CPU per record, for the loads Alg. 5 expects
     pin: dict[str, str] = field(default_factory=dict)
+    # scenarios only: also simulate the deployment without the coordinator
+    compare_static: bool = True
 
-    def config(self) -> CoordinatorConfig:
-        return CoordinatorConfig(
-            deploy=DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms),
-            gc=GCConfig(kmin=self.kmin, theta=self.theta) if self.gc else None,
-            utility_period_us=round(self.utility_period_s * _S), gc_period_us=round(self.gc_period_s * _S),
-            revival_threshold_us=round(self.revival_threshold_s * _S),
-            revival_period_us=round(self.revival_period_s * _S), settle_us=round(self.settle_s * _S),
-            expiry_us=round(self.expiry_s * _S))
+    def config(self, deploy: DeployConfig | None = None) -> CoordinatorConfig:
+        """The coordinator core's configuration; ``deploy`` defaults to this table's kmax, alpha, dmin_ms."""
+        return CoordinatorConfig.in_seconds(
+            deploy or DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms), gc=self.gc,
+            kmin=self.kmin, theta=self.theta, utility_period_s=self.utility_period_s, gc_period_s=self.gc_period_s,
+            revival_threshold_s=self.revival_threshold_s, revival_period_s=self.revival_period_s,
+            settle_s=self.settle_s, expiry_s=self.expiry_s)
+
+    @property
+    def report_us(self) -> int:
+        return round(self.report_ms * 1000)
 
 
-def parse_coordinator(table: Any, nodes: list[str], query: Query, where: str, error: type[Exception]) -> CoordinatorSettings:
-    """``[coordinator]`` checked key by key against the nodes and the query."""
+def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: list[str] | None = None,
+                      query: Query | None = None) -> CoordinatorSettings:
+    """``[coordinator]`` checked key by key: a cluster file's (given its ``nodes`` and ``query``) or,
+    without them, a scenario's."""
     if not isinstance(table, dict):
         raise error(f"{where}: expected a table, got {table!r}")
-    allowed = {*_NUMBERS, "kmax", "kmin", "dmin_ms", "theta", "gc", "pin"}
+    cluster = nodes is not None
+    allowed = {*_NUMBERS, "kmin", "theta", "gc"} | ({*_CLUSTER_NUMBERS, "kmax", "dmin_ms", "pin"} if cluster
+                                                    else {"compare_static"})
     unknown = set(table) - allowed
     if unknown:
         raise error(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
     values: dict[str, Any] = {}
-    for key in _NUMBERS:
+    for key in (*_NUMBERS, *_CLUSTER_NUMBERS):
         if key in table:
             value = table[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
@@ -94,21 +103,24 @@ def parse_coordinator(table: Any, nodes: list[str], query: Query, where: str, er
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise error(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
             values[key] = value
-    if values.get("kmax", 2) > len(nodes):
-        raise error(f"{where}: kmax = {values['kmax']} needs at least {values['kmax']} nodes, the file has {len(nodes)}")
-    if "gc" in table:
-        if not isinstance(table["gc"], bool):
-            raise error(f"{where}: 'gc' must be true or false, got {table['gc']!r}")
-        values["gc"] = table["gc"]
-    pin = table.get("pin", {})
-    if not isinstance(pin, dict):
-        raise error(f"{where}: 'pin' must be a table stream_or_application = \"node\", got {pin!r}")
-    for name, node in pin.items():
-        if name not in query.streams and name not in query.applications:
-            raise error(f"{where}: pin.{name}: not a stream or application of {query.source}")
-        if node not in nodes:
-            raise error(f"{where}: pin.{name}: unknown node {node!r} (nodes: {', '.join(nodes)})")
-    values["pin"] = dict(pin)
+    for key in ("gc", "compare_static"):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise error(f"{where}: '{key}' must be true or false, got {table[key]!r}")
+            values[key] = table[key]
+    if cluster:
+        if values.get("kmax", 2) > len(nodes):
+            raise error(f"{where}: kmax = {values['kmax']} needs at least {values['kmax']} nodes, "
+                        f"the file has {len(nodes)}")
+        pin = table.get("pin", {})
+        if not isinstance(pin, dict):
+            raise error(f"{where}: 'pin' must be a table stream_or_application = \"node\", got {pin!r}")
+        for name, node in pin.items():
+            if name not in query.streams and name not in query.applications:
+                raise error(f"{where}: pin.{name}: not a stream or application of {query.source}")
+            if node not in nodes:
+                raise error(f"{where}: pin.{name}: unknown node {node!r} (nodes: {', '.join(nodes)})")
+        values["pin"] = dict(pin)
     return CoordinatorSettings(**values)
 
 
@@ -125,4 +137,4 @@ def coordination_setup(settings: CoordinatorSettings, query: Query, nodes: list[
     pinned = {name: index[placement[name][0]] for name in (*query.streams, *query.applications)}
     estimate = from_query(query, pinned, source_rate=settings.source_rate, cpu_us=settings.cpu_us)
     rng = random.Random(zlib.crc32(f"coordinator/{node}".encode()))
-    return CoordinationSetup(tuple(nodes), estimate, rng, settings.config(), round(settings.report_ms * 1000))
+    return CoordinationSetup(tuple(nodes), estimate, rng, settings.config(), settings.report_us)

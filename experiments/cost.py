@@ -10,16 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from experiments.latency import figure
+
 
 def plot_cost(runs: Sequence[tuple[str, Sequence[Sequence[float]], Sequence[Sequence[float]] | None]], path: Path,
               title: str) -> Path:
     """One line per ``(label, [[t_s, cost], …], static [[t_s, cost], …] or None)``."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    try:
+    with figure(path, title) as ax:
         for i, (label, series, static) in enumerate(runs):
             colour = f"C{i}"
             if series:
@@ -27,16 +24,10 @@ def plot_cost(runs: Sequence[tuple[str, Sequence[Sequence[float]], Sequence[Sequ
                 ax.step(t, cost, where="post", color=colour, linewidth=1.6, label=label)
             if static:
                 t, cost = zip(*static)
-                ax.step(t, cost, where="post", color=colour, linewidth=1.2, linestyle="--", label=f"{label.split(',')[0]}, static")
+                ax.step(t, cost, where="post", color=colour, linewidth=1.2, linestyle="--",
+                        label=f"{label.split(',')[0]}, static")
         ax.set_xlabel("simulated time since the start (seconds)")
         ax.set_ylabel("network cost (records/s x one-way ms)")
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
     return path

@@ -12,6 +12,7 @@ The distributions are matplotlib's own empirical CDFs (:meth:`matplotlib.axes.Ax
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -64,23 +65,30 @@ def draw(ax, runs: Sequence[LatencyRun], kind: str = "ccdf") -> list:
     return artists
 
 
-def plot_latency(runs: Sequence[LatencyRun], path: Path, *, kind: str = "ccdf", title: str = "",
-                 legend_title: str | None = None) -> Path:
-    """Write a PNG with one curve per run."""
+@contextmanager
+def figure(path: Path, heading: str, **legend):
+    """One PNG at ``path``: yields the axes; titles, adds the legend (``legend`` its options), saves, closes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     try:
-        draw(ax, runs, kind)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8, title=legend_title, title_fontsize=8, markerscale=4)
+        yield ax
+        ax.set_title(heading, fontsize=10)
+        ax.legend(fontsize=8, **legend)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path)
     finally:
         plt.close(fig)
+
+
+def plot_latency(runs: Sequence[LatencyRun], path: Path, *, kind: str = "ccdf", title: str = "",
+                 legend_title: str | None = None) -> Path:
+    """Write a PNG with one curve per run."""
+    with figure(path, title, title=legend_title, title_fontsize=8, markerscale=4) as ax:
+        draw(ax, runs, kind)
     return path
 
 

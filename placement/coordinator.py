@@ -61,6 +61,15 @@ class CoordinatorConfig:
     expiry_us: int = 30 * _S
     refined: bool = True
 
+    @classmethod
+    def in_seconds(cls, deploy: DeployConfig, *, gc: bool, kmin: int, theta: float, utility_period_s: float,
+                   gc_period_s: float, revival_threshold_s: float, revival_period_s: float, settle_s: float,
+                   expiry_s: float) -> "CoordinatorConfig":
+        """A configuration from the seconds a cluster file or a scenario gives (``gc`` False: no GC)."""
+        return cls(deploy, GCConfig(kmin=kmin, theta=theta) if gc else None, round(utility_period_s * _S),
+                   round(gc_period_s * _S), round(revival_threshold_s * _S), round(revival_period_s * _S),
+                   round(settle_s * _S), round(expiry_s * _S))
+
 
 def elect(alive: Iterable[str]) -> str | None:
     """The coordinator of a logical cluster: its live server with the smallest name (None if none)."""

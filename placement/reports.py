@@ -1,15 +1,15 @@
 """What servers report to the coordinator (plain data, the coordinator core's only input).
 
 The coordinator's state is soft (§II-B, DESIGN.md §7): everything it knows comes from these reports,
-so a newly elected coordinator rebuilds its view from the next round of them.  A node builds its
-report from :meth:`engine.node.NodeCore.statistics`:
+so a newly elected coordinator rebuilds its view from the next round of them.  A node core builds
+its report with :func:`engine.core.stats.server_report` and sends it as a ``Report`` message:
 
 * ``rtt_ms``: ``statistics()["rtt_us"]`` (heartbeat round trips) in ms;
 * ``hosted``: the replicas it hosts; ``records_out``: their cumulative ``records_out`` (the
   coordinator differentiates them into rates, §V-A);
 * ``inputs``: for every stream replica into a hosted replica, its cumulative arrival-rank weight
-  (``weights[port][i]`` mapped to streams by :func:`placement.utility.weights_of_report`) and
-  ``delay_us``, how far the newest punctuation received on it lags the node's clock (§V-C);
+  (its port's duplicate filter's weight at that stream replica's index) and ``delay_us``, how far
+  the newest punctuation received on it lags the node's clock, less one punctuation interval (§V-C);
 * ``load``/``capacity``: CPU in use and available, in cores.
 """
 

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from engine.core.coordination import CoordinationSetup
+from engine.placement_config import CoordinatorSettings
+from engine.placement_config import parse_coordinator as parse_settings
 from operators.query import Query
 from placement.constraints import DeployConfig
-from placement.coordinator import CoordinatorConfig
 from placement.deployment import min_cost
 from placement.errors import PlacementError
 from placement.from_trace import network_from_frames
-from placement.gc import GCConfig
 from placement.model import Network, Workload
 from placement.workload import from_query
 from simulator.scenario import ScenarioError
@@ -39,64 +38,11 @@ FRAMES = 60
 _S = 1_000_000
 
 
-@dataclass(frozen=True)
-class CoordinatorSpec:
-    """A scenario's ``[coordinator]`` table (docs/simulator.md); times in seconds."""
-
-    report_s: float = 5.0
-    utility_period_s: float = 30.0
-    gc: bool = True
-    gc_period_s: float = 300.0
-    theta: float = 0.0
-    kmin: int = 2
-    revival_threshold_s: float = 10.0
-    revival_period_s: float = 5.0
-    settle_s: float = 30.0
-    expiry_s: float = 30.0
-    compare_static: bool = True
-
-    def config(self, deploy: DeployConfig) -> CoordinatorConfig:
-        return CoordinatorConfig(
-            deploy=deploy, gc=GCConfig(kmin=self.kmin, theta=self.theta) if self.gc else None,
-            utility_period_us=round(self.utility_period_s * _S), gc_period_us=round(self.gc_period_s * _S),
-            revival_threshold_us=round(self.revival_threshold_s * _S),
-            revival_period_us=round(self.revival_period_s * _S), settle_us=round(self.settle_s * _S),
-            expiry_us=round(self.expiry_s * _S))
-
-
-_TIMES = ("report_s", "utility_period_s", "gc_period_s", "revival_threshold_s", "revival_period_s", "settle_s",
-          "expiry_s")
-
-
-def parse_coordinator(table: dict, where: str) -> CoordinatorSpec:
-    """The ``[coordinator]`` table, every key checked (one-line errors naming the key)."""
-    allowed = {*_TIMES, "gc", "theta", "kmin", "compare_static"}
-    unknown = set(table) - allowed
-    if unknown:
-        raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
-    values: dict[str, Any] = {}
-    for key in _TIMES:
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ScenarioError(f"{where}: '{key}' must be a positive number of seconds, got {value!r}")
-            values[key] = float(value)
-    for key in ("gc", "compare_static"):
-        if key in table:
-            if not isinstance(table[key], bool):
-                raise ScenarioError(f"{where}: '{key}' must be true or false, got {table[key]!r}")
-            values[key] = table[key]
-    if "theta" in table:
-        theta = table["theta"]
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta >= 0:
-            raise ScenarioError(f"{where}: 'theta' must be a cost >= 0 (records/s x ms), got {theta!r}")
-        values["theta"] = float(theta)
-    if "kmin" in table:
-        kmin = table["kmin"]
-        if isinstance(kmin, bool) or not isinstance(kmin, int) or kmin < 1:
-            raise ScenarioError(f"{where}: 'kmin' must be an integer >= 1, got {kmin!r}")
-        values["kmin"] = kmin
-    return CoordinatorSpec(**values)
+def parse_coordinator(table: dict, where: str) -> CoordinatorSettings:
+    """A scenario's ``[coordinator]`` table: the keys of a cluster file's, less those a scenario
+    gives elsewhere (kmax, ``[deployment]``'s alpha and dmin_ms, pins from sources), plus
+    ``compare_static``."""
+    return parse_settings(table, where, ScenarioError)
 
 
 # -- the workload and the network the coordinator sees ----------------------------------------------
@@ -140,13 +86,13 @@ def min_cost_placement(network: Network, load: Workload, kmax: int, alpha: float
     return deployment.placement(network.servers)
 
 
-def node_setups(spec: CoordinatorSpec, servers: list[str], estimate: Workload, kmax: int, alpha: float,
+def node_setups(spec: CoordinatorSettings, servers: list[str], estimate: Workload, kmax: int, alpha: float,
                 dmin_ms: float, seed: int) -> Callable[[str], CoordinationSetup]:
     """Each node's :class:`~engine.core.coordination.CoordinationSetup` (its own seeded ``random.Random``)."""
     config = spec.config(DeployConfig(kmax=kmax, alpha=alpha, dmin_ms=dmin_ms))
 
     def setup(node: str) -> CoordinationSetup:
         rng = random.Random(zlib.crc32(f"{seed}/coordinator/{node}".encode()))
-        return CoordinationSetup(tuple(servers), estimate, rng, config, round(spec.report_s * _S))
+        return CoordinationSetup(tuple(servers), estimate, rng, config, spec.report_us)
 
     return setup

@@ -22,7 +22,7 @@ from operators.errors import ReplicastError
 from simulator.network import OUTAGE_MODES
 
 if TYPE_CHECKING:
-    from simulator.coordinator import CoordinatorSpec
+    from engine.placement_config import CoordinatorSettings
 
 DEPLOYMENTS = ("manual", "random", "min-cost")
 SOURCE_KINDS = ("cpu", "ping", "events")
@@ -84,7 +84,7 @@ class Scenario:
     dmin_ms: float = 30.0       # min-cost: one-way latency between peer replicas above this
     sources: list[SourceSpec] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
-    coordinator: "CoordinatorSpec | None" = None   # [coordinator]: GC and revival during the run (§V)
+    coordinator: "CoordinatorSettings | None" = None   # [coordinator]: GC and revival during the run (§V)
 
 
 _TOP = {"name", "trace", "query", "servers", "kmax", "seed", "start_s", "duration_s", "drain_s", "punctuation_ms",

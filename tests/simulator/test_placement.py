@@ -39,7 +39,7 @@ def test_min_cost_beats_random_at_equal_kmax():
 
 def test_garbage_collection_during_a_run_lowers_the_cost_and_changes_no_output():
     scenario = load_scenario(DATA / "placement.toml")
-    scenario.coordinator = parse_coordinator({"report_s": 2, "utility_period_s": 10, "gc_period_s": 30,
+    scenario.coordinator = parse_coordinator({"report_ms": 2000, "utility_period_s": 10, "gc_period_s": 30,
                                               "theta": 0, "kmin": 1, "settle_s": 10}, "test")
     prepared = Prepared(scenario)
     adaptive = run(prepared, 2, keep_records=True)
@@ -108,3 +108,13 @@ def test_a_crashed_coordinator_is_replaced_by_the_next_server_which_adopts_what_
     # Its first round: the crash, settle_s (seattle-0 never reports again), then gc_period_s.
     assert gc and all(node == "seattle-10" and t >= 20 + 10 + 30 for t, node in gc)
     assert equals_reference(prepared, result)
+
+
+def test_the_example_scenario_and_cluster_file_load():
+    from engine.cluster_config import load_cluster
+
+    root = DATA.parents[2] / "examples"
+    scenario = load_scenario(root / "sim-fig1-placement.toml")
+    assert scenario.deployment == "min-cost" and scenario.coordinator.kmin == 2
+    config = load_cluster(root / "cluster-fig1-placement.toml")
+    assert config.min_cost and config.placement["cpu_n3"] == ["n3"] and config.coordinator.kmax == 2
