@@ -9,7 +9,8 @@ Rules of this module:
    not coordinate a cluster alone for a moment.  Every ``report_us`` it sends that coordinator
    a :class:`~engine.messages.Report` (:func:`engine.core.stats.server_report`); when the elected
    node changes it reports at once, so a new coordinator rebuilds its soft state from a full round
-   of reports.
+   of reports.  The node also tells its control policy (:mod:`engine.core.control_policy`) whom it
+   elected: control messages from that node are applied like its own configuration, and only those.
 2. The elected node runs a :class:`~placement.coordinator.CoordinatorCore`, made when it is elected
    and dropped when it is not any more: its own report goes straight in, the others come as Report
    messages, each accepted only from the server it names.  Decisions go out as the control messages
@@ -87,6 +88,7 @@ class Coordination:
         if self.elected is not None:
             self.counters["elections"] += 1
         self.elected = elected
+        core.set_coordinator(elected)                # its control messages are applied (control rule 5)
         if elected == core.name and self.coordinator is None:
             setup = self.setup
             self.coordinator = CoordinatorCore(setup.estimate, setup.servers, now=now, rng=setup.rng,
