@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.replay import replay
 from operators.query_file import load_query
 from operators.record import CLOSED
-from tests.integration.helpers import CPU_FILTER_QUERY, free_ports, replicast
+from tests.integration.helpers import CPU_FILTER_QUERY, collect_outputs, free_ports, replicast
 from traces.store import TraceStore
 
 TRACE_TIME_S = 90
@@ -59,14 +59,8 @@ async def publish_and_collect(broker_port: int) -> tuple[list[dict], list[tuple[
             aiomqtt.Client("127.0.0.1", broker_port, identifier="relay-pub") as pub:
         await sub.subscribe("replicast/out/#", qos=1)
 
-        async def collect():
-            async for message in sub.messages:
-                items = json.loads(message.payload)
-                arrivals.extend((time.time(), i) for i in items if "ts" in i)
-                if any(i.get("punctuation") == CLOSED for i in items):
-                    return
-
-        collector = asyncio.create_task(collect())
+        collector = asyncio.create_task(collect_outputs(
+            sub, lambda app, items: arrivals.extend((time.time(), i) for i in items if "ts" in i)))
         for i in range(30):
             record = {"ts": time.time_ns() // 1000, "server": f"s{i % 3}", "load": round((i * 7 % 10) / 10, 1)}
             published.append(record)

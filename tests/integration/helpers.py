@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from operators.record import CLOSED
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: cpu -> filter busy (load > 0.5) -> application alerts: the smallest query that crosses a link.
@@ -187,6 +189,20 @@ def metric(metrics_port: int, name: str) -> float:
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])
     raise KeyError(name)
+
+
+async def collect_outputs(sub, on_items, applications: int = 1) -> None:
+    """Hand every message on ``replicast/out/#`` (``sub`` is subscribed) to ``on_items(app, items)``
+    until ``applications`` applications have sent CLOSED."""
+    closed: set[str] = set()
+    async for message in sub.messages:
+        app = str(message.topic).rsplit("/", 1)[-1]
+        items = json.loads(message.payload)
+        on_items(app, items)
+        if any(i.get("punctuation") == CLOSED for i in items):
+            closed.add(app)
+            if len(closed) == applications:
+                return
 
 
 def kill(process: dict) -> None:

@@ -20,7 +20,7 @@ import aiomqtt
 from engine.replay import replay
 from operators.query_file import load_query
 from operators.record import CLOSED
-from tests.integration.helpers import cluster, free_ports, kill, metric, mosquitto, wait_for
+from tests.integration.helpers import cluster, collect_outputs, free_ports, kill, metric, mosquitto, wait_for
 
 NODES = ["c0", "n1", "n2", "n3", "n4"]
 QUERY = """
@@ -86,14 +86,8 @@ async def drive(broker_port: int, on_kill) -> tuple[list[dict], list[tuple], flo
             aiomqtt.Client("127.0.0.1", broker_port, identifier="test-pub") as pub:
         await sub.subscribe("replicast/out/#", qos=1)
 
-        async def collect():
-            async for message in sub.messages:
-                items = json.loads(message.payload)
-                received.extend((i["ts"], i["server"], i["load"]) for i in items if "ts" in i)
-                if any(i.get("punctuation") == CLOSED for i in items):
-                    return
-
-        collector = asyncio.create_task(collect())
+        collector = asyncio.create_task(collect_outputs(
+            sub, lambda app, items: received.extend((i["ts"], i["server"], i["load"]) for i in items if "ts" in i)))
         first = time.time()
         for tick in range(TICKS):
             if tick == KILL_AT:
