@@ -238,6 +238,9 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
                                  f"'heartbeat_ms' ({config.heartbeat_ms:g}), or every link times out")
     query = config.query
     config.entry_modes = {s: modes.get(s, modes["*"]) for s in query.streams}
+    if (placed == "min-cost" or "coordinator" in doc) and engine_mode is not Mode.REPLICATION:
+        raise ClusterConfigError(f"{where}: placement = \"min-cost\" and [coordinator] need mode \"replication\" "
+                                 f"(the coordinator deploys and collects replicated operators), got {engine_mode.value!r}")
     if placed == "min-cost" or "coordinator" in doc:
         config.coordinator = parse_coordinator(doc.get("coordinator", {}), f"{where}: [coordinator]", ClusterConfigError,
                                                nodes=list(nodes), query=query)

@@ -151,6 +151,9 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     processing = Processing(scenario.processing_us)
     coordination = None
     if scenario.coordinator is not None and coordinator:
+        if scenario.mode is not Mode.REPLICATION:      # §V's utilities come from every replica feeding every one
+            raise ScenarioError(f"{scenario.path}: [coordinator] needs mode \"replication\" (garbage collection "
+                                f"and revival change the replicated deployment), got {scenario.mode.value!r}")
         from simulator.coordinator import node_setups, workload
         servers = list(prepared.servers)
         pins = {name: placement[name][0] for name in (*query.streams, *query.applications)}

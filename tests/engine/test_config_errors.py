@@ -132,3 +132,10 @@ def test_placement_is_a_table_or_min_cost(tmp_path):
                     .replace('query = "query.toml"', 'query = "query.toml"\nplacement = "cheapest"'))
     with pytest.raises(ClusterConfigError, match="'placement' must be a table of node lists or \"min-cost\""):
         load_cluster(path)
+
+
+def test_the_coordinator_needs_the_replication_mode(tmp_path):
+    path = min_cost_cluster(tmp_path, "kmax = 1")
+    path.write_text(path.read_text().replace('query = "query.toml"', 'query = "query.toml"\nmode = "failover"'))
+    with pytest.raises(ClusterConfigError, match='need mode "replication".*got \'failover\''):
+        load_cluster(path)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.modes import Mode
 from engine.replay import replay
 from simulator.coordinator import parse_coordinator
 from simulator.run import Prepared, run
@@ -88,6 +89,9 @@ def test_coordinator_settings_are_checked(tmp_path):
         parse_coordinator({"gc_every": 3}, "x: [coordinator]")
     scenario = replace(load_scenario(DATA / "placement.toml"), entry_replicas="kmax")
     with pytest.raises(ScenarioError, match="entry_replicas = 1"):
+        run(Prepared(scenario), 2)
+    scenario = replace(load_scenario(DATA / "revival.toml"), mode=Mode.NONE)
+    with pytest.raises(ScenarioError, match=r"\[coordinator\] needs mode \"replication\".*got 'none'"):
         run(Prepared(scenario), 2)
 
 
