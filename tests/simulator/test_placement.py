@@ -82,6 +82,29 @@ def test_a_cut_link_makes_revival_bring_back_a_collected_stream_replica():
     assert equals_reference(prepared, result)
 
 
+def test_revival_redeploys_collected_operator_replicas_which_join_mid_stream_exactly():
+    """GC at kmin = 1 takes f and g down to one replica each; cutting the link between the two left
+    makes every input of the g replica and of the application late, and no collected stream replica
+    can help (their senders are gone): revival redeploys the collected f and g replicas (§V-C), they
+    join mid-stream from their peers' snapshots, and the application's output is exact."""
+    scenario = load_scenario(DATA / "revival.toml")
+    scenario.coordinator = replace(scenario.coordinator, kmin=1)
+    quiet = run(Prepared(replace(scenario, duration_s=45)), 2).summary
+    removed = {what for _, kind, reason, what, _ in quiet["coordinator"]["timeline"] if (kind, reason) == ("remove", "gc")}
+    assert sorted(r[0] for r in removed) == ["f", "g"], removed
+    (f,) = {0, 1} - {int(r[2]) for r in removed if r[0] == "f"}
+    (g,) = {0, 1} - {int(r[2]) for r in removed if r[0] == "g"}
+    scenario.faults.append(Fault("cut", (quiet["placement"]["f"][f], quiet["placement"]["g"][g]), 60 * S, 140 * S))
+    prepared = Prepared(scenario)
+    result = run(prepared, 2, keep_records=True)
+    timeline = result.summary["coordinator"]["timeline"]
+    revived = [(t, what) for t, kind, reason, what, _ in timeline if (kind, reason) == ("deploy", "revival")]
+    assert {what for _, what in revived} == removed, timeline
+    assert all(60 + 10 <= t <= 60 + 10 + 2 * 5 + 2 * 2 + 1 for t, _ in revived)     # threshold + checks + reports
+    assert result.summary["lifecycle"]["snapshots_taken"] >= 2                     # joined, not started empty
+    assert equals_reference(prepared, result)
+
+
 def test_coordinator_settings_are_checked(tmp_path):
     with pytest.raises(ScenarioError, match=r"\[coordinator\]: 'kmin' must be an integer >= 1"):
         parse_coordinator({"kmin": 0}, "x: [coordinator]")
