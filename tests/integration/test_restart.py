@@ -17,8 +17,8 @@ import aiomqtt
 from engine.replay import replay
 from operators.query_file import load_query
 from operators.record import CLOSED
-from tests.integration.helpers import (ROOT, cluster, free_ports, kill, make_cluster_module, metric, mosquitto,
-                                       publish_fig1_round)
+from tests.integration.helpers import (ROOT, cluster, collect_outputs, free_ports, kill, make_cluster_module, metric,
+                                       mosquitto, publish_fig1_round)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -31,23 +31,13 @@ async def drive(broker_port: int, servers: list[str], actions) -> tuple[dict, di
     """Publish rounds of cpu/ping records + punctuations until ``actions`` says stop; collect outputs."""
     published = {f"{kind}_{s}": [] for s in servers for kind in ("cpu", "ping")}
     arrivals: dict[str, list] = {}
-    closed: set[str] = set()
     log: dict = {}
     async with aiomqtt.Client("127.0.0.1", broker_port, identifier="test-sub") as sub, \
             aiomqtt.Client("127.0.0.1", broker_port, identifier="test-pub") as pub:
         await sub.subscribe("replicast/out/#", qos=1)
 
-        async def collect():
-            async for message in sub.messages:
-                app = str(message.topic).rsplit("/", 1)[-1]
-                items = json.loads(message.payload)
-                arrivals.setdefault(app, []).extend(i for i in items if "ts" in i)
-                if any(i.get("punctuation") == CLOSED for i in items):
-                    closed.add(app)
-                    if len(closed) == 3:
-                        return
-
-        collector = asyncio.create_task(collect())
+        collector = asyncio.create_task(collect_outputs(
+            sub, lambda app, items: arrivals.setdefault(app, []).extend(i for i in items if "ts" in i), applications=3))
         tick = 0
         while actions(tick, log):
             await publish_fig1_round(pub, servers, tick, published)
