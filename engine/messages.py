@@ -27,7 +27,9 @@ Rules of this module:
    the receiving replica joins).  The sender answers a Resume with a :class:`StreamHead` and then
    the items from there on.
 7. In the failover modes (:mod:`engine.core.modes`) a receiver follows one upstream replica per
-   port and keeps the others on standby (:class:`Standby`).
+   port and keeps the others on standby (:class:`Standby`).  In mode ``synchronization`` a
+   process-pair primary sends its backup a :class:`Determinant` per step of its operator's input
+   and holds its outputs until a :class:`DeterminantAck`.
 8. A replica that starts mid-stream takes a :class:`Snapshot` from a live peer replica
    (:class:`SnapshotRequest`; :class:`NoSnapshot` if the peer cannot give one).  See
    ``docs/lifecycle.md``.
@@ -101,6 +103,26 @@ class Standby:
 
     stream: StreamReplica
     punctuation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Determinant:
+    """Process-pair primary → backup (rule 7): step ``seq`` of the primary's operator input —
+    ``records`` on ``port`` in the order it processed them, then ``punctuation`` if not None."""
+
+    backup: ReplicaId
+    seq: int
+    port: int
+    records: Sequence[Record]
+    punctuation: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeterminantAck:
+    """Backup → primary: it took every step of ``primary`` up to ``seq``."""
+
+    primary: ReplicaId
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +352,7 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | Resume | Hold | Standby | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
+Message = (Batch | Ack | Resume | Hold | Standby | Determinant | DeterminantAck | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
            | ViewBallot | ViewReply | ViewDecided | Stamped | StampAck | Committed | JoinStamping
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Report | Hello | Proof)

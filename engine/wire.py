@@ -29,10 +29,10 @@ from typing import Any, Callable
 
 import msgpack
 
-from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
-                             Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, Proof, RemoveReplica, Report, Resume,
-                             Snapshot, SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest,
-                             StreamHead, View, ViewBallot, ViewDecided, ViewReply)
+from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
+                             DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, Proof,
+                             RemoveReplica, Report, Resume, Snapshot, SnapshotRequest, StampAck, Stamped, Standby,
+                             Statistics, StatisticsRequest, StreamHead, View, ViewBallot, ViewDecided, ViewReply)
 from operators.errors import ReplicastError
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import Record
@@ -89,6 +89,12 @@ _streams: dict[tuple, StreamReplica] = {}
 _STREAMS_KEPT = 4096
 
 
+def _port(value: Any) -> int:
+    if type(value) is not int or not 0 <= value < _SMALL:
+        raise WireError(f"bad port {repr(value)[:40]}")
+    return value
+
+
 def _stream(f: tuple) -> StreamReplica:
     key = f[:5]
     try:
@@ -97,9 +103,7 @@ def _stream(f: tuple) -> StreamReplica:
         known = key = None
     if known is not None and type(f[1]) is int and type(f[3]) is int and type(f[4]) is int:
         return known
-    if type(f[4]) is not int or not 0 <= f[4] < _SMALL:
-        raise WireError(f"bad port {repr(f[4])[:40]}")
-    stream = StreamReplica(_replica(f[0], f[1]), _replica(f[2], f[3]), f[4])
+    stream = StreamReplica(_replica(f[0], f[1]), _replica(f[2], f[3]), _port(f[4]))
     if key is not None:
         if len(_streams) >= _STREAMS_KEPT:
             _streams.clear()
@@ -257,6 +261,11 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
      lambda f: Mark(_stream(f), _int(f[5], "epoch"), _int(f[6], "offset")), 7),
     (20, Standby, lambda m: [*_stream_fields(m.stream), m.punctuation],
      lambda f: Standby(_stream(f), _int(f[5], "punctuation")), 6),
+    (23, Determinant, lambda m: [*_replica_fields(m.backup), m.seq, m.port, _records_bytes(m.records), m.punctuation],
+     lambda f: Determinant(_replica(f[0], f[1]), _int(f[2], "seq"), _port(f[3]),
+                           PackedRecords(_bytes(f[4], "determinant records")), _int(f[5], "punctuation", True)), 6),
+    (24, DeterminantAck, lambda m: [*_replica_fields(m.primary), m.seq],
+     lambda f: DeterminantAck(_replica(f[0], f[1]), _int(f[2], "seq")), 3),
     (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],
      lambda f: NoSnapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _str(f[4], "reason")), 5),
     (21, Report, lambda m: _report_fields(m.report), _report, 7),

@@ -338,7 +338,7 @@ def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: floa
 
 #: Node counters summed over a run's nodes in summary.json (docs/lifecycle.md says what each counts).
 LIFECYCLE_COUNTERS = ("snapshots_given", "snapshots_taken", "continued_streams", "rebuilt_without_peer", "rejoins",
-                      "streams_cut", "gaps", "protocol_errors")
+                      "streams_cut", "gaps", "protocol_errors", "failovers", "determinants", "takeovers")
 
 
 def lifecycle_counts(sim: Simulation) -> dict[str, int]:

@@ -19,6 +19,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from engine.core.control_policy import ControlPolicy
@@ -60,8 +61,11 @@ class Control:
         if name in query.applications:
             return application_sink(0, query.applications[name].ordered)
         if name in query.operators:
-            return OperatorReplica(query.new_operator(name), [0] * len(query.inputs_of(name)),
-                                   query.order_sensitive(name), merged=TRAITS[self.core.options.mode].merged_order)
+            logic = OperatorReplica(query.new_operator(name), [0] * len(query.inputs_of(name)),
+                                    query.order_sensitive(name), merged=TRAITS[self.core.options.mode].merged_order)
+            if self.core.pairs is not None:
+                logic.tap = partial(self.core.pairs.tap, replica)     # process pairs see every step
+            return logic
         return None
 
     def deploy(self, src: str, message: DeployReplica, now: int) -> None:
@@ -83,6 +87,8 @@ class Control:
         if core.options.trace_paths:
             hosted.hop = (f"{replica}@{core.name}",)
         hosted.fresh = src == core.name and not core.restarted       # from a first start's own configuration
+        if core.pairs is not None:
+            core.pairs.attach(hosted)
         if entry is not None and entry.mode == "entry":
             hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
         core.lifecycle.start(hosted, now)
@@ -95,6 +101,8 @@ class Control:
             return
         hosted.state = ReplicaState.REMOVED
         core.lifecycle.forget(message.replica)
+        if core.pairs is not None:
+            core.pairs.forget(message.replica)
         if core.failover is not None:
             core.failover.forget(message.replica)
         for stream in [s for s in core.inbound if s.target == message.replica]:

@@ -46,9 +46,8 @@ Port = tuple[ReplicaId, int]
 class Failover:
     """Which upstream replica each port of ``core``'s hosted replicas follows."""
 
-    def __init__(self, core: "NodeCore", *, now: int):
+    def __init__(self, core: "NodeCore"):
         self.core = core
-        self.started = now
         self.active: dict[Port, ReplicaId] = {}        # (replica, port) -> upstream replica it follows
         self.told: dict[StreamReplica, int] = {}       # standby stream replica -> punctuation last told
 
@@ -108,10 +107,6 @@ class Failover:
             del self.active[key]
 
     # -- rule 3: the failure detector -------------------------------------------------------------
-    def suspected(self, node: str, now: int) -> bool:
-        core = self.core
-        return node != core.name and now - core.last_heard(node, self.started) > core.options.peer_timeout_us
-
     def check(self, now: int) -> None:
         """Switch every port whose followed upstream's node is suspected (called at heartbeat ticks)."""
         core = self.core
@@ -120,9 +115,9 @@ class Failover:
             if self.active.get((stream.target, stream.port)) == stream.source:
                 nodes[(stream.target, stream.port)] = inbound.node
         for key, node in nodes.items():
-            if self.suspected(node, now):
+            if core.suspected(node, now):
                 suspected = {i.node for s, i in core.inbound.items() if (s.target, s.port) == key
-                             and self.suspected(i.node, now)}
+                             and core.suspected(i.node, now)}
                 choice = self._choose(key, suspected)
                 if choice != self.active[key]:
                     self._switch(key, choice, node, now)
@@ -141,7 +136,7 @@ class Failover:
         old = self.active[key]
         self.active[key] = choice
         core.counters["failovers"] += 1
-        seconds = (now - core.last_heard(node, self.started)) / 1e6
+        seconds = (now - core.last_heard(node, core.started)) / 1e6
         core.event(ReplicaChanged(target, "live", "live", f"port {port} fails over from {old} to {choice}: nothing "
                                                           f"heard from node {node} for {seconds:.1f} s"))
         hosted = core.hosted[target]

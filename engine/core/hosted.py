@@ -75,6 +75,8 @@ class Hosted:
         self.restored: tuple[int, ...] | None = None   # its ports' punctuations when a snapshot was restored
         self.parked: dict[StreamReplica, tuple[int | None, int]] = {}   # Resume requests waiting for the log's frontier
         self.held: list = []                           # an entry point's segments taken while it joins
+        #: A process-pair primary (engine.core.pairs): items from this offset on wait for its backup's ack.
+        self.gate: int | None = None
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.replica} {self.state.value} epoch {self.epoch}>"

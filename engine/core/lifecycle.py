@@ -160,7 +160,13 @@ class Lifecycle:
             core.send(src, NoSnapshot(message.joiner, message.donor, reason))
             return
         core.counters["snapshots_given"] += 1
-        core.send(src, Snapshot(message.joiner, message.donor, self.snapshot(donor)))
+        pair = core.pairs.snapshot(donor, now) if core.pairs is not None else None   # a backup takes over first
+        state = self.snapshot(donor)
+        if pair is not None:
+            state["pair"] = pair
+        core.send(src, Snapshot(message.joiner, message.donor, state))
+        if core.pairs is not None:
+            core.pairs.donated(donor, message.joiner)      # what it held goes out: before the marks
         self.keep_positions(donor, message.joiner, now)
         # The joiner's stream will continue ours from here: receivers note their counts (receiver rule 5).
         for stream, route in donor.routes.items():
@@ -228,6 +234,8 @@ class Lifecycle:
         core.counters["snapshots_taken"] += 1
         if core.failover is not None:
             core.failover.restored(hosted)
+        if core.pairs is not None:
+            core.pairs.restored(hosted, message.donor, state.get("pair"))
         self._change(hosted, ReplicaState.LIVE, f"restored from {message.donor}'s snapshot")
         core.receiver.request_all(hosted)
         core.sender.serve_parked(hosted)
@@ -366,6 +374,8 @@ class Lifecycle:
         """Start a new incarnation of ``hosted`` from scratch (rule 4)."""
         core = self.core
         core.counters["rejoins"] += 1
+        if core.pairs is not None:
+            core.pairs.alone(hosted)                  # what it held goes out; no partner until a join says so
         # Stuck again before any port moved since a snapshot: the donor was stuck as this replica
         # is (it had not heard yet), and asking peers again could go round for ever between two
         # such replicas (each giving the other its state).  Rebuild instead.

@@ -22,9 +22,12 @@ mode changes is data, in :data:`TRAITS`:
   run identically.  Records wait for the slowest input's punctuation (§VI-B: "the pace … is
   eventually determined by the slowest input flow"), and a crash costs a failover as well: the
   paper's previous approaches "switch to another upstream server" (§VI-B, §VII).
-
-The paper's last baseline, ``synchronization`` (process pairs exchanging determinants, [9]),
-builds on the failover model too and comes next (issue 14).
+* ``synchronization`` (process pairs, [9]): the failover model with at most two replicas of each
+  entry point and operator.  Operator replicas form a pair, a primary and a backup: the primary
+  sends its backup the determinants of its input interleaving (each step its operator took, in
+  order) and holds its outputs until the backup acknowledged them; the backup's operator takes
+  the primary's steps instead of its own input, and takes over with its own input when the
+  detector suspects the primary (:mod:`engine.core.pairs`).
 
 Rules of this module:
 
@@ -46,6 +49,7 @@ class Mode(Enum):
     NONE = "none"
     FAILOVER = "failover"
     DETERMINISTIC = "deterministic"
+    SYNCHRONIZATION = "synchronization"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Traits:
     follows_one: bool
     #: Operator replicas process input in the deterministic merge order (timestamps across ports).
     merged_order: bool = False
+    #: Process pairs: primaries send determinants to a backup and hold outputs until acknowledged.
+    determinants: bool = False
 
 
 TRAITS = {
@@ -65,6 +71,7 @@ TRAITS = {
     Mode.NONE: Traits(max_replicas=1, follows_one=False),
     Mode.FAILOVER: Traits(max_replicas=None, follows_one=True),
     Mode.DETERMINISTIC: Traits(max_replicas=None, follows_one=True, merged_order=True),
+    Mode.SYNCHRONIZATION: Traits(max_replicas=2, follows_one=True, determinants=True),
 }
 
 #: The modes' names, as a cluster file or scenario writes them.

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from engine.core.control import Control
 from engine.core.events import Delivered, Event, NodeOptions
 from engine.core.failover import Failover
+from engine.core.pairs import Pairs
 from engine.core.hosted import Hosted, Inbound
 from engine.core.lifecycle import Lifecycle
 from engine.core.links import Links
@@ -43,8 +44,9 @@ from engine.core.stamping import Stamping
 from engine.core.states import InboundState, ReplicaState
 from engine.core.stats import COUNTERS, Latency, statistics
 from engine.core.views import Voter
-from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
-                             Hold, JoinStamping, Mark, Message, NoSnapshot, RemoveReplica, Report, Resume, Snapshot,
+from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
+                             DisconnectStream, Heartbeat, Hold, JoinStamping, Mark, Message, NoSnapshot, RemoveReplica,
+                             Report, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
                              ViewBallot, ViewDecided, ViewReply)
 from operators.plan import ReplicaId, StreamReplica
@@ -90,14 +92,21 @@ class NodeCore:
         self.last_refusal: str | None = None
         self.sender, self.receiver = Sender(self), Receiver(self)
         self.lifecycle, self.control, self.stamping = Lifecycle(self), Control(self), Stamping(self)
+        self.started = now                    # failure detectors suspect a node never heard from since then
         #: The failover model's choices (engine.core.modes): None in modes where every upstream feeds.
-        self.failover = Failover(self, now=now) if TRAITS[options.mode].follows_one else None
+        self.failover = Failover(self) if TRAITS[options.mode].follows_one else None
+        #: Process pairs (mode synchronization, engine.core.pairs): None in the other modes.
+        self.pairs = Pairs(self) if TRAITS[options.mode].determinants else None
         self.links = Links(self, now)
         self.stamper, self.voter = Stamper(self), Voter(self)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
             Standby: self.sender.on_standby,
+        }
+        if self.pairs is not None:
+            self._handlers.update({Determinant: self.pairs.on_determinant, DeterminantAck: self.pairs.on_ack})
+        self._handlers.update({
             SnapshotRequest: self.lifecycle.on_snapshot_request,
             Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,
             Heartbeat: self._on_heartbeat, StatisticsRequest: self._on_statistics_request,
@@ -106,7 +115,7 @@ class NodeCore:
             ViewDecided: self._on_view_decided, JoinStamping: self.stamper.views.on_join,
             Stamped: self.stamper.on_stamped, StampAck: self.stamper.on_ack, Committed: self.stamper.on_committed,
             Report: self._on_report,
-        }
+        })
         guarded = self.control.guarded              # control rule 5: only from this node or the coordinator
         self._handlers.update({DeployReplica: guarded(self.control.deploy), RemoveReplica: guarded(self.control.remove),
                                ConnectStream: guarded(self.control.connect),
@@ -154,6 +163,8 @@ class NodeCore:
         self._last_heard[node] = now
         self.control.on_peer_up(node)
         self.receiver.on_peer_up(node)
+        if self.pairs is not None:
+            self.pairs.on_peer_up(node)
         self.lifecycle.on_peer_change(node, now)
         self.stamper.on_peer_change(node, now)
         if self.coordination is not None:
@@ -178,6 +189,8 @@ class NodeCore:
         self._now = now
         if self.links.on_timer(now) and self.failover is not None:
             self.failover.check(now)
+            if self.pairs is not None:
+                self.pairs.check(now)
         if now >= self._punctuate_at:
             self._punctuate_at = now + self.options.punctuation_us
             self.stamper.punctuate(now)
@@ -230,6 +243,11 @@ class NodeCore:
     def last_heard(self, node: str, default: int) -> int:
         """When a message from ``node`` last arrived (µs), or ``default`` if none ever did."""
         return self._last_heard.get(node, default)
+
+    def suspected(self, node: str, now: int) -> bool:
+        """The failure detector of the failover modes: nothing heard from ``node`` for the peer
+        time-out (since this core started, if never).  A broken connection alone is not enough."""
+        return node != self.name and now - self._last_heard.get(node, self.started) > self.options.peer_timeout_us
 
     def send(self, node: str, message: Message) -> None:
         """Address ``message`` to ``node``: itself through the local queue, a connected peer through the outbox."""

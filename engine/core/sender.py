@@ -17,6 +17,9 @@ Rules of this module:
    receiver's request may come before the sender's own :class:`~engine.messages.ConnectStream`.
    Such an *early* request is kept (at most :data:`EARLY_REQUESTS`, for ``join_timeout_us``) and
    answered once the route exists.
+5. A process-pair primary (mode ``synchronization``, :mod:`engine.core.pairs`) holds its output:
+   items from its ``gate`` on are appended to the log but neither sent nor trimmed until
+   :meth:`Sender.release` lets them go, once its backup acknowledged the steps that made them.
 """
 
 from __future__ import annotations
@@ -62,14 +65,17 @@ class Sender:
         records = EncodedRecords(records)          # one encoding for every stream replica (wire rule 4)
         log = hosted.log
         offset = log.append(records, punctuation, path)
-        epoch, name, local, outbox, connected = hosted.epoch, core.name, core.local, core.outbox, core.connected
-        for stream, route in hosted.routes.items():
-            if route.state in _SENDING:
-                node = route.node
-                if node == name:
-                    local.append((stream, epoch, offset, records, punctuation, path))
-                elif node in connected:
-                    outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
+        if hosted.gate is not None:
+            core.pairs.held(hosted)                    # a process-pair primary: out once acknowledged (rule 4)
+        else:
+            epoch, name, local, outbox, connected = hosted.epoch, core.name, core.local, core.outbox, core.connected
+            for stream, route in hosted.routes.items():
+                if route.state in _SENDING:
+                    node = route.node
+                    if node == name:
+                        local.append((stream, epoch, offset, records, punctuation, path))
+                    elif node in connected:
+                        outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
         if punctuation is not None and core.failover is not None:
             self._cover_standbys(hosted)
         if log.frontier is None and punctuation is not None and hosted.kind == "entry" \
@@ -77,9 +83,32 @@ class Sender:
             log.frontier = punctuation                 # a (re)started entry point: lifecycle rule 5
             self.serve_parked(hosted)
         if not hosted.retained:
-            log.trim(log.end)
+            log.trim(log.end if hosted.gate is None else hosted.gate)
         elif len(log) > core.options.retention_items:
             self._cut_laggards(hosted)
+
+    def release(self, hosted: Hosted, upto: int | None) -> None:
+        """A process-pair primary's held output below offset ``upto`` goes out (rule 4); ``upto`` None:
+        all of it, and nothing is held any more."""
+        gate = hosted.gate
+        if gate is None:
+            return
+        log, core = hosted.log, self.core
+        end = log.end if upto is None else min(upto, log.end)
+        if end > gate:
+            epoch, name = hosted.epoch, core.name
+            for first, records, punctuation, path, _, _ in log.since(gate):
+                if first >= end:
+                    break
+                for stream, route in hosted.routes.items():
+                    if route.state in _SENDING:
+                        if route.node == name:
+                            core.local.append((stream, epoch, first, records, punctuation, path))
+                        elif route.node in core.connected:
+                            core.outbox.append((route.node, Batch(stream, epoch, first, records, punctuation, path)))
+        hosted.gate = None if upto is None else max(gate, end)
+        if not hosted.retained:
+            log.trim(log.end if hosted.gate is None else hosted.gate)
 
     # -- the receiver says where to start (rule 2) ------------------------------------------------
     def on_resume(self, src: str, message: Resume, now: int) -> None:
@@ -99,7 +128,10 @@ class Sender:
         route.acked, route.standby = start, None
         send = self.core.send
         send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier, log.lineage_at(start)))
+        gate = hosted.gate
         for first, records, punctuation, path, _, _ in log.since(start):
+            if gate is not None and first >= gate:
+                break                                  # held for a process pair's backup (rule 4)
             send(route.node, Batch(stream, hosted.epoch, first, records, punctuation, path))
         # Only now: an active route to this node itself retains nothing, so trimming first would drop
         # the very batches its StreamHead promised (tests/engine/test_local_stream_replay.py).
@@ -211,13 +243,14 @@ class Sender:
         offsets = [r.acked for r in hosted.routes.values()
                    if r.state is RouteState.PENDING or (r.state is RouteState.ACTIVE and r.node != name)]
         hosted.retained = bool(offsets)
+        limit = hosted.log.end if hosted.gate is None else hosted.gate    # never what is held (rule 4)
         if not offsets:
             hosted.floor, hosted.lagging = None, 0
-            hosted.log.trim(hosted.log.end)
+            hosted.log.trim(limit)
             return
         hosted.floor = floor = min(offsets)
         hosted.lagging = offsets.count(floor)
-        hosted.log.trim(floor)
+        hosted.log.trim(min(floor, limit))
 
     def _cut_laggards(self, hosted: Hosted) -> None:
         """The log outgrew the retention limit: stop waiting for the routes at the floor."""

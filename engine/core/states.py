@@ -91,6 +91,17 @@ class CandidacyPhase(Enum):
     ACCEPTING = "accepting"
 
 
+class PairRole(Enum):
+    """A replica's part in a process pair (mode ``synchronization``, engine.core.pairs)."""
+
+    #: Sends its steps as determinants to its backup and holds outputs until acknowledged.
+    PRIMARY = "primary"
+    #: Takes its primary's steps instead of its own input (kept in a ledger).
+    BACKUP = "backup"
+    #: No partner to keep in step with: processes its own input, holds nothing.
+    SOLO = "solo"
+
+
 _REPLICA = {
     ReplicaState.JOINING: {ReplicaState.LIVE, ReplicaState.REBUILDING, ReplicaState.REMOVED},
     ReplicaState.REBUILDING: {ReplicaState.LIVE, ReplicaState.JOINING, ReplicaState.REMOVED},
@@ -125,8 +136,15 @@ _CANDIDACY = {
     CandidacyPhase.PROMISING: {CandidacyPhase.ACCEPTING},
     CandidacyPhase.ACCEPTING: set(),
 }
+#: A pair's roles change only by a join between the partners (the donor leads) or when the failure
+#: detector suspects the partner (both go on alone).
+_PAIR = {
+    PairRole.PRIMARY: {PairRole.SOLO, PairRole.BACKUP},
+    PairRole.BACKUP: {PairRole.SOLO},
+    PairRole.SOLO: {PairRole.PRIMARY, PairRole.BACKUP},
+}
 _TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND, StamperRole: _STAMPER,
-           MemberSync: _MEMBER, CandidacyPhase: _CANDIDACY}
+           MemberSync: _MEMBER, CandidacyPhase: _CANDIDACY, PairRole: _PAIR}
 
 
 def advance(current: Enum, new: Enum) -> Enum:

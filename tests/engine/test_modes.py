@@ -94,22 +94,24 @@ def test_every_replicated_mode_takes_a_restarted_node_back(mode):
 
 
 def operator_inputs(net: MemoryNetwork) -> dict:
-    """Tap every operator replica: replica -> the records its operator processes, in order."""
+    """Watch every operator replica: replica -> the records its operator takes, in order."""
     seen = {}
     for core in net.cores.values():
         for replica, hosted in core.hosted.items():
             if hosted.kind == "operator":
-                steps = seen[replica] = []
+                operator, steps = hosted.logic.operator, seen.setdefault(replica, [])
 
-                def tap(logic, port, records, p, steps=steps):
+                def on_batch(port, records, steps=steps, take=operator.on_batch):
                     steps.extend((port, r) for r in records)
-                    return logic.step(port, records, p)
-                hosted.logic.tap = tap
+                    return take(port, records)
+                operator.on_batch = on_batch
     return seen
 
 
-@pytest.mark.parametrize("mode, identical", [("deterministic", True), ("failover", False)])
-def test_deterministic_replicas_process_one_order(mode, identical):
+@pytest.mark.parametrize("mode, identical", [("deterministic", True), ("synchronization", True),
+                                             ("failover", False)])
+def test_peer_replicas_process_one_order(mode, identical):
+    """Deterministic replicas sort their input; a process pair's backup takes its primary's steps."""
     place = placement(2, NODES)
     net = MemoryNetwork(QUERY, place, seed=0, options=options(mode))
     seen = operator_inputs(net)
@@ -118,6 +120,27 @@ def test_deterministic_replicas_process_one_order(mode, identical):
     same = {name: seen[ReplicaId(name, 0)] == seen[ReplicaId(name, 1)] for name in QUERY.operators}
     assert all(len(seen[ReplicaId(name, 0)]) > 20 for name in QUERY.operators)
     assert all(same.values()) if identical else not all(same.values()), same
+    determinants = sum(core.counters["determinants"] for core in net.cores.values())
+    assert (determinants > 100) == (mode == "synchronization")
+
+
+def test_a_backup_takes_over_only_when_the_detector_fires():
+    place = placement(2, ["n1", "n2", "n3", "n4"])
+    net = MemoryNetwork(QUERY, place, seed=0, options=options("synchronization"))
+    advance(net, HEARTBEAT_US)
+    primary, backup = place["correlate"]
+    assert net.cores[primary].pairs.pairs[ReplicaId("correlate", 0)].role.value == "primary"
+    assert net.cores[backup].pairs.pairs[ReplicaId("correlate", 1)].role.value == "backup"
+    net.kill(primary)
+    advance(net, TIMEOUT_US)
+    assert net.cores[backup].counters["takeovers"] == 0
+    advance(net, 2 * HEARTBEAT_US)
+    assert net.cores[backup].counters["takeovers"] >= 1
+    assert net.cores[backup].pairs.pairs[ReplicaId("correlate", 1)].role.value == "solo"
+    net.restart(primary)                 # it joins from its old backup, which now leads the pair
+    advance(net, 2 * TIMEOUT_US)
+    assert net.cores[backup].pairs.pairs[ReplicaId("correlate", 1)].role.value == "primary"
+    assert net.cores[primary].pairs.pairs[ReplicaId("correlate", 0)].role.value == "backup"
 
 
 def test_standbys_carry_no_data_and_keep_little():

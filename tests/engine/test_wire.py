@@ -6,7 +6,8 @@ import msgpack
 import pytest
 from hypothesis import example, given, strategies as st
 
-from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, DisconnectStream, Heartbeat,
+from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
+                             DisconnectStream, Heartbeat,
                              Hello, Hold, JoinStamping, Mark, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                              ViewBallot, ViewDecided, ViewReply)
@@ -177,3 +178,9 @@ def test_batches_read_off_the_wire_filter_exactly_like_their_records(records, k,
         return packed, packed.key
 
     filters_agree(_arrivals(records, k, same_batches, rng), k, rng, as_read)
+
+
+def test_every_message_has_its_own_code():
+    """Codes are the wire format: two messages on one code would decode as the later row's."""
+    codes = [code for code, *_ in wire._CODECS]
+    assert len(codes) == len(set(codes)) and len({cls for _, cls, *_ in wire._CODECS}) == len(codes)

@@ -1,8 +1,9 @@
 """Issue 3 acceptance: a 7-process loopback cluster (6 servers, k=2, applications on 'app') runs the
 Fig. 1 query while one server is SIGKILLed; every application's output equals `replay`'s reference
 on the recorded input, and no application sees a gap longer than its normal one.  The same cluster
-in mode ``failover`` (engine/core/modes.py, issue 14) gives the same output, after a pause of about
-its failure detector's time: the alerts' path goes through the victim.
+in modes ``failover`` and ``synchronization`` (engine/core/modes.py, issue 14) gives the same output,
+after a pause of about its failure detector's time: the alerts' path goes through the victim (in
+synchronization, through the primary of the Join's pair, whose backup takes over).
 
 Decision (docs/node.md): outputs depend only on the input records once every window is closed, so
 the test publishes, records what it published (all of it is accepted: source-stamped, in order),
@@ -65,7 +66,7 @@ FAILOVER_TIMING = {"heartbeat_ms = 500": "heartbeat_ms = 250", "peer_timeout_ms 
 HEARTBEAT_S, TIMEOUT_S = 0.25, 1.5
 
 
-@pytest.mark.parametrize("mode", ["replication", "failover"])
+@pytest.mark.parametrize("mode", ["replication", "failover", "synchronization"])
 def test_sigkill_of_a_server_changes_nothing_the_applications_receive(tmp_path, mode):
     make = make_cluster_module()
     query = load_query(ROOT / "examples/cluster-fig1-query.toml")

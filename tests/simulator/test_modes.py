@@ -124,6 +124,28 @@ def test_after_a_crash_none_stops_failover_pauses_replication_goes_on(app):
         assert sorted(after)[len(after) // 2] < worst_before + 0.1, mode     # and then it runs as before
 
 
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_process_pair_primary_holds_its_output_for_a_round_trip_to_its_backup(crash):
+    """Synchronization against failover, record by record: the same paths (each replica follows its
+    preferred upstream), plus one primary–backup round trip per pair on the path — the load Union's
+    pair W–P (40 ms) for ``loads``, and the Join's pair O–Q (40 ms) after it for ``pairs``.  Once the
+    crash of W is detected, the load Union's survivor has no partner to wait for (§VI-B: "the
+    latency dropped since [they] no more had synchronization partners")."""
+    prepared, synchronized = simulate("synchronization", crash)
+    _, failover = simulate("failover", crash)
+    slow, fast = arrivals(synchronized), arrivals(failover)
+    settled = prepared.start + (CRASH_S + prepared.scenario.peer_timeout_ms / 1000 + 1) * 1_000_000
+    held = {app: {(min(slow[key]) - min(times)) // 1000 for key, times in fast.items()
+                  if key[0] == app and (not crash or key[1][0] >= settled)} for app in ("loads", "pairs")}
+    load_pair, join_pair = RTT_MS["W"]["P"], RTT_MS["O"]["Q"]
+    if crash:
+        assert held == {"loads": {0}, "pairs": {join_pair}}
+        assert synchronized.summary["lifecycle"]["takeovers"] >= 1
+    else:
+        assert held == {"loads": {load_pair}, "pairs": {load_pair + join_pair}}
+        assert synchronized.summary["lifecycle"]["determinants"] > 500
+
+
 def test_mode_is_checked_in_scenarios(tmp_path):
     doc = {"trace": "seattle", "query": "q.toml", "servers": 2, "sources": [], "mode": "replicated"}
     with pytest.raises(ScenarioError, match=f"'mode' must be one of {', '.join(MODES)}, got 'replicated'"):

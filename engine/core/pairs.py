@@ -1,0 +1,243 @@
+"""Process pairs (mode ``synchronization``, the paper's baseline [9] in §VI-B): a primary sends its
+backup the determinants of its input interleaving and holds its outputs until the backup
+acknowledged them.
+
+Rules of this module:
+
+1. In mode ``synchronization`` every operator has at most two replicas (:func:`engine.core.modes.shape`),
+   a pair, and each has a :class:`~engine.core.states.PairRole`.  At its node's first start replica
+   0 is the PRIMARY and replica 1 the BACKUP.  A replica that joins from its partner's snapshot
+   becomes its BACKUP and the donor its PRIMARY (a donating backup takes over first, rule 4); any
+   other (re)start or rejoin is SOLO until such a join.  Entry points (one ordered input) and
+   applications (not replicated) have no pairs.
+2. A primary's operator takes each step — records of one port, then maybe its punctuation
+   (:meth:`operators.replica.OperatorReplica.step`) — in the order its input arrived, as in
+   replication, and each step is a numbered :class:`~engine.messages.Determinant` to the backup.
+   Its output goes to its log but not out (:attr:`Hosted.gate <engine.core.hosted.Hosted>`) until
+   the backup acknowledged the step that made it (:class:`~engine.messages.DeterminantAck`):
+   "primaries must hold output tuples until backups acknowledge the receipt of determinants"
+   (§VI-B).  Unacknowledged determinants are sent again when the link to the backup comes back.
+3. A backup's operator takes its primary's steps, in order, instead of its own; its own input goes
+   to a :class:`~engine.core.ledger.Ledger` that matches it against the determinants.  Its output
+   goes out at once: it only repeats what the primary decided.
+4. When the failure detector suspects the partner's node (nothing heard for ``peer_timeout``), a
+   primary releases what it held and goes on SOLO; a backup *takes over*: its operator takes the
+   own input no determinant carried and its own punctuations, and it goes on SOLO (the ledger drops
+   the own records determinants already carried).  "After the failure, the latency dropped since
+   [they] no more had synchronization partners" (§VI-B).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.core.events import ProtocolError, ReplicaChanged
+from engine.core.hosted import Hosted
+from engine.core.ledger import Ledger
+from engine.core.states import PairRole, ReplicaState, advance
+from engine.messages import Determinant, DeterminantAck
+from engine.wire import EncodedRecords, WireError
+from operators.plan import ReplicaId
+from operators.record import Record
+
+if TYPE_CHECKING:
+    from engine.core.node import NodeCore
+    from operators.replica import OperatorReplica
+
+_TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)
+
+
+@dataclass
+class Pair:
+    """One hosted replica's side of its pair."""
+
+    role: PairRole
+    partner: ReplicaId
+    node: str                                          # the partner's node
+    seq: int = 0                                       # primary: steps sent; backup: steps taken
+    #: primary: [seq, determinant, log end once its output is appended] not yet acknowledged
+    unacked: deque = field(default_factory=deque)
+    ledger: Ledger | None = None                       # backup, and after a take-over until settled
+
+
+class Pairs:
+    """The pairs of ``core``'s hosted operator replicas."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+        self.pairs: dict[ReplicaId, Pair] = {}
+
+    # -- rule 1: roles ----------------------------------------------------------------------------
+    def attach(self, hosted: Hosted) -> None:
+        """``hosted`` was deployed: pair it with its partner (the other replica of its operator)."""
+        partners = [(i, node) for i, node in enumerate(hosted.peers) if node and i != hosted.replica.index]
+        if hosted.kind != "operator" or not partners:
+            return
+        index, node = partners[0]
+        role = PairRole.SOLO
+        if hosted.fresh:
+            role = PairRole.PRIMARY if hosted.replica.index < index else PairRole.BACKUP
+        pair = self.pairs[hosted.replica] = Pair(PairRole.SOLO, ReplicaId(hosted.replica.name, index), node)
+        self._become(hosted, pair, role)
+
+    def _become(self, hosted: Hosted, pair: Pair, role: PairRole) -> None:
+        pair.role = advance(pair.role, role)
+        if role is PairRole.BACKUP:
+            pair.ledger = Ledger(len(hosted.logic.filters))
+        if role is PairRole.PRIMARY:
+            hosted.gate = hosted.log.end if hosted.gate is None else hosted.gate
+        else:
+            pair.unacked.clear()
+            self.core.sender.release(hosted, None)
+
+    def forget(self, replica: ReplicaId) -> None:
+        self.pairs.pop(replica, None)
+
+    def alone(self, hosted: Hosted) -> None:
+        """``hosted`` rejoins (a new incarnation): it is no one's partner until a join says so."""
+        pair = self.pairs.get(hosted.replica)
+        if pair is not None:
+            pair.ledger = None
+            self._become(hosted, pair, PairRole.SOLO)
+
+    def snapshot(self, donor: Hosted, now: int) -> dict[str, Any] | None:
+        """Before ``donor`` gives a snapshot to its partner: a backup takes over first (its state must be
+        its own); returns what the joiner needs to follow it as its backup."""
+        pair = self.pairs.get(donor.replica)
+        if pair is None:
+            return None
+        if pair.role is PairRole.BACKUP:
+            self._take_over(donor, pair, "its partner asks for a snapshot", now)
+        return {"seq": pair.seq}
+
+    def donated(self, donor: Hosted, joiner: ReplicaId) -> None:
+        """``donor`` gave ``joiner`` (its partner) a snapshot: it is the joiner's primary from there.
+        What it held is in the snapshot, so it goes out now."""
+        pair = self.pairs.get(donor.replica)
+        if pair is None or joiner != pair.partner:
+            return
+        pair.unacked.clear()
+        self.core.sender.release(donor, None)
+        self._become(donor, pair, PairRole.PRIMARY)
+
+    def restored(self, hosted: Hosted, donor: ReplicaId, state: dict[str, Any] | None) -> None:
+        """``hosted`` restored its partner's snapshot: it is its backup, after the snapshot's step."""
+        pair = self.pairs.get(hosted.replica)
+        if pair is None or state is None or donor != pair.partner:
+            return
+        pair.seq = state["seq"]
+        self._become(hosted, pair, PairRole.BACKUP)
+
+    # -- rules 2, 3: steps ------------------------------------------------------------------------
+    def tap(self, replica: ReplicaId, logic: "OperatorReplica", port: int, records: list[Record],
+            p: int | None) -> tuple[list[Record], int | None]:
+        """Every step of ``replica``'s operator input passes here (``OperatorReplica.tap``)."""
+        pair = self.pairs.get(replica)
+        if pair is None:
+            return logic.step(port, records, p)
+        role = pair.role
+        if role is PairRole.BACKUP:
+            pair.ledger.take_own(port, records, p)
+            return [], None
+        if role is PairRole.PRIMARY:
+            pair.seq += 1
+            message = Determinant(pair.partner, pair.seq, port, EncodedRecords(records), p)
+            pair.unacked.append([pair.seq, message, self.core.hosted[replica].log.end])
+            self.core.counters["determinants"] += 1
+            self.core.send(pair.node, message)
+        elif pair.ledger is not None:                  # alone after a take-over (rule 4)
+            records = pair.ledger.after_take_over(port, records, p)
+            if pair.ledger.settled():
+                pair.ledger = None
+        return logic.step(port, records, p)
+
+    def held(self, hosted: Hosted) -> None:
+        """The sender appended output behind ``hosted``'s gate: it waits for the latest step's ack."""
+        pair = self.pairs.get(hosted.replica)
+        if pair is not None and pair.role is PairRole.PRIMARY and pair.unacked:
+            pair.unacked[-1][2] = hosted.log.end
+        else:
+            self.core.sender.release(hosted, hosted.log.end)
+
+    def on_ack(self, src: str, ack: DeterminantAck, now: int) -> None:
+        pair = self.pairs.get(ack.primary)
+        if pair is None or pair.role is not PairRole.PRIMARY or src != pair.node:
+            self.core.counters["stale_requests"] += 1
+            return
+        upto = None
+        while pair.unacked and pair.unacked[0][0] <= ack.seq:
+            upto = pair.unacked.popleft()[2]
+        if upto is not None:
+            self.core.sender.release(self.core.hosted[ack.primary], upto)
+
+    def on_determinant(self, src: str, message: Determinant, now: int) -> None:
+        core = self.core
+        hosted, pair = core.hosted.get(message.backup), self.pairs.get(message.backup)
+        if hosted is None or pair is None or pair.role is not PairRole.BACKUP or src != pair.node \
+                or hosted.state not in _TAKING:
+            core.counters["stale_batches"] += 1        # not (or no longer) its backup, or joining
+            return
+        if message.seq <= pair.seq:
+            return                                     # sent again after a reconnect: taken already
+        records = self._records(hosted, message)
+        if message.seq != pair.seq + 1 or records is None:
+            core.counters["protocol_errors"] += 1
+            core.event(ProtocolError(src, f"determinant {message.seq} for {message.backup} after {pair.seq}, "
+                                          f"{'malformed' if records is None else 'out of order'}"))
+            return
+        out, forwarded = hosted.logic.step(message.port, records, message.punctuation)
+        pair.ledger.take_theirs(message.port, records, message.punctuation)
+        pair.seq = message.seq
+        core.send(src, DeterminantAck(pair.partner, message.seq))
+        core.sender.emit(hosted, out, forwarded, now)
+        if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
+            core.lifecycle.check_horizon(hosted, now)
+
+    def _records(self, hosted: Hosted, message: Determinant) -> list[Record] | None:
+        """The determinant's records, if they fit the port (else None: malformed)."""
+        query, logic = self.core.query, hosted.logic
+        if not 0 <= message.port < len(logic.filters):
+            return None
+        width = len(query.schemas[query.inputs_of(hosted.replica.name)[message.port]]) + 1
+        try:
+            records = list(message.records)
+        except WireError:
+            return None
+        return records if all(len(r) == width for r in records) else None
+
+    def on_peer_up(self, node: str) -> None:
+        """Rule 2: the link to a backup came back: what it did not acknowledge goes again."""
+        for pair in self.pairs.values():
+            if pair.role is PairRole.PRIMARY and pair.node == node:
+                for _, message, _ in pair.unacked:
+                    self.core.send(node, message)
+
+    # -- rule 4: the failure detector -------------------------------------------------------------
+    def check(self, now: int) -> None:
+        """At heartbeat rounds: a pair whose partner's node is suspected goes on alone."""
+        core = self.core
+        for replica, pair in list(self.pairs.items()):
+            if pair.role is PairRole.SOLO or not core.suspected(pair.node, now):
+                continue
+            hosted = core.hosted[replica]
+            seconds = (now - core.last_heard(pair.node, now)) / 1e6
+            reason = f"nothing heard from {pair.partner}'s node {pair.node} for {seconds:.1f} s"
+            if pair.role is PairRole.BACKUP:
+                self._take_over(hosted, pair, reason, now)
+            else:
+                core.event(ReplicaChanged(replica, "live", "live", f"primary goes on alone: {reason}"))
+                self._become(hosted, pair, PairRole.SOLO)
+
+    def _take_over(self, hosted: Hosted, pair: Pair, reason: str, now: int) -> None:
+        core, logic = self.core, hosted.logic
+        core.counters["takeovers"] += 1
+        core.event(ReplicaChanged(hosted.replica, "live", "live", f"backup takes over: {reason}"))
+        self._become(hosted, pair, PairRole.SOLO)
+        for port in range(len(logic.filters)):
+            records, p = pair.ledger.take_over(port)
+            if records or p is not None:
+                core.sender.emit(hosted, *logic.step(port, records, p), now)
+        if pair.ledger.settled():
+            pair.ledger = None
