@@ -1,7 +1,9 @@
-"""``replicast experiment …``: the paper's evaluation (§VI) as commands, one per figure or table.
+"""``replicast experiment fig2|fig3|table1|fig4|fig5|all``: the paper's evaluation (§VI) as commands.
 
-Each writes its CSV and PNG files into ``--out`` (default ``out/experiments``).  Heavy imports
-happen inside the commands, so ``--help`` is instant.
+Each writes its CSV and PNG files into ``--out`` (default ``out/experiments``); simulations are kept
+under ``OUT/runs/`` and reused by later invocations (:mod:`experiments.simulations`).  ``all`` runs
+every one and writes ``report.md`` with the paper's numbers alongside (:mod:`experiments.report`).
+Heavy imports happen inside the commands, so ``--help`` is instant.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "(netem where it works; see 'replicast cluster up --help')")
     fig2.set_defaults(run=run_fig2)
 
+    fig3 = _simulated_figure(
+        figures, "fig3", run_fig3, "1, 2, 3", "the whole trace",
+        "latency per record and its 10-minute average over hours, kmax 1-3 (simulator)",
+        "Fig. 3: the shipped Fig. 4 scenario with min-cost deployment, simulated once per kmax over the whole trace "
+        "(1.9 h of Seattle by default); one application's latency per record and its average per window.  Writes "
+        "fig3.csv, fig3_average.csv and fig3.png.")
+    fig3.add_argument("--app", default="app_0", help="the application whose records are plotted (default app_0)")
+    fig3.add_argument("--average", default="10min", metavar="DURATION", help="averaging window (default 10min)")
+
     table1 = figures.add_parser(
         "table1", help="CPU cost per replica of Union, Filter, Aggregate, Join at degrees 1-4 (node core)",
         description="Table I: one replica on a node core receives each input as k stream replicas (1 K tuples/s "
@@ -62,10 +73,69 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="only these operators (repeatable; default all four)")
     table1.set_defaults(run=run_table1)
 
+    _simulated_figure(
+        figures, "fig4", run_fig4, "1-5", "30min", "P(latency > x) for kmax 1-5, random vs min-cost deployment (simulator)",
+        "Fig. 4: the shipped Fig. 4 scenario simulated once per kmax and deployment (30 min of trace): (a) random - "
+        "the optimal non-replicated placement, further replicas on random candidate servers; (b) min-cost - Alg. 5.  "
+        "Bandwidth and network cost ratios against kmax 1 in the legends.  Writes fig4.csv, fig4_ccdf.csv and "
+        "fig4.png.")
+    _simulated_figure(
+        figures, "fig5", run_fig5, "1-5", "30min",
+        "network cost of static min-cost vs garbage collection vs GC + revival, per kmax (simulator)",
+        "Fig. 5: min-cost deployments simulated over 30 min of trace, left static (Fig. 4's runs), with the "
+        "coordinator's garbage collection (kmin 2, no revival), and with garbage collection and revival (kmin 1); the "
+        "network cost each ends at, against static kmax 1.  Writes fig5.csv and fig5.png.")
+
+    every = figures.add_parser(
+        "all", help="every experiment, then report.md with the paper's numbers alongside",
+        description="table1, fig2 (TCP clusters), fig3, fig4 and fig5 with their defaults, then OUT/report.md: every "
+                    "figure and a table putting replicast's numbers next to the paper's, each difference explained.  "
+                    "--trace and --duration apply to the simulated figures; --simulate runs fig2 in the simulator.")
+    _simulated(every, "each experiment's own: the whole trace for fig3, 30min for fig4 and fig5")
+    every.add_argument("--simulate", action="store_true", help="fig2 in the simulator instead of TCP clusters")
+    every.set_defaults(run=run_all)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _simulated_figure(figures: argparse._SubParsersAction, name: str, run, kmax: str, duration: str, summary: str,
+                      description: str) -> argparse.ArgumentParser:
+    """A simulated figure's subcommand: the scaling options and ``--kmax``."""
+    parser = figures.add_parser(name, help=summary, description=description)
+    _simulated(parser, duration)
+    parser.add_argument("--kmax", type=int, action="append", metavar="K", help=f"degrees to compare (default {kmax})")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _simulated(parser: argparse.ArgumentParser, default_duration: str) -> None:
+    _common(parser)
+    parser.add_argument("--trace", metavar="TRACE", help="a trace name or directory (default: seattle, shipped); "
+                        "'replicast trace synth --duration 30d' makes a month")
+    parser.add_argument("--duration", metavar="DURATION", help=f"simulated time, e.g. 30min, 2h, 30d (default "
+                        f"{default_duration}; at most the trace's length)")
+    parser.add_argument("--jobs", type=int, metavar="N", help="simulations at once (default: the number of CPUs)")
+    parser.add_argument("--fresh", action="store_true", help="simulate again even if OUT/runs has the runs")
+
+
+def _scale(args: argparse.Namespace):
+    from experiments.simulations import Scale
+
+    duration_s = _seconds(args.duration, "--duration") if args.duration else None
+    if args.jobs is not None and args.jobs < 1:
+        raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
+    return Scale(trace=args.trace, duration_s=duration_s, jobs=args.jobs, progress=not args.no_progress,
+                 fresh=args.fresh)
+
+
+def _kmax(values: list[int] | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    kmax = tuple(sorted(set(values or default)))
+    if kmax[0] < 1:
+        raise ReplicastError(f"--kmax must be at least 1, got {kmax[0]}")
+    return kmax
 
 
 def _seconds(text: str, option: str) -> float:
@@ -106,6 +176,52 @@ def run_fig2(args: argparse.Namespace) -> int:
               f"latency {row['mean_latency_before_ms']} ms before, {row['mean_latency_after_ms'] or '-'} ms after; "
               f"longest pause after the crash {row['longest_gap_after_s']} s")
     _done("fig2", started, [args.out / n for n in ("fig2.csv", "fig2_summary.csv", "fig2.png")])
+    return 0
+
+
+def run_fig3(args: argparse.Namespace) -> int:
+    from experiments import fig3
+
+    started = time.monotonic()
+    result = fig3.run(args.out, _scale(args), kmax=_kmax(args.kmax, fig3.KMAX), app=args.app,
+                      average_s=_seconds(args.average, "--average"))
+    for k, s in result["per_kmax"].items():
+        print(f"kmax={k}: {s['records']} records at {result['app']}, latency mean {s['mean_ms']:.0f} ms, "
+              f"std {s['std_ms']:.0f} ms, p99 {s['p99_ms']:.0f} ms, max {s['max_ms']:.0f} ms")
+    _done("fig3", started, [args.out / n for n in ("fig3.csv", "fig3_average.csv", "fig3.png")])
+    return 0
+
+
+def run_fig4(args: argparse.Namespace) -> int:
+    from experiments import fig4
+
+    started = time.monotonic()
+    result = fig4.run(args.out, _scale(args), kmax=_kmax(args.kmax, fig4.KMAX))
+    for row in result["rows"]:
+        print(f"{row['deployment']:<9} kmax={row['kmax']}: bandwidth {row['bandwidth_ratio']:.2f}x, cost "
+              f"{row['cost_ratio']:.2f}x; latency p99 {row['p99_ms']:.0f} ms, max {row['max_ms']:.0f} ms, "
+              f"P(> 1 s) {row['p_over_1s']:.2e}")
+    _done("fig4", started, [args.out / n for n in ("fig4.csv", "fig4_ccdf.csv", "fig4.png")])
+    return 0
+
+
+def run_fig5(args: argparse.Namespace) -> int:
+    from experiments import fig5
+
+    started = time.monotonic()
+    result = fig5.run(args.out, _scale(args), kmax=_kmax(args.kmax, fig5.KMAX))
+    for row in result["rows"]:
+        print(f"kmax={row['kmax']} {row['variant']:<29} cost {row['final_cost_ratio']:.2f}x static kmax 1 "
+              f"(saves {row['saving_vs_static']:.0%} of static), p99 {row['p99_ms']:.0f} ms")
+    _done("fig5", started, [args.out / "fig5.csv", args.out / "fig5.png"])
+    return 0
+
+
+def run_all(args: argparse.Namespace) -> int:
+    from experiments import report
+
+    path = report.run_all(args.out, _scale(args), simulate_fig2=args.simulate)
+    print(f"all: wrote {path}")
     return 0
 
 

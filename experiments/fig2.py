@@ -77,7 +77,8 @@ COLUMNS = ("mode", "t_s", "latency_ms", "record")
 #: Seconds before the crash the "before" latency is averaged over and the plot shows (40–60 s in the paper).
 WINDOW_S = 20.0
 SUMMARY_COLUMNS = ("mode", "records", "records_before_crash", "records_after_crash", "mean_latency_before_ms",
-                   "mean_latency_after_ms", "max_latency_after_ms", "longest_gap_before_s", "longest_gap_after_s")
+                   "mean_latency_after_ms", "max_latency_after_ms", "longest_gap_before_s", "longest_gap_after_s",
+                   "newest_t_s")
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,8 @@ def deliveries(ts_us: np.ndarray, arrival_us: np.ndarray, fields: list[tuple], s
 
 def summarise(frame: pd.DataFrame, settings: Settings) -> list[dict]:
     """Per mode: what it delivered before and after the crash, its mean latency over the
-    :data:`WINDOW_S` before the crash (the paper's plot starts there) and after it, and its longest
-    pause in each span."""
+    :data:`WINDOW_S` before the crash (the paper's plot starts there) and after it, its longest
+    pause in each span, and the timestamp of the newest record it delivered."""
     rows = []
     for mode in settings.modes:
         mine = frame[frame["mode"] == mode]
@@ -194,6 +195,7 @@ def summarise(frame: pd.DataFrame, settings: Settings) -> list[dict]:
             "max_latency_after_ms": _round(after["latency_ms"].max()),
             "longest_gap_before_s": _gap(before["arrival_s"], settings.crash_s - WINDOW_S, settings.crash_s),
             "longest_gap_after_s": _gap(after["arrival_s"], settings.crash_s, settings.duration_s),
+            "newest_t_s": _round(mine["t_s"].max()),
         })
     return rows
 

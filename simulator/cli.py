@@ -17,7 +17,7 @@ import queue
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,10 +136,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("scenario %s: %d servers of trace %s, %.0f s simulated, kmax %s, %s", scenario.name,
              len(prepared.servers), scenario.trace, (prepared.end - prepared.start) / 1e6,
              ", ".join(map(str, scenario.kmax)), f"{jobs} worker processes" if jobs > 1 else "in this process")
-    if jobs == 1:
-        outcomes = (simulate_one(prepared, k, out, args.check, progress=not args.no_progress) for k in scenario.kmax)
-    else:
-        outcomes = _in_workers(scenario, jobs, out, args.check, progress=not args.no_progress)
+    outcomes = simulate_runs(prepared, out, jobs=jobs, check=args.check, progress=not args.no_progress)
     runs, curves, failures = [], [], 0
     for k, outcome in zip(scenario.kmax, outcomes):
         if args.check:
@@ -211,6 +208,18 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
     png = sweep_local.write_outputs(out, path, runs, histograms, title)
     sweep_local.print_runs(runs, out, png)
     return 0
+
+
+def simulate_runs(prepared: Any, out: Path, *, jobs: int | None = None, check: bool = False,
+                  progress: bool = True) -> Iterator[Outcome]:
+    """Every kmax of ``prepared.scenario``: up to ``jobs`` (default: the CPUs) at once in worker
+    processes, or one after the other here if that is 1; each writes ``out/k<K>/``.  The outcomes
+    in the scenario's kmax order (``replicast experiment`` runs its simulations through this too)."""
+    jobs = min(jobs or _cpus(), len(prepared.scenario.kmax))
+    if jobs == 1:
+        yield from (simulate_one(prepared, k, out, check, progress=progress) for k in prepared.scenario.kmax)
+    else:
+        yield from _in_workers(prepared.scenario, jobs, out, check, progress=progress)
 
 
 def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: bool = False,

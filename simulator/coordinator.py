@@ -26,7 +26,7 @@ from engine.placement_config import CoordinatorSettings
 from engine.placement_config import parse_coordinator as parse_settings
 from operators.query import Query
 from placement.constraints import DeployConfig
-from placement.deployment import min_cost
+from placement.deployment import min_cost, random_deployment
 from placement.errors import PlacementError
 from placement.from_trace import network_from_frames
 from placement.model import Network, Workload
@@ -83,6 +83,22 @@ def min_cost_placement(network: Network, load: Workload, kmax: int, alpha: float
         deployment = min_cost(network, load, DeployConfig(kmax=kmax, alpha=alpha, dmin_ms=dmin_ms))
     except PlacementError as error:
         raise ScenarioError(f"{where}: min-cost deployment: {error}") from None
+    return deployment.placement(network.servers)
+
+
+def random_placement(network: Network, load: Workload, kmax: int, alpha: float, dmin_ms: float, seed: int,
+                     where: str) -> dict[str, list[str]]:
+    """§VI-E's random baseline: the min-cost deployment at kmax = 1 (relaxation and refinement: "we
+    started from an optimal, non-replicated deployment"), then each further replica on a uniformly
+    random server of Alg. 5's candidates (same alpha and dmin).  The choices come from one seeded
+    generator in phase order, so the deployment at ``kmax + 1`` adds to the one at ``kmax``."""
+    rng = random.Random(zlib.crc32(f"{seed}/random-from-min-cost".encode()))
+    try:
+        base = min_cost(network, load, DeployConfig(kmax=1, alpha=alpha, dmin_ms=dmin_ms))
+        deployment = random_deployment(network, load, DeployConfig(kmax=kmax, alpha=alpha, dmin_ms=dmin_ms), rng,
+                                       start=base)
+    except PlacementError as error:
+        raise ScenarioError(f"{where}: random-from-min-cost deployment: {error}") from None
     return deployment.placement(network.servers)
 
 

@@ -13,6 +13,9 @@ and application → its servers in replica-index order.
   over the trace's latencies, with ``[deployment]``'s ``alpha`` and ``dmin_ms``; entry points stay at
   their sources' servers and applications where they are put (so ``entry_replicas = "kmax"`` is
   refused: placement does not replicate entry points).
+* **random-from-min-cost** (Fig. 4(a), "random", :func:`simulator.coordinator.random_placement`):
+  §VI-E's baseline — min-cost at kmax = 1, every further replica on a random candidate server of
+  Alg. 5 (same ``alpha`` and ``dmin_ms``), nested across kmax like ``random``.
 
 Applications are not replicated: a named server, or a seeded random one.
 """
@@ -27,6 +30,9 @@ from operators.query import Query
 from simulator.scenario import Scenario, ScenarioError
 from simulator.sources import Source
 
+#: Deployment kinds computed by the placement package over the trace's latencies.
+PLACED = ("min-cost", "random-from-min-cost")
+
 
 def _order(scenario: Scenario, name: str, servers: list[str]) -> list[str]:
     rng = random.Random(zlib.crc32(f"{scenario.seed}/{name}".encode()))
@@ -39,11 +45,11 @@ def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: lis
            network: Callable[[], Any] | None = None) -> dict[str, list[str]]:
     """The placement at ``kmax``; ``network()`` gives min-cost its :class:`placement.model.Network`."""
     where = f"{scenario.path}: [deployment]"
-    if scenario.deployment == "min-cost" and scenario.entry_replicas != "1":
-        raise ScenarioError(f"{where}: kind = \"min-cost\" places operators; entry points stay at their sources "
-                            f"(entry_replicas = 1), got entry_replicas = {scenario.entry_replicas!r}")
-    if scenario.deployment == "min-cost" and network is None:
-        raise ScenarioError(f"{where}: kind = \"min-cost\" needs the trace's network")
+    if scenario.deployment in PLACED and scenario.entry_replicas != "1":
+        raise ScenarioError(f"{where}: kind = \"{scenario.deployment}\" places operators; entry points stay at their "
+                            f"sources (entry_replicas = 1), got entry_replicas = {scenario.entry_replicas!r}")
+    if scenario.deployment in PLACED and network is None:
+        raise ScenarioError(f"{where}: kind = \"{scenario.deployment}\" needs the trace's network")
     if kmax > len(servers):
         raise ScenarioError(f"{where}: kmax = {kmax} needs at least {kmax} servers, the scenario has {len(servers)}")
     placement: dict[str, list[str]] = {}
@@ -57,12 +63,14 @@ def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: lis
         server = scenario.applications.get(app) or _order(scenario, app, servers)[0]
         if server not in servers:
             raise ScenarioError(f"{where}: application '{app}' on {server!r}, which is not a server of this scenario")
-    if scenario.deployment == "min-cost":
-        from simulator.coordinator import min_cost_placement, workload
+    if scenario.deployment in PLACED:
+        from simulator.coordinator import min_cost_placement, random_placement, workload
         pins = {name: placement[name][0] for name in query.streams}
         pins.update({app: scenario.applications.get(app) or _order(scenario, app, servers)[0]
                      for app in query.applications})
         estimate = workload(query, sources, servers, pins)
+        if scenario.deployment == "random-from-min-cost":
+            return random_placement(network(), estimate, kmax, scenario.alpha, scenario.dmin_ms, scenario.seed, where)
         return min_cost_placement(network(), estimate, kmax, scenario.alpha, scenario.dmin_ms, where)
     for name in query.operators:
         if scenario.deployment == "manual":

@@ -24,7 +24,7 @@ from simulator.network import OUTAGE_MODES
 if TYPE_CHECKING:
     from engine.placement_config import CoordinatorSettings
 
-DEPLOYMENTS = ("manual", "random", "min-cost")
+DEPLOYMENTS = ("manual", "random", "min-cost", "random-from-min-cost")
 SOURCE_KINDS = ("cpu", "ping", "events")
 FAULT_KINDS = ("crash", "restart", "cut", "congest", "spike", "add", "remove")
 DEFAULT_PROCESSING_US = {"entry": 0.5, "union": 0.3, "filter": 0.3, "map": 0.5, "join": 9.0, "aggregate": 4.0,
