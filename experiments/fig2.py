@@ -77,8 +77,8 @@ COLUMNS = ("mode", "t_s", "latency_ms", "record")
 #: Seconds before the crash the "before" latency is averaged over and the plot shows (40–60 s in the paper).
 WINDOW_S = 20.0
 SUMMARY_COLUMNS = ("mode", "records", "records_before_crash", "records_after_crash", "mean_latency_before_ms",
-                   "mean_latency_after_ms", "max_latency_after_ms", "longest_gap_before_s", "longest_gap_after_s",
-                   "newest_t_s")
+                   "mean_latency_after_ms", "median_latency_after_ms", "max_latency_after_ms", "longest_gap_before_s",
+                   "longest_gap_after_s", "newest_t_s")
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,7 @@ def summarise(frame: pd.DataFrame, settings: Settings) -> list[dict]:
             "mode": mode, "records": len(mine), "records_before_crash": len(before), "records_after_crash": len(after),
             "mean_latency_before_ms": _round(recent["latency_ms"].mean()),
             "mean_latency_after_ms": _round(after["latency_ms"].mean()),
+            "median_latency_after_ms": _round(after["latency_ms"].median()),
             "max_latency_after_ms": _round(after["latency_ms"].max()),
             "longest_gap_before_s": _gap(before["arrival_s"], settings.crash_s - WINDOW_S, settings.crash_s),
             "longest_gap_after_s": _gap(after["arrival_s"], settings.crash_s, settings.duration_s),

@@ -5,8 +5,10 @@ to the other two every half second — deterministic, so every mode gets the sam
 the simulator reads them as an ``events`` source file, and ``python -m experiments.fig2_workload``
 publishes them to a live cluster's broker at those times from a common start instant, stamping
 each record with its wall-clock µs (source-stamped, so latency = arrival − ts is the path's delay).
-After each tick every stream gets a punctuation at the tick's timestamp (no later record is
-that old), and after the last one a ``CLOSED`` punctuation.
+Each tick's payload on every stream starts with a punctuation just below the tick's timestamp, which
+closes the tick before it, as :func:`engine.replay.source_messages` punctuates the simulator's
+``events`` sources: a source learns that an interval is over when it has its next record.  After
+the last tick, ``CLOSED``.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ async def publish(seconds: float, start_unix_us: int, host: str, port: int) -> N
             await asyncio.sleep(max(0.0, at / 1e6 - time.time()))
             for stream in STREAMS:
                 records = [{**r, "ts": at} for r in streams.get(stream, [])]
-                await client.publish(f"replicast/in/{stream}", json.dumps([*records, {"punctuation": at}]), qos=1)
+                await client.publish(f"replicast/in/{stream}", json.dumps([{"punctuation": at - 1}, *records]), qos=1)
         for stream in STREAMS:
             await client.publish(f"replicast/in/{stream}", json.dumps([{"punctuation": CLOSED}]), qos=1)
 

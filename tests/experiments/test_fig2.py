@@ -80,9 +80,8 @@ def test_fig2_simulated(tmp_path):
 
 
 def test_fig2_tcp_clusters(tmp_path):
-    """Three real clusters on loopback whose links cross delay relays that follow the trace."""
-    settings = fig2.Settings(modes=("none", "replication", "failover"), duration_s=12, crash_s=7, drain_s=4,
-                             peer_timeout_ms=1500)
+    """One real cluster per mode on loopback, their links through delay relays that follow the trace."""
+    settings = fig2.Settings(modes=fig2.available_modes(), duration_s=12, crash_s=7, drain_s=4, peer_timeout_ms=1500)
     result = fig2.run(tmp_path, settings, progress=False)
     assert result["runtime"].startswith("TCP")
     frame, summary = read(tmp_path)
