@@ -15,6 +15,7 @@ from operators.plan import ReplicaId, StreamReplica
 if TYPE_CHECKING:
     from engine.core.lifecycle import Joining
     from engine.core.stamper import StampState
+    from engine.core.stamping import CopyTail
     from engine.entry import EntryPoint
     from operators.replica import OperatorReplica
 
@@ -75,6 +76,7 @@ class Hosted:
         self.restored: tuple[int, ...] | None = None   # its ports' punctuations when a snapshot was restored
         self.parked: dict[StreamReplica, tuple[int | None, int]] = {}   # Resume requests waiting for the log's frontier
         self.held: list = []                           # an entry point's segments taken while it joins
+        self.copy_tail: "CopyTail | None" = None       # a joined entry point: its donor's copy still to meet
         #: A process-pair primary (engine.core.pairs): items from this offset on wait for its backup's ack.
         self.gate: int | None = None
 

@@ -31,7 +31,8 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    live peer it takes the peer's retained log (lineage, as in rule 2) and then emits what it kept,
    less what that log carries — every record at or below the peer's punctuation, and the copied
    records themselves (sources publish every record before any punctuation above its timestamp,
-   §IV-A, as the sources here do).  With no live peer, an entry point of its node's first start
+   §IV-A, as the sources here do), matched in order against what it takes even after the join: its
+   source can deliver a record the copy carries only then (:mod:`engine.core.stamping` rule 3).  With no live peer, an entry point of its node's first start
    claims the whole stream (frontier −∞: the cluster is starting); any other — a restart, one added
    mid-stream — knows its stream only from the first punctuation it emits (its frontier then).  In entry-stamped mode an entry point
    waits to be a member of its stream's view (:mod:`engine.core.stamper`), which says where its
@@ -40,7 +41,6 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -212,7 +212,7 @@ class Lifecycle:
         state = message.state
         if hosted.kind == "entry":                    # rule 5: the donor's retained log, then its own
             hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
-            copied = Counter(r for batch in hosted.log.since(0) for r in batch[1])
+            copied = [r for batch in hosted.log.since(0) for r in batch[1]]
             covered = state["punctuation"]
             hosted.entry.punctuation = max(hosted.entry.punctuation, covered)
         else:

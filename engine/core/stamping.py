@@ -6,11 +6,19 @@ Rules of this module:
    rejected items become dead letters once per payload.
 2. Source-stamped replicas emit what they accept (holding it while they join, lifecycle rule 5);
    entry-stamped ones hand it to :mod:`engine.core.stamper`, which decides who stamps.
+3. A joined entry point's stream is its donor's copied log, then its own records (lifecycle rule 5).
+   Each entry replica has a subscription of its own, and a source delivers a stream to every
+   subscriber in one order (MQTT per topic) but not at one time: the joiner can receive a record
+   the donor took before its snapshot — so the copy carries it — only after the join.  The copy's
+   records above the donor's punctuation are therefore matched, in order, against what the joiner
+   takes (held, then arriving): a match is already in the stream and is dropped; the first record
+   the copy does not carry is past it, and the matching ends.  Records the joiner never receives
+   (published before it subscribed) are skipped over by the first later match.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING
 
 from engine.core.events import DeadLetter
@@ -57,30 +65,60 @@ class Stamping:
             if hosted.state is ReplicaState.JOINING:
                 hosted.held.extend(segments)      # until it knows whether it continues a peer (lifecycle rule 5)
                 continue
+            if hosted.copy_tail is not None:      # rule 3
+                segments = self._past_copy(hosted, segments)
             for records, punctuation in segments:
                 core.sender.emit(hosted, records, punctuation, now)
         return True
 
     def release_held(self, hosted: Hosted, now: int, covered: int = NO_PUNCTUATION,
-                     copied: Counter | None = None) -> None:
+                     copied: list | None = None) -> None:
         """Emit what the entry point took while it joined, less what its donor's copied log carries:
-        every record at or below the donor's punctuation ``covered``, and ``copied`` (a multiset)."""
+        every record at or below the donor's punctuation ``covered``, and the records of ``copied``
+        (the copy's records in stream order), matched in order (rule 3)."""
         held, hosted.held = hosted.held, []
+        if covered > NO_PUNCTUATION or copied:
+            hosted.copy_tail = CopyTail([r for r in copied or () if r[0] > covered])
+            held = [([r for r in records if r[0] > covered], None if p is not None and p <= covered else p)
+                    for records, p in held]
+            held = self._past_copy(hosted, held)
         for records, punctuation in held:
-            if covered > NO_PUNCTUATION or copied:
-                kept = []
-                for record in records:
-                    if record[0] <= covered:
-                        continue
-                    if copied and copied[record] > 0:
-                        copied[record] -= 1
-                        continue
-                    kept.append(record)
-                records = kept
-                if punctuation is not None and punctuation <= covered:
-                    punctuation = None
             self.core.sender.emit(hosted, records, punctuation, now)
+
+    @staticmethod
+    def _past_copy(hosted: Hosted, segments: list) -> list:
+        tail = hosted.copy_tail
+        kept = [([r for r in records if not tail.carries(r)], punctuation) for records, punctuation in segments]
+        if tail.done or any(p is not None and p >= tail.last_ts for _, p in segments):
+            hosted.copy_tail = None               # past the copy, or a punctuation made the rest late
+        return kept
 
     def dead_letter(self, stream: str, reason: str, item) -> None:
         self.core.counters["dead_letters"] += 1
         self.core.event(DeadLetter(stream, reason, item))
+
+
+class CopyTail:
+    """The records of a donor's copied log that a joined entry point may still take from its own
+    subscription, in stream order (rule 3)."""
+
+    def __init__(self, records: list):
+        self.order = deque(records)
+        self.left = Counter(records)
+        self.last_ts = max((r[0] for r in records), default=NO_PUNCTUATION)
+
+    @property
+    def done(self) -> bool:
+        return not self.order
+
+    def carries(self, record) -> bool:
+        """Whether ``record`` is the copy's next one (or a later one: those before it never came)."""
+        if not self.left.get(record):
+            self.order.clear()                    # past the copy: nothing later can be in it
+            self.left.clear()
+            return False
+        while True:
+            first = self.order.popleft()
+            self.left[first] -= 1
+            if first == record:
+                return True
