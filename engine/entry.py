@@ -68,6 +68,11 @@ class EntryPoint:
         self.pending: dict[tuple, int] = {}
         self.accepted = 0
         self.late = 0
+        #: A joined replica (lifecycle rule 5): its donor took every record at or below this
+        #: punctuation, so until its own source delivers a punctuation that high, such a record is
+        #: already in the stream — skipped and counted in ``carried``, not rejected as late.
+        self.carried_until = NO_PUNCTUATION
+        self.carried = 0
         self.malformed = 0
         self.evicted = 0                        # pending keys dropped past MAX_PENDING
 
@@ -87,7 +92,10 @@ class EntryPoint:
                     self.malformed += 1
                     rejects.append(("malformed: punctuations come from the entry point in entry-stamped mode"
                                     if self.mode != "source" else f"malformed: bad punctuation {p!r}", item))
-                elif p > self.punctuation:
+                    continue
+                if p >= self.carried_until:
+                    self.carried_until = NO_PUNCTUATION     # its source has caught up with the donor's
+                if p > self.punctuation:
                     segments.append((records, p))
                     records = []
                     self.punctuation = p
@@ -99,6 +107,9 @@ class EntryPoint:
                 rejects.append((f"malformed: {error}", item))
                 continue
             if record is None:
+                continue
+            if record[0] <= self.carried_until:
+                self.carried += 1
                 continue
             if record[0] <= self.punctuation:   # §IV-A: behind a promise already made downstream
                 self.late += 1

@@ -22,6 +22,7 @@ _REPLICA_COUNTERS = {
     "records_out": "records emitted by the replica",
     "duplicates": "record copies dropped by the replica's duplicate filters (§IV-B)",
     "late": "records rejected by an entry point: behind a punctuation",
+    "carried": "records a joined entry point skipped: its donor had taken them (lifecycle rule 5)",
     "malformed": "items rejected by an entry point: bad payload or schema",
     "accepted": "records accepted by an entry point",
 }

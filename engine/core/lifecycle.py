@@ -215,6 +215,8 @@ class Lifecycle:
             copied = [r for batch in hosted.log.since(0) for r in batch[1]]
             covered = state["punctuation"]
             hosted.entry.punctuation = max(hosted.entry.punctuation, covered)
+            if hosted.entry.mode == "source":         # its source may still deliver what the donor took
+                hosted.entry.carried_until = covered
         else:
             hosted.logic.restore(state["logic"])
             hosted.restored = tuple(f.max_punctuation for f in hosted.logic.filters)

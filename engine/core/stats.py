@@ -82,6 +82,7 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
             "weights": [f.weights() for f in filters],
             "inputs": [[inputs.get(i, "") for i in range(f.k)] for f in filters],
             "retained": len(h.log), "late": h.entry.late if h.entry else 0,
+            "carried": h.entry.carried if h.entry else 0,
             "accepted": h.entry.accepted if h.entry else 0, "malformed": h.entry.malformed if h.entry else 0,
             "stamping": h.stamp is not None and h.stamp.role is StamperRole.STAMPING}
     latency = {app: {"count": l.count, "mean_us": l.total // l.count if l.count else None, "max_us": l.max,
