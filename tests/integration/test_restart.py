@@ -92,6 +92,7 @@ def test_restart_then_kill_the_peer_for_good(tmp_path):
                          if line.startswith("{")]
                 states = {line["replica"]: line["state"] for line in lines if line.get("event") == "replica_state"}
                 how = {line["replica"]: line["message"] for line in lines if line.get("event") == "replica_state"}
+                dead_letters = [line["message"] for line in lines if line.get("event") == "dead_letter"]
             finally:
                 if restarted is not None:
                     restarted.terminate()
@@ -99,6 +100,7 @@ def test_restart_then_kill_the_peer_for_good(tmp_path):
     print(f"{RESTARTED} ready {log['ready_after_s']:.1f} s after its start; states {states}")
     assert states["correlate#0"] == "live" and states["load_trend#1"] == "live"
     assert "snapshot" in how["correlate#0"] and "snapshot" in how["load_trend#1"], how
+    assert dead_letters == [], dead_letters         # what its donors took before it joined is not "late"
     streams = {name: [(r["ts"], *[v for k, v in r.items() if k != "ts"]) for r in records]
                for name, records in published.items()}
     reference = replay(query, streams, replicas=1, punctuation_us=PUNCTUATION_MS * 1000).outputs
