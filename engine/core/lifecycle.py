@@ -32,7 +32,11 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    less what that log carries — every record at or below the peer's punctuation, and the copied
    records themselves (sources publish every record before any punctuation above its timestamp,
    §IV-A, as the sources here do), matched in order against what it takes even after the join: its
-   source can deliver a record the copy carries only then (:mod:`engine.core.stamping` rule 3).  With no live peer, an entry point of its node's first start
+   source can deliver a record the copy carries only then (:mod:`engine.core.stamping` rule 3).
+   Conversely the copy must reach what its own source delivers: a restarted or added entry point
+   asks once its source delivered something (or after a join time-out), and asks again a
+   heartbeat later while the donor is behind — while the first item it holds is neither in the
+   copy nor at or below the donor's punctuation (:meth:`Lifecycle._donor_behind`).  With no live peer, an entry point of its node's first start
    claims the whole stream (frontier −∞: the cluster is starting); any other — a restart, one added
    mid-stream — knows its stream only from the first punctuation it emits (its frontier then).  In entry-stamped mode an entry point
    waits to be a member of its stream's view (:mod:`engine.core.stamper`), which says where its
@@ -71,6 +75,9 @@ class Joining:
     donors: list[tuple[ReplicaId, str]]             # peers still to ask, in index order
     phase: JoinPhase = JoinPhase.LINKING
     asked: tuple[ReplicaId, str] | None = None
+    not_before: int = 0                             # ask again no sooner (rule 5: its donor was behind)
+    source_wait: int = 0                            # an entry point: ask no sooner unless it holds something (rule 5)
+    behind_since: int | None = None                 # when a donor was first found behind
 
 
 class Lifecycle:
@@ -92,7 +99,10 @@ class Lifecycle:
         if not donors:
             self.rebuild(hosted, now, "it has no peer replicas")
             return
-        hosted.joining = Joining(now + self.core.options.join_timeout_us, donors)
+        timeout = self.core.options.join_timeout_us
+        hosted.joining = Joining(now + timeout, donors)
+        if hosted.kind == "entry" and hosted.entry.mode == "source" and not hosted.fresh:
+            hosted.joining.source_wait = now + timeout    # rule 5: until its source delivers something
         self.joining.add(hosted.replica)
         self.core.receiver.request_all(hosted)
         self.step(hosted, now)
@@ -107,6 +117,8 @@ class Lifecycle:
                     and now < join.deadline:
                 return
             join.phase = JoinPhase.ASKING
+        if join.asked is None and (now < join.not_before or now < join.source_wait and not hosted.held):
+            return
         while join.asked is None:
             reachable = [d for d in join.donors if d[1] == core.name or d[1] in core.connected]
             if not reachable:
@@ -211,9 +223,12 @@ class Lifecycle:
             return                                    # stale: removed, or asked another since
         state = message.state
         if hosted.kind == "entry":                    # rule 5: the donor's retained log, then its own
-            hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
-            copied = [r for batch in hosted.log.since(0) for r in batch[1]]
+            log = OutputLog.restore(state["log"], message.donor, state["epoch"])
+            copied = [r for batch in log.since(0) for r in batch[1]]
             covered = state["punctuation"]
+            if self._donor_behind(hosted, covered, copied, now):
+                return
+            hosted.log = log
             hosted.entry.punctuation = max(hosted.entry.punctuation, covered)
             if hosted.entry.mode == "source":         # its source may still deliver what the donor took
                 hosted.entry.carried_until = covered
@@ -243,6 +258,34 @@ class Lifecycle:
         core.sender.serve_parked(hosted)
         if hosted.kind == "entry":
             core.stamping.release_held(hosted, now, covered, copied)
+
+    def _donor_behind(self, hosted: Hosted, covered: int, copied: list, now: int) -> bool:
+        """Rule 5: a source-stamped entry point continues its donor's copy with what its own
+        subscription delivers, so the two must overlap.  If the first item it holds is above the
+        donor's punctuation and not in the copy, the donor had not yet taken it: what the source
+        published between the donor's snapshot and this replica's subscription would be in neither.
+        Then ask the same donor again a heartbeat later (it receives the same items in the same
+        order, so it catches up), for at most a join time-out.  (It asks only once it holds
+        something, or after a join time-out: :meth:`start`, :meth:`step`.)"""
+        join, options = hosted.joining, self.core.options
+        first = next(((records[0] if records else None, p) for records, p in hosted.held
+                      if records or p is not None), None)
+        if hosted.entry.mode != "source" or first is None:
+            return False
+        record, punctuation = first
+        if record is not None and (record[0] <= covered or record in copied):
+            return False
+        if record is None and punctuation <= covered:
+            return False
+        if join.behind_since is None:
+            join.behind_since = now
+        if now - join.behind_since >= options.join_timeout_us:
+            return False                              # it stays behind: take what it has (as before rule 5's check)
+        self.core.counters["donors_behind"] += 1
+        join.donors.insert(0, join.asked)
+        join.asked = None
+        join.not_before = join.deadline = now + options.heartbeat_us
+        return True
 
     def on_no_snapshot(self, src: str, message: NoSnapshot, now: int) -> None:
         hosted = self.core.hosted.get(message.joiner)

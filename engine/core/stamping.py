@@ -63,7 +63,10 @@ class Stamping:
                 for reason, item in rejects:
                     self.dead_letter(stream, reason, item)
             if hosted.state is ReplicaState.JOINING:
+                first = not hosted.held
                 hosted.held.extend(segments)      # until it knows whether it continues a peer (lifecycle rule 5)
+                if first and hosted.held:
+                    core.lifecycle.step(hosted, now)      # it may ask for a snapshot now
                 continue
             if hosted.copy_tail is not None:      # rule 3
                 segments = self._past_copy(hosted, segments)

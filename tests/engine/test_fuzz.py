@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.node import Delivered, NodeCore, configure
+from engine.node import DeadLetter, Delivered, NodeCore, configure
 from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode
 from operators.query_file import parse_query
 from operators.record import CLOSED
@@ -50,13 +50,20 @@ def feed(core: NodeCore, chunks: list[bytes], now: int) -> tuple[int, int]:
 
 
 def still_delivers(core: NodeCore, now: int) -> None:
-    """A genuine source stream through this core's entry replica reaches the application whole."""
-    core.on_source("cpu", b'[{"ts": 5000000000000, "server": "ok", "load": 0.9}, {"punctuation": %d}]' % CLOSED,
-                   now=now)
+    """A genuine source stream through this core's entry replica reaches the application whole —
+    above any punctuation the payloads carried: a hostile payload may hold a *valid* punctuation
+    (up to CLOSED, which ends the stream), and records behind it are rightly late."""
+    entry = next(h.entry for h in core.hosted.values() if h.kind == "entry")
+    ts = min(max(5_000_000_000_000, entry.punctuation + 1), CLOSED - 1)
+    closed = ts <= entry.punctuation
+    core.on_source("cpu", b'[{"ts": %d, "server": "ok", "load": 0.9}, {"punctuation": %d}]' % (ts, CLOSED), now=now)
     core.handle_timer(now=now + 1)
-    delivered = [e for e in core.events() if isinstance(e, Delivered)]
-    records = [r for e in delivered for r in e.records]
-    assert ("ok", 0.9) in [r[1:] for r in records]
+    events = core.events()
+    records = [r for e in events if isinstance(e, Delivered) for r in e.records]
+    if closed:                                  # the payloads closed the stream: the record is late, and said so
+        assert entry.late >= 1 and any(isinstance(e, DeadLetter) and "late" in e.reason for e in events)
+    else:
+        assert ("ok", 0.9) in [r[1:] for r in records]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -316,3 +316,41 @@ def test_an_entry_point_that_joins_before_its_source_catches_up_emits_each_recor
     assert net.cores["e2"].counters["dead_letters"] == 0
     entry = next(iter(net.cores["e2"].hosted.values())).entry
     assert entry.carried == (lag if punctuated else 0) and entry.late == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_an_entry_point_waits_for_a_donor_that_is_behind_its_own_source(seed):
+    """The other side of the same race: a record published before the restarted entry replica
+    subscribed, but delivered to its donor only after the donor's snapshot, would be in neither
+    the copy nor the joiner's own input — yet the joiner's punctuations would promise it, and
+    downstream drops the donor's copy of it if a promise overtakes it (§IV-B line 2).  The joiner
+    sees the donor is behind (the first record it holds is neither in the copy nor at or below the
+    donor's punctuation), asks again a heartbeat later, and joins once the copy overlaps what it
+    holds."""
+    query = copy_query()
+    net = MemoryNetwork(query, {"s": ["e1", "e2"], "f": ["o1"], "out": ["apps"]}, seed=seed)
+    start(net)
+    items = [{"punctuation": 99}] + [{"ts": 100 + i, "v": i} for i in range(40)]
+    publish(net, "s", items[:11])
+    net.run()
+    net.kill("e2")
+    net.restart("e2")                                 # it subscribes again: ts 110 was published before that
+    net.run()
+    net.publish("e2", "s", items[12:14])              # it holds ts 111, 112 and asks e1 for a snapshot ...
+    net.run()
+    net.publish("e1", "s", items[11:14])              # ... which e1 answered before its source delivered 110..112
+    net.publish("e2", "s", items[14:] + [{"punctuation": 200}])
+    net.run()                                         # e1's 110 races e2's promises to o1
+    for _ in range(8):
+        net.tick(500_000)
+        net.run()
+    assert [h.state for h in net.cores["e2"].hosted.values()] == [ReplicaState.LIVE]
+    assert net.cores["e2"].counters["donors_behind"] >= 1
+    net.publish("e1", "s", items[14:] + [{"punctuation": 200}])
+    net.run()
+    net.kill("e1")                                    # the joiner alone carries the stream
+    publish(net, "s", [{"ts": 300, "v": 99}, {"punctuation": CLOSED}])
+    for _ in range(10):
+        net.tick(1_000_000)
+        net.run()
+    assert net.delivered["out"] == [(100 + i, i) for i in range(40)] + [(300, 99)]
