@@ -106,7 +106,8 @@ class NodeDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: int | None = None
         self._stop = asyncio.Event()
-        self._supervisor = Supervisor(self.metrics.task_failures, self._fatal)
+        self._supervisor = Supervisor(self.metrics.task_failures, self._fatal,
+                                      on_down=lambda task: self.metrics.ready.set(0))
         #: Why the node stopped on its own (a task in a crash loop), or None.
         self.failure: str | None = None
         self.refused = 0

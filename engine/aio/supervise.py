@@ -3,7 +3,8 @@
 Every long-running task of a node (a dial loop per peer, the MQTT client, the metrics refresher)
 runs under :class:`Supervisor`.  An unexpected exception is logged with the task's name and the
 traceback, counted (``replicast_task_failures_total{task}``), and the task is restarted after a
-back-off; while it is down the node is not ready.  A task that fails :data:`CRASH_LOOP` times
+back-off; while it is down the node is not ready — ``on_down`` is called at once, so the
+readiness gauge falls even when the task that refreshes it is the one down.  A task that fails :data:`CRASH_LOOP` times
 within :data:`CRASH_WINDOW` seconds is a bug that restarting will not fix: the supervisor calls
 ``on_fatal`` and the node exits non-zero, so its own supervisor (systemd, ``cluster up``'s
 operator) restarts it rather than leaving a node that looks alive and does nothing.
@@ -40,8 +41,9 @@ class Backoff:
 class Supervisor:
     """Starts named tasks and restarts them when they fail (module docstring)."""
 
-    def __init__(self, failures_counter, on_fatal: Callable[[str], None]):
-        self._counter, self._on_fatal = failures_counter, on_fatal
+    def __init__(self, failures_counter, on_fatal: Callable[[str], None],
+                 on_down: Callable[[str], None] = lambda name: None):
+        self._counter, self._on_fatal, self._on_down = failures_counter, on_fatal, on_down
         self.tasks: list[asyncio.Task] = []
         #: Names of tasks that failed and wait for their restart.
         self.down: set[str] = set()
@@ -72,6 +74,7 @@ class Supervisor:
                                    f"(last: {type(error).__name__}: {str(error)[:200]})")
                     return
                 self.down.add(name)
+                self._on_down(name)
                 try:
                     await asyncio.sleep(backoff.next())
                 finally:

@@ -26,8 +26,10 @@ def test_a_failing_task_is_logged_counted_and_restarted(caplog, monkeypatch):
             raise RuntimeError(f"boom {len(runs)}")
         await asyncio.sleep(0)
 
+    downs = []
+
     async def main():
-        supervisor = Supervisor(failures, fatal.append)
+        supervisor = Supervisor(failures, fatal.append, on_down=downs.append)
         task = supervisor.start("flaky", flaky)
         await asyncio.sleep(0.01)
         down_while_waiting = set(supervisor.down)
@@ -37,6 +39,7 @@ def test_a_failing_task_is_logged_counted_and_restarted(caplog, monkeypatch):
     with caplog.at_level(logging.INFO, logger="replicast.node"):
         down_while_waiting, down_after = asyncio.run(main())
     assert len(runs) == 3 and fatal == []
+    assert downs == ["flaky", "flaky"]            # told at once (the driver drops its readiness gauge)
     assert failures.labels("flaky")._value.get() == 2
     assert down_while_waiting == {"flaky"} and down_after == set()
     assert sum("task flaky failed: RuntimeError: boom" in r.getMessage() for r in caplog.records) == 2

@@ -1,14 +1,21 @@
 """A node that reports ready is processing (issue 11): ``replicast_ready`` follows what the node
-can do, not only what it could once.  A real broker process is killed under a running node and
-started again on the same port: the node says it is not ready while it cannot take its source,
-stays alive, says ready again once it reconnects, and then processes what the source publishes."""
+can do, not only what it could once.
+
+* A real broker process is killed under a running node and started again on the same port: the
+  node says it is not ready while it cannot take its source, stays alive, says ready again once it
+  reconnects, and then processes what the source publishes.
+* A driver task fails (the metrics refresher, the one that sets the gauge): the gauge falls at once,
+  and rises again once the task is back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 
+from engine.aio.driver import NodeDriver
+from engine.cluster_config import load_cluster
 from operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY, ROOT, free_ports, metric, wait_for, wait_port
 from tests.integration.test_survival import publish
@@ -21,8 +28,7 @@ def start_broker(port: int) -> subprocess.Popen:
     return process
 
 
-def test_ready_follows_the_broker_and_a_ready_node_processes(tmp_path):
-    node_port, metrics_port, broker_port = free_ports(3)
+def one_node_cluster(tmp_path, node_port: int, metrics_port: int, broker_port: int):
     (tmp_path / "query.toml").write_text(CPU_FILTER_QUERY)
     (tmp_path / "cluster.toml").write_text(f"""query = "query.toml"
 secret = "readiness-test-secret"
@@ -41,6 +47,12 @@ alerts = ["a"]
 [outputs.alerts]
 file = "alerts.jsonl"
 """)
+    return tmp_path / "cluster.toml"
+
+
+def test_ready_follows_the_broker_and_a_ready_node_processes(tmp_path):
+    node_port, metrics_port, broker_port = free_ports(3)
+    one_node_cluster(tmp_path, node_port, metrics_port, broker_port)
     broker = start_broker(broker_port)
     log = (tmp_path / "a.log").open("w")
     node = subprocess.Popen([sys.executable, "-m", "engine.cli", "node", "--config", str(tmp_path / "cluster.toml"),
@@ -67,3 +79,43 @@ file = "alerts.jsonl"
         for process in (node, broker):
             process.wait(10)
         log.close()
+
+
+def test_a_driver_task_that_fails_makes_the_node_unready_until_it_is_back(tmp_path):
+    node_port, metrics_port, broker_port = free_ports(3)
+    config = load_cluster(one_node_cluster(tmp_path, node_port, metrics_port, broker_port))
+    broker = start_broker(broker_port)
+
+    async def main():
+        driver = NodeDriver(config, "a")
+        task = asyncio.create_task(driver.run(install_signals=False))
+        gauge = driver.metrics.ready._value.get
+        try:
+            await until(lambda: gauge() == 1, "ready")
+            statistics = driver.core.statistics
+
+            def broken():
+                raise RuntimeError("injected: the metrics refresher fails")
+            driver.core.statistics = broken
+            await until(lambda: "metrics" in driver._supervisor.down, "the metrics task to fail")
+            assert gauge() == 0 and not driver.is_ready()
+            driver.core.statistics = statistics
+            await until(lambda: gauge() == 1, "ready again")
+            assert driver.metrics.task_failures.labels("metrics")._value.get() >= 1
+        finally:
+            driver.stop()
+            await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.terminate()
+        broker.wait(10)
+
+
+async def until(condition, what: str, timeout: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(0.01)
