@@ -23,8 +23,9 @@ Rules of this module:
    the donor's stream only up to a point inside the copy, else from the counts it noted when the
    donor's :class:`~engine.messages.Mark` passed (the donor marks its stream where it took the
    snapshot).  So the joined stream is trusted at once (the joiner can be the only survivor right
-   away) and equal records from distinct events keep their multiplicity.  Otherwise the head's
-   frontier applies (rule 2).
+   away) and equal records from distinct events keep their multiplicity.  Otherwise — also when
+   the donor's stream had a gap here whose base the port has not reached (its counts there miss
+   what the gap lost) — the head's frontier applies (rule 2).
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class Receiver:
         held = self.core.inbound.get(lineage)
         if held is None or held.state not in _HELD or held.epoch != epoch or held.next < start:
             return False                               # (a standby we followed before still holds what it held)
+        if held.index is not None and dedup.waiting(held.index):
+            return False                               # it had a gap here: its counts up to its base are not whole
         if held.next <= end:                           # we hold it up to a point inside the copy
             counts, at = dedup.counts(held.index), held.next
         else:                                          # past it: the counts noted at its mark
