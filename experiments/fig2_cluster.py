@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments.ports import free_loopback_ports
 from experiments.fig2 import APP, PLACEMENT, ROLES, Settings, deliveries, servers, write_inputs
 from experiments.fig2_workload import STREAMS
 from operators.errors import ReplicastError
@@ -33,30 +32,9 @@ from operators.errors import ReplicastError
 LEAD_S = 2.0
 
 
-def _ports(n: int, taken: set[int]) -> list[int]:
-    """``n`` free loopback ports below the kernel's ephemeral range, none in ``taken``: the relays
-    and every other process take ephemeral ports, so a port chosen here stays free until the node
-    that is given it binds it (ports chosen with ``bind(0)`` raced the other clusters' relays)."""
-    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()) \
-        if Path("/proc/sys/net/ipv4/ip_local_port_range").exists() else (32768, 60999)
-    rng, ports = random.Random(), []
-    while len(ports) < n:
-        port = rng.randrange(max(1024, low - 12000), low)
-        if port in taken or port in ports:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports.append(port)
-    taken.update(ports)
-    return ports
-
-
 def cluster_file(directory: Path, query: Path, settings: Settings, mode: str, taken: set[int]) -> Path:
     """``directory/cluster.toml`` for one mode, on free loopback ports not in ``taken`` (then taken)."""
-    ports = _ports(2 * len(ROLES) + 1, taken)
+    ports = free_loopback_ports(2 * len(ROLES) + 1, taken)
     lines = [f'query = "{query.resolve()}"', 'secret = "fig2-experiment"', "punctuation_ms = 500",
              f"heartbeat_ms = {settings.heartbeat_ms:g}", f"peer_timeout_ms = {settings.peer_timeout_ms:g}",
              f"join_timeout_ms = {settings.peer_timeout_ms:g}", f'mode = "{mode}"',

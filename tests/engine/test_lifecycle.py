@@ -277,6 +277,16 @@ def copy_query():
     return q.build()
 
 
+def assert_the_joiner_alone_carries_the_stream(net: MemoryNetwork) -> None:
+    """Kill the donor e1 for good, close the stream: the application has every record once, in order."""
+    net.kill("e1")
+    publish(net, "s", [{"ts": 300, "v": 99}, {"punctuation": CLOSED}])
+    for _ in range(10):
+        net.tick(1_000_000)
+        net.run()
+    assert net.delivered["out"] == [(100 + i, i) for i in range(40)] + [(300, 99)]
+
+
 @pytest.mark.parametrize("punctuated", [False, True])
 @pytest.mark.parametrize("seed", range(8))
 def test_an_entry_point_that_joins_before_its_source_catches_up_emits_each_record_once(seed, punctuated):
@@ -306,13 +316,7 @@ def test_an_entry_point_that_joins_before_its_source_catches_up_emits_each_recor
     net.publish("e2", "s", late)                      # ... and e2's subscription delivers them only now
     publish(net, "s", items[21 + lag:] + [{"punctuation": 200}])
     net.run()
-    net.kill("e1")                                    # the joiner alone carries the stream
-    publish(net, "s", [{"ts": 300, "v": 99}, {"punctuation": CLOSED}])
-    for _ in range(10):
-        net.tick(1_000_000)
-        net.run()
-    expected = [(100 + i, i) for i in range(40)] + [(300, 99)]
-    assert net.delivered["out"] == expected
+    assert_the_joiner_alone_carries_the_stream(net)
     assert net.cores["e2"].counters["dead_letters"] == 0
     entry = next(iter(net.cores["e2"].hosted.values())).entry
     assert entry.carried == (lag if punctuated else 0) and entry.late == 0
@@ -348,9 +352,4 @@ def test_an_entry_point_waits_for_a_donor_that_is_behind_its_own_source(seed):
     assert net.cores["e2"].counters["donors_behind"] >= 1
     net.publish("e1", "s", items[14:] + [{"punctuation": 200}])
     net.run()
-    net.kill("e1")                                    # the joiner alone carries the stream
-    publish(net, "s", [{"ts": 300, "v": 99}, {"punctuation": CLOSED}])
-    for _ in range(10):
-        net.tick(1_000_000)
-        net.run()
-    assert net.delivered["out"] == [(100 + i, i) for i in range(40)] + [(300, 99)]
+    assert_the_joiner_alone_carries_the_stream(net)

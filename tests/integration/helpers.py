@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.ports import free_loopback_ports
 from operators.record import CLOSED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,34 +117,8 @@ def shut(*sockets: socket.socket, close: bool = True) -> None:
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback ports that nothing listens on, chosen *below* the kernel's ephemeral
-    range.  A port the kernel hands out for port 0 is in that range, and once released any
-    outgoing connection on the machine (a node dialling, an MQTT client, another test) can take
-    it as its local port before the process meant to listen on it binds it — "address already in
-    use" in about 1 of 16 cluster tests run four at a time.  Ports below the range are taken only
-    by explicit binds."""
-    low = _ephemeral_low()
-    chooser = random.Random()                 # seeded from the OS: concurrent test processes differ
-    ports: list[int] = []
-    while len(ports) < n:
-        port = chooser.randrange(10_000, low)
-        if port in ports:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports.append(port)
-    return ports
-
-
-def _ephemeral_low() -> int:
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32_768                          # Linux's default
-    return max(low, 12_000)
+    """``n`` free loopback ports below the kernel's ephemeral range (experiments/ports.py says why)."""
+    return free_loopback_ports(n)
 
 
 def wait_port(port: int, timeout: float = 20.0) -> None:
