@@ -21,7 +21,17 @@ Rules of this module:
    that is not (event + ``failovers`` counter).  The new stream starts where its standby log does;
    its head's frontier is at or below the port's punctuation (rule 2), so it is trusted at once,
    and the duplicate filter drops what the port already has (§IV-B).
-4. A joined replica follows what its donor followed (the snapshot's positions); a port with no
+4. A followed stream replica that is complete only above where the port is — a new incarnation or
+   a gap whose base the port has not reached (:mod:`engine.core.receiver` rule 2), e.g. an
+   entry-stamped member that left a view and starts again at the stamper's last punctuation — is
+   never trusted by itself: in replication the other stream replicas bring the port to its base,
+   but here they stand by and send nothing.  So at every heartbeat tick such a port switches, as
+   for a suspected node, to its next preferred upstream that is reachable, not suspected and not
+   known to be complete only above the port (a standby keeps its log above the port's
+   punctuation, rule 2, so its stream fills the gap and the held punctuations then count).  With
+   no such upstream it stays: every input it can hear is then complete only above the port, and
+   the replica rejoins (lifecycle rule 4).
+5. A joined replica follows what its donor followed (the snapshot's positions); a port with no
    position takes its preference again.
 """
 
@@ -32,7 +42,7 @@ from typing import TYPE_CHECKING
 from engine.core.events import ReplicaChanged
 from engine.core.hosted import Hosted, Inbound
 from engine.core.modes import preference
-from engine.core.states import InboundState, advance
+from engine.core.states import InboundState, ReplicaState, advance
 from engine.messages import Standby
 from operators.base import NO_PUNCTUATION
 from operators.plan import ReplicaId, StreamReplica
@@ -108,37 +118,66 @@ class Failover:
 
     # -- rule 3: the failure detector -------------------------------------------------------------
     def check(self, now: int) -> None:
-        """Switch every port whose followed upstream's node is suspected (called at heartbeat ticks)."""
+        """Switch every port whose followed upstream's node is suspected (rule 3) or whose followed
+        stream is complete only above the port (rule 4); called at heartbeat ticks."""
         core = self.core
-        nodes = {}
+        followed = {}
         for stream, inbound in core.inbound.items():
             if self.active.get((stream.target, stream.port)) == stream.source:
-                nodes[(stream.target, stream.port)] = inbound.node
-        for key, node in nodes.items():
+                followed[(stream.target, stream.port)] = inbound
+        for key, inbound in followed.items():
+            node = inbound.node
             if core.suspected(node, now):
                 suspected = {i.node for s, i in core.inbound.items() if (s.target, s.port) == key
                              and core.suspected(i.node, now)}
                 choice = self._choose(key, suspected)
                 if choice != self.active[key]:
-                    self._switch(key, choice, node, now)
+                    seconds = (now - core.last_heard(node, core.started)) / 1e6
+                    self._switch(key, choice, f"nothing heard from node {node} for {seconds:.1f} s")
+            elif inbound.state is InboundState.FOLLOWING and self.above_port(key, inbound):
+                choice = self._whole(key, now)
+                hosted = core.hosted[key[0]]
+                if choice is None and hosted.state in (ReplicaState.LIVE, ReplicaState.REBUILDING):
+                    core.lifecycle.check_port(hosted, key[1], now)     # nothing to switch to: it rejoins if stuck
+                elif choice != self.active[key]:
+                    self._switch(key, choice, f"{self.active[key]}'s stream is complete only above the port's "
+                                              f"punctuation")
+
+    def above_port(self, key: Port, inbound: Inbound) -> bool:
+        """Whether the stream replica of ``inbound`` is known to be complete only above where port
+        ``key`` is (its punctuations wait for the port to reach its base: rule 4)."""
+        hosted = self.core.hosted.get(key[0])
+        return hosted is not None and hosted.logic is not None and inbound.index is not None \
+            and hosted.logic.filters[key[1]].waiting(inbound.index)
+
+    def _order(self, key: Port) -> tuple[list[ReplicaId], dict[ReplicaId, Inbound]]:
+        """Port ``key``'s upstream replicas, preferred first (rule 1), and their inbound streams."""
+        target, port = key
+        candidates = {s.source: i for s, i in self.core.inbound.items() if s.target == target and s.port == port}
+        by_index = {r.index: r for r in candidates}
+        return [by_index[i] for i in preference(target.index, list(by_index))], candidates
 
     def _choose(self, key: Port, suspected) -> ReplicaId:
         """The preferred upstream replica of port ``key`` whose node is not suspected (else the preferred)."""
-        target, port = key
-        candidates = {s.source: i.node for s, i in self.core.inbound.items() if s.target == target and s.port == port}
-        by_index = {r.index: r for r in candidates}
-        order = [by_index[i] for i in preference(target.index, list(by_index))]
-        return next((r for r in order if candidates[r] not in suspected), order[0])
+        order, candidates = self._order(key)
+        return next((r for r in order if candidates[r].node not in suspected), order[0])
 
-    def _switch(self, key: Port, choice: ReplicaId, node: str, now: int) -> None:
+    def _whole(self, key: Port, now: int) -> ReplicaId | None:
+        """The preferred upstream replica of port ``key`` whose node is reachable and not suspected and
+        whose stream is not known to be complete only above the port (else None: rule 4)."""
+        core = self.core
+        order, candidates = self._order(key)
+        return next((r for r in order if (candidates[r].node == core.name or candidates[r].node in core.connected)
+                     and not core.suspected(candidates[r].node, now)
+                     and not self.above_port(key, candidates[r])), None)
+
+    def _switch(self, key: Port, choice: ReplicaId, why: str) -> None:
         core = self.core
         target, port = key
         old = self.active[key]
         self.active[key] = choice
         core.counters["failovers"] += 1
-        seconds = (now - core.last_heard(node, core.started)) / 1e6
-        core.event(ReplicaChanged(target, "live", "live", f"port {port} fails over from {old} to {choice}: nothing "
-                                                          f"heard from node {node} for {seconds:.1f} s"))
+        core.event(ReplicaChanged(target, "live", "live", f"port {port} fails over from {old} to {choice}: {why}"))
         hosted = core.hosted[target]
         for stream, inbound in core.inbound.items():
             if stream.target != target or stream.port != port:

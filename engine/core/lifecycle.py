@@ -26,7 +26,9 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    It is ``LIVE`` once its frontier passes the horizon.
 4. A replica whose port can no longer advance — every input it can hear is complete only above where
    the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.  This
-   is checked at every stream head, and a join time-out after an input's node goes down.
+   is checked at every stream head, and a join time-out after an input's node goes down (and, in
+   the failover modes, when a port has nothing left to switch to: failover rule 4).  A standby
+   counts by what its head said when the port followed it.
 5. Entry points have no input to resume: while joining, one keeps what its source sends.  With a
    live peer it takes the peer's retained log (lineage, as in rule 2) and then emits what it kept,
    less what that log carries — every record at or below the peer's punctuation, and the copied
@@ -57,6 +59,9 @@ from engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRequest
 from operators.base import NO_PUNCTUATION
 from operators.plan import ReplicaId, StreamReplica
 from operators.record import CLOSED
+
+#: Inbound states whose stream head is known (a standby keeps what its head said when it was followed).
+_KNOWN = (InboundState.FOLLOWING, InboundState.STANDBY)
 
 if TYPE_CHECKING:
     from engine.core.node import NodeCore
@@ -381,8 +386,8 @@ class Lifecycle:
             if stream.target != hosted.replica or stream.port != port:
                 continue
             reachable = inbound.node == core.name or inbound.node in core.connected
-            if inbound.state is InboundState.FOLLOWING and dedup.waiting(inbound.index):
-                waiting = True
+            if inbound.state in _KNOWN and inbound.index is not None and dedup.waiting(inbound.index):
+                waiting = True                        # (a standby we followed stays what its head said: failover rule 4)
             elif reachable:
                 return "ok"                           # a trusted input, or one still to be positioned
             elif inbound.state is InboundState.FOLLOWING:

@@ -15,7 +15,9 @@ mode changes is data, in :data:`TRAITS`:
   keep only what a switch would need (:class:`~engine.messages.Standby`, told the port's
   punctuation).  The port switches to the next standby when the failure detector suspects the
   followed one's node: nothing heard from it for ``peer_timeout``, checked at heartbeats
-  (:mod:`engine.core.failover`).  So a crash costs a gap of about the detector's time.
+  (:mod:`engine.core.failover`) — or, at the next heartbeat, when the followed stream is
+  complete only above where the port is (a new incarnation: failover rule 4).  So a crash costs a
+  gap of about the detector's time.
 * ``deterministic`` ([12] in the paper): the failover model, and every operator replica processes
   its input in one merge order — by timestamp across all its ports, released only once the
   punctuations of all inputs pass it (:class:`operators.merge.MergeSorter`) — so peer replicas
