@@ -80,6 +80,8 @@ class OperatorReplica:
         dedup = self.filters[port]
         dedup.adopt(frontier)
         p = dedup.max_punctuation
+        if self.merge is not None:                  # deterministic: what the merge holds goes first, in order
+            return self._merged(port, [], p)
         out: list[Record] = self.operator.on_batch(port, self.sorters[port].release(p)) if self.sorters else []
         emitted, forwarded = self.operator.on_punctuation(port, p)
         return out + emitted, forwarded

@@ -60,3 +60,18 @@ def test_nothing_is_released_before_every_port_has_passed_it():
     other = MergeSorter(2)
     other.restore(state)
     assert other.snapshot() == state and other.released == 10
+
+
+def test_a_port_that_skips_ahead_releases_what_the_merge_holds_first():
+    """An application adopting a frontier in place (``OperatorReplica.skip_to``, lifecycle) in the
+    deterministic mode: the records the merge already holds at or below the frontier go out, in
+    order, before the frontier's punctuation — not after it, as records behind a promise."""
+    from operators.replica import OperatorReplica
+    from operators.union import Union
+
+    replica = OperatorReplica(Union(2), [1, 1], merged=True)
+    assert replica.on_batch(0, 0, [(5, "a"), (7, "b")]) == ([], None)
+    assert replica.on_batch(1, 0, [(6, "c")], punctuation=9) == ([], None)   # port 0 has no punctuation yet
+    out, forwarded = replica.skip_to(0, 8)
+    assert out == [(5, "a"), (6, "c"), (7, "b")] and forwarded == 8
+    assert len(replica.merge) == 0
