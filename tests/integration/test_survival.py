@@ -46,13 +46,24 @@ def collect(port: int, topic: str, into: list, ready: threading.Event, stop: thr
     async def listen():
         async with aiomqtt.Client("127.0.0.1", port, identifier=f"survival-sub-{os.getpid()}") as client:
             await client.subscribe(topic, qos=1)
-            ready.set()
+            # Ready once the broker delivers to us: a SUBACK can come before the subscription takes
+            # effect in the broker, and a dead letter published in between is lost to this listener.
+            while not ready.is_set():
+                await client.publish(topic, b'{"probe": true}', qos=1)
+                try:
+                    message = await asyncio.wait_for(anext(client.messages), 0.5)
+                except asyncio.TimeoutError:
+                    continue
+                if json.loads(message.payload) == {"probe": True}:
+                    ready.set()
             while not stop.is_set():
                 try:
                     message = await asyncio.wait_for(anext(client.messages), 0.2)
                 except asyncio.TimeoutError:
                     continue
-                into.append(json.loads(message.payload))
+                item = json.loads(message.payload)
+                if item != {"probe": True}:
+                    into.append(item)
     asyncio.run(listen())
 
 
