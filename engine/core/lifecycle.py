@@ -36,13 +36,14 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    §IV-A, as the sources here do), matched in order against what it takes even after the join: its
    source can deliver a record the copy carries only then (:mod:`engine.core.stamping` rule 3).
    Conversely the copy must reach what its own source delivers: a restarted or added entry point
-   asks once its source delivered something (or after a join time-out), and asks again a
-   heartbeat later while the donor is behind — while the first item it holds is neither in the
-   copy nor at or below the donor's punctuation (:meth:`Lifecycle._donor_behind`).  With no live peer, an entry point of its node's first start
-   claims the whole stream (frontier −∞: the cluster is starting); any other — a restart, one added
-   mid-stream — knows its stream only from the first punctuation it emits (its frontier then).  In entry-stamped mode an entry point
-   waits to be a member of its stream's view (:mod:`engine.core.stamper`), which says where its
-   stream starts.  Applications are not replicated: they rebuild.
+   asks once its source delivered something (or after a join time-out), and asks again a heartbeat
+   later while the donor is behind — while the first item it holds is neither in the copy nor at or
+   below the donor's punctuation (:meth:`Lifecycle._donor_behind`).  With no live peer, an entry
+   point of its node's first start claims the whole stream (frontier −∞: the cluster is starting);
+   any other — a restart, one added mid-stream — knows its stream only from the first punctuation it
+   emits (its frontier then).  In entry-stamped mode an entry point waits to be a member of its
+   stream's view (:mod:`engine.core.stamper`), which says where its stream starts.  Applications are
+   not replicated: they rebuild.
 """
 
 from __future__ import annotations
