@@ -168,7 +168,8 @@ def fig2_rows(result: dict | None) -> list[str]:
         r = rows["failover"]
         out.append(f"| Fig. 2 | failover | processing stalls until the downstream notices the failure | longest pause "
                    f"{r['longest_gap_after_s']} s, latency up to {r['max_latency_after_ms']} ms | The pause is the "
-                   f"failure detector: {settings.peer_timeout_ms / 1000:g} s without a heartbeat (sent every "
+                   f"failure detector: {settings.peer_timeout_ms / 1000:g} s without a message from W (a keep-alive "
+                   f"goes to a peer nothing else went to for a third of that, checked every "
                    f"{settings.heartbeat_ms:g} ms); the paper does not give its detector's time-out. |")
     why = {"synchronization": "a primary holds each output until its backup acknowledges the determinants of "
                               "its input order: one round trip between the pair (P and W) per replicated hop",
