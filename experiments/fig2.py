@@ -182,7 +182,8 @@ def deliveries(ts_us: np.ndarray, arrival_us: np.ndarray, fields: list[tuple], s
 def summarise(frame: pd.DataFrame, settings: Settings) -> list[dict]:
     """Per mode: what it delivered before and after the crash, its mean latency over the
     :data:`WINDOW_S` before the crash (the paper's plot starts there) and after it, its longest
-    pause in each span, and the timestamp of the newest record it delivered."""
+    pause in each span (before the crash: from its first delivery at the earliest), and the
+    timestamp of the newest record it delivered."""
     rows = []
     for mode in settings.modes:
         mine = frame[frame["mode"] == mode]
@@ -194,11 +195,18 @@ def summarise(frame: pd.DataFrame, settings: Settings) -> list[dict]:
             "mean_latency_after_ms": _round(after["latency_ms"].mean()),
             "median_latency_after_ms": _round(after["latency_ms"].median()),
             "max_latency_after_ms": _round(after["latency_ms"].max()),
-            "longest_gap_before_s": _gap(before["arrival_s"], settings.crash_s - WINDOW_S, settings.crash_s),
+            "longest_gap_before_s": _gap(before["arrival_s"], _steady(before["arrival_s"], settings.crash_s),
+                                         settings.crash_s),
             "longest_gap_after_s": _gap(after["arrival_s"], settings.crash_s, settings.duration_s),
             "newest_t_s": _round(mine["t_s"].max()),
         })
     return rows
+
+
+def _steady(arrivals: pd.Series, crash_s: float) -> float:
+    """Where the span before the crash that pauses are compared with begins: :data:`WINDOW_S` before
+    it, but not before the mode's first delivery (a short run has no records that early)."""
+    return max(crash_s - WINDOW_S, float(arrivals.min()) if len(arrivals) else 0.0)
 
 
 def _gap(arrivals: pd.Series, begin: float, end: float) -> float:
