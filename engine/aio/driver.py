@@ -22,6 +22,7 @@ Duties, in the order a message flows:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import signal
@@ -54,6 +55,8 @@ class NodeFailed(ReplicastError):
     """The node stopped because a driver task kept failing; the process exits non-zero."""
 
 HANDSHAKE_TIMEOUT = 5.0
+#: How long a metrics scrape waits for the event loop to refresh what it reads (then: the last refresh).
+SCRAPE_WAIT_S = 1.0
 #: Connections accepted but not yet authenticated; more are refused at once.  Each may hold its
 #: stream reader's buffer (128 KiB at most) and one frame of at most 512 bytes, for at most
 #: HANDSHAKE_TIMEOUT: strangers can make a node hold at most ~4 MiB.
@@ -135,6 +138,7 @@ class NodeDriver:
             log.info("node %s accepts sources on %s:%d", self.name, self.spec.host, self.spec.source_port,
                      extra={"event": "source_listening"})
         metrics_server = None
+        self.metrics.before_scrape = lambda: self._refresh_for_scrape(loop)
         if self.spec.metrics_port is not None:
             metrics_server = self.metrics.serve(self.spec.host, self.spec.metrics_port)
         log.info("node %s listening on %s:%d", self.name, self.spec.host, self.spec.port,
@@ -510,12 +514,33 @@ class NodeDriver:
 
     async def _refresh_metrics(self) -> None:
         while True:
-            if self.core.coordination is not None:
-                self._measure_load()
-            self.metrics.refresh(self.core.statistics())
-            ready = self.is_ready()
-            self.metrics.ready.set(1 if ready else 0)
-            if ready and not self._ready_logged:
-                self._ready_logged = True
-                log.info("node %s ready", self.name, extra={"event": "ready"})
+            self._refresh_once()
             await asyncio.sleep(0.2)
+
+    def _refresh_once(self) -> None:
+        if self.core.coordination is not None:
+            self._measure_load()
+        self.metrics.refresh(self.core.statistics())
+        ready = self.is_ready()
+        self.metrics.ready.set(1 if ready else 0)
+        if ready and not self._ready_logged:
+            self._ready_logged = True
+            log.info("node %s ready", self.name, extra={"event": "ready"})
+
+    def _refresh_for_scrape(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the metrics server's thread: have the event loop refresh what a scrape reads, waiting
+        at most :data:`SCRAPE_WAIT_S`.  A busy or stopped loop, or a refresh that fails (the metrics
+        task reports that itself), leaves the scrape the last refresh."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def refresh() -> None:
+            try:
+                self._refresh_once()
+                done.set_result(None)
+            except Exception as error:
+                done.set_exception(error)
+        try:
+            loop.call_soon_threadsafe(refresh)
+            done.result(SCRAPE_WAIT_S)
+        except Exception:
+            pass

@@ -1,12 +1,15 @@
 """Prometheus metrics of one node (``/metrics`` on the node's metrics port).
 
 Per-replica counters are read from a snapshot of :meth:`engine.node.NodeCore.statistics` that the
-driver refreshes on the event loop (the HTTP server runs in a thread and must never touch the core).
+driver refreshes on the event loop (the HTTP server runs in a thread and must never touch the core):
+every 200 ms, and at each scrape, which first waits (briefly) for the loop to refresh it
+(:attr:`NodeMetrics.before_scrape`), so that what a scrape reads is the node as it is at the
+scrape — after ``replicast cluster up`` returns, the coordinator's metrics already say it deployed.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -28,10 +31,26 @@ _REPLICA_COUNTERS = {
 }
 
 
+class _BeforeScrape:
+    """The first collector of a node's registry: it yields nothing, it runs the refresh hook."""
+
+    def __init__(self, metrics: "NodeMetrics"):
+        self.metrics = metrics
+
+    def collect(self):
+        if self.metrics.before_scrape is not None:
+            self.metrics.before_scrape()
+        return []
+
+
 class NodeMetrics:
     def __init__(self, node: str):
         self.node = node
         self.registry = CollectorRegistry()
+        #: Called in the scrape's thread before anything is read (the registry collects in the order
+        #: of registration, and this comes first); the driver sets it.
+        self.before_scrape: Callable[[], None] | None = None
+        self.registry.register(_BeforeScrape(self))
         self.peer_connected = Gauge("replicast_peer_connected", "1 while an authenticated link to the peer is up",
                                     ["peer"], registry=self.registry)
         self.mqtt_connected = Gauge("replicast_mqtt_connected", "1 while connected to the MQTT broker",

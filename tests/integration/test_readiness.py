@@ -5,7 +5,8 @@ can do, not only what it could once.
   node says it is not ready while it cannot take its source, stays alive, says ready again once it
   reconnects, and then processes what the source publishes.
 * A driver task fails (the metrics refresher, the one that sets the gauge): the gauge falls at once,
-  and rises again once the task is back."""
+  and rises again once the task is back.
+* A scrape reads the node as it is at the scrape, not as the last periodic refresh saw it."""
 
 from __future__ import annotations
 
@@ -102,6 +103,35 @@ def test_a_driver_task_that_fails_makes_the_node_unready_until_it_is_back(tmp_pa
             driver.core.statistics = statistics
             await until(lambda: gauge() == 1, "ready again")
             assert driver.metrics.task_failures.labels("metrics")._value.get() >= 1
+        finally:
+            driver.stop()
+            await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.terminate()
+        broker.wait(10)
+
+
+def test_a_scrape_reads_the_node_as_it_is_at_the_scrape(tmp_path):
+    """Each record a source hands the node is counted by the very next scrape (a periodic refresh
+    alone would lag it by up to 200 ms: ``cluster up`` returned while the coordinator's metrics still
+    said it had not deployed)."""
+    node_port, metrics_port, broker_port = free_ports(3)
+    config = load_cluster(one_node_cluster(tmp_path, node_port, metrics_port, broker_port))
+    broker = start_broker(broker_port)
+
+    async def main():
+        driver = NodeDriver(config, "a")
+        task = asyncio.create_task(driver.run(install_signals=False))
+        try:
+            await until(lambda: driver.metrics.ready._value.get() == 1, "ready")
+            seen = []
+            for i in range(20):
+                driver._on_source("cpu", json.dumps([{"ts": 1_000 + i, "server": "s", "load": 0.1}]).encode())
+                seen.append(await asyncio.to_thread(metric, metrics_port, "replicast_replica_accepted_total"))
+            assert seen == [float(i + 1) for i in range(20)]
         finally:
             driver.stop()
             await asyncio.gather(task, return_exceptions=True)
