@@ -91,6 +91,7 @@ class Control:
             core.pairs.attach(hosted)
         if entry is not None and entry.mode == "entry":
             hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
+        core.stamper.track(hosted)
         core.lifecycle.start(hosted, now)
 
     def remove(self, src: str, message: RemoveReplica, now: int) -> None:
@@ -101,6 +102,7 @@ class Control:
             return
         hosted.state = ReplicaState.REMOVED
         core.lifecycle.forget(message.replica)
+        core.stamper.forget(message.replica)
         if core.pairs is not None:
             core.pairs.forget(message.replica)
         if core.failover is not None:

@@ -213,14 +213,20 @@ class NodeCore:
         return out
 
     def next_timer(self) -> int:
-        """When :meth:`handle_timer` must next be called (µs)."""
+        """When :meth:`handle_timer` must next be called (µs).  Asked after every transmission:
+        what no replica here needs is skipped without a scan."""
         when = self.links.next_timer()
-        if self.stamper.any and self._punctuate_at < when:
-            when = self._punctuate_at
-        deadlines = [d for d in (self.lifecycle.next_deadline(), self.stamper.next_deadline()) if d is not None]
+        deadlines = [self.lifecycle.next_deadline()]
+        if self.stamper.stamped:
+            if self.stamper.any:
+                deadlines.append(self._punctuate_at)
+            deadlines.append(self.stamper.next_deadline())
         if self.coordination is not None:
             deadlines.append(self.coordination.next_timer())
-        return min([when, *deadlines])
+        for deadline in deadlines:
+            if deadline is not None and deadline < when:
+                when = deadline
+        return when
 
     def statistics(self) -> dict[str, Any]:
         """Counters per replica and application (plain data, for reports and metrics)."""

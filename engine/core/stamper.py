@@ -76,15 +76,28 @@ class Stamper:
     def __init__(self, core: "NodeCore"):
         self.core = core
         self.views = ViewChanges(core, self)
+        #: The hosted entry-stamped replicas, in the order of ``core.hosted`` (kept by :meth:`track`):
+        #: the timer asks after them at every transmission, and most nodes host none.
+        self.stamped: dict[ReplicaId, Hosted] = {}
+
+    def track(self, hosted: Hosted) -> None:
+        """``hosted`` was deployed (in place of any replica of its id); tracked if it stamps."""
+        if hosted.stamp is not None:
+            self.stamped[hosted.replica] = hosted
+        else:
+            self.stamped.pop(hosted.replica, None)
+
+    def forget(self, replica: ReplicaId) -> None:
+        self.stamped.pop(replica, None)
 
     @property
     def any(self) -> bool:
         """Whether some hosted replica stamps (then the core punctuates on its timer)."""
-        return any(h.stamp is not None and h.stamp.role is StamperRole.STAMPING for h in self.core.hosted.values())
+        return any(h.stamp.role is StamperRole.STAMPING for h in self.stamped.values())
 
     def states(self, stream: str | None = None):
-        for hosted in list(self.core.hosted.values()):
-            if hosted.stamp is not None and (stream is None or hosted.replica.name == stream):
+        for hosted in list(self.stamped.values()):
+            if stream is None or hosted.replica.name == stream:
                 yield hosted, hosted.stamp
 
     def hosted(self, stream: str, index: int) -> Hosted | None:
