@@ -82,42 +82,9 @@ def test_ready_follows_the_broker_and_a_ready_node_processes(tmp_path):
         log.close()
 
 
-def test_a_driver_task_that_fails_makes_the_node_unready_until_it_is_back(tmp_path):
-    node_port, metrics_port, broker_port = free_ports(3)
-    config = load_cluster(one_node_cluster(tmp_path, node_port, metrics_port, broker_port))
-    broker = start_broker(broker_port)
-
-    async def main():
-        driver = NodeDriver(config, "a")
-        task = asyncio.create_task(driver.run(install_signals=False))
-        gauge = driver.metrics.ready._value.get
-        try:
-            await until(lambda: gauge() == 1, "ready")
-            statistics = driver.core.statistics
-
-            def broken():
-                raise RuntimeError("injected: the metrics refresher fails")
-            driver.core.statistics = broken
-            await until(lambda: "metrics" in driver._supervisor.down, "the metrics task to fail")
-            assert gauge() == 0 and not driver.is_ready()
-            driver.core.statistics = statistics
-            await until(lambda: gauge() == 1, "ready again")
-            assert driver.metrics.task_failures.labels("metrics")._value.get() >= 1
-        finally:
-            driver.stop()
-            await asyncio.gather(task, return_exceptions=True)
-
-    try:
-        asyncio.run(main())
-    finally:
-        broker.terminate()
-        broker.wait(10)
-
-
-def test_a_scrape_reads_the_node_as_it_is_at_the_scrape(tmp_path):
-    """Each record a source hands the node is counted by the very next scrape (a periodic refresh
-    alone would lag it by up to 200 ms: ``cluster up`` returned while the coordinator's metrics still
-    said it had not deployed)."""
+def with_ready_driver(tmp_path, check) -> None:
+    """Run node ``a`` of :func:`one_node_cluster` in-process, with a real broker; once it is ready,
+    ``await check(driver, metrics_port)``; then stop both."""
     node_port, metrics_port, broker_port = free_ports(3)
     config = load_cluster(one_node_cluster(tmp_path, node_port, metrics_port, broker_port))
     broker = start_broker(broker_port)
@@ -127,11 +94,7 @@ def test_a_scrape_reads_the_node_as_it_is_at_the_scrape(tmp_path):
         task = asyncio.create_task(driver.run(install_signals=False))
         try:
             await until(lambda: driver.metrics.ready._value.get() == 1, "ready")
-            seen = []
-            for i in range(20):
-                driver._on_source("cpu", json.dumps([{"ts": 1_000 + i, "server": "s", "load": 0.1}]).encode())
-                seen.append(await asyncio.to_thread(metric, metrics_port, "replicast_replica_accepted_total"))
-            assert seen == [float(i + 1) for i in range(20)]
+            await check(driver, metrics_port)
         finally:
             driver.stop()
             await asyncio.gather(task, return_exceptions=True)
@@ -141,6 +104,37 @@ def test_a_scrape_reads_the_node_as_it_is_at_the_scrape(tmp_path):
     finally:
         broker.terminate()
         broker.wait(10)
+
+
+def test_a_driver_task_that_fails_makes_the_node_unready_until_it_is_back(tmp_path):
+    async def check(driver, _):
+        gauge = driver.metrics.ready._value.get
+        statistics = driver.core.statistics
+
+        def broken():
+            raise RuntimeError("injected: the metrics refresher fails")
+        driver.core.statistics = broken
+        await until(lambda: "metrics" in driver._supervisor.down, "the metrics task to fail")
+        assert gauge() == 0 and not driver.is_ready()
+        driver.core.statistics = statistics
+        await until(lambda: gauge() == 1, "ready again")
+        assert driver.metrics.task_failures.labels("metrics")._value.get() >= 1
+
+    with_ready_driver(tmp_path, check)
+
+
+def test_a_scrape_reads_the_node_as_it_is_at_the_scrape(tmp_path):
+    """Each record a source hands the node is counted by the very next scrape (a periodic refresh
+    alone would lag it by up to 200 ms: ``cluster up`` returned while the coordinator's metrics still
+    said it had not deployed)."""
+    async def check(driver, metrics_port):
+        seen = []
+        for i in range(20):
+            driver._on_source("cpu", json.dumps([{"ts": 1_000 + i, "server": "s", "load": 0.1}]).encode())
+            seen.append(await asyncio.to_thread(metric, metrics_port, "replicast_replica_accepted_total"))
+        assert seen == [float(i + 1) for i in range(20)]
+
+    with_ready_driver(tmp_path, check)
 
 
 async def until(condition, what: str, timeout: float = 30) -> None:
