@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import ssl
+import threading
 import time
 from collections import defaultdict, deque
 from typing import Callable
@@ -138,6 +139,7 @@ class NodeDriver:
             log.info("node %s accepts sources on %s:%d", self.name, self.spec.host, self.spec.source_port,
                      extra={"event": "source_listening"})
         metrics_server = None
+        self._loop_thread = threading.get_ident()
         self.metrics.before_scrape = lambda: self._refresh_for_scrape(loop)
         if self.spec.metrics_port is not None:
             metrics_server = self.metrics.serve(self.spec.host, self.spec.metrics_port)
@@ -530,7 +532,11 @@ class NodeDriver:
     def _refresh_for_scrape(self, loop: asyncio.AbstractEventLoop) -> None:
         """In the metrics server's thread: have the event loop refresh what a scrape reads, waiting
         at most :data:`SCRAPE_WAIT_S`.  A busy or stopped loop, or a refresh that fails (the metrics
-        task reports that itself), leaves the scrape the last refresh."""
+        task reports that itself), leaves the scrape the last refresh.  Collected on the loop's own
+        thread (an embedding application's coroutine), it refreshes at once instead of waiting."""
+        if loop.is_running() and threading.get_ident() == self._loop_thread:
+            self._refresh_once()
+            return
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def refresh() -> None:

@@ -15,7 +15,9 @@ import json
 import subprocess
 import sys
 
-from engine.aio.driver import NodeDriver
+import prometheus_client
+
+from engine.aio.driver import SCRAPE_WAIT_S, NodeDriver
 from engine.cluster_config import load_cluster
 from operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY, ROOT, free_ports, metric, wait_for, wait_port
@@ -133,6 +135,13 @@ def test_a_scrape_reads_the_node_as_it_is_at_the_scrape(tmp_path):
             driver._on_source("cpu", json.dumps([{"ts": 1_000 + i, "server": "s", "load": 0.1}]).encode())
             seen.append(await asyncio.to_thread(metric, metrics_port, "replicast_replica_accepted_total"))
         assert seen == [float(i + 1) for i in range(20)]
+        # Collected on the event loop itself (an embedding application), it refreshes without waiting.
+        driver._on_source("cpu", json.dumps([{"ts": 2_000, "server": "s", "load": 0.1}]).encode())
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        text = prometheus_client.generate_latest(driver.metrics.registry).decode()
+        assert loop.time() - began < SCRAPE_WAIT_S
+        assert 'replicast_replica_accepted_total{kind="entry",replica="cpu#0"} 21.0' in text
 
     with_ready_driver(tmp_path, check)
 
