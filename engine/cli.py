@@ -24,7 +24,7 @@ COMMAND_MODULES = (
     "simulator.cli",
     "experiments.plot_cli",
     "experiments.cli",
-    "placement.cli",
+    "engine.place_cli",
 )
 
 

@@ -31,9 +31,7 @@ def project_imports(path: Path) -> set[Path]:
 
 def core_files() -> list[Path]:
     """The cores (operators/, placement/, engine/node.py) and every project module they import."""
-    # placement/cli.py is the `replicast place` driver: it makes the random.Random the cores are handed.
-    placement = [p for p in ROOT.glob("placement/**/*.py") if p.name != "cli.py"]
-    todo = [*ROOT.glob("operators/**/*.py"), *placement, *ROOT.glob("engine/node.py")]
+    todo = [*ROOT.glob("operators/**/*.py"), *ROOT.glob("placement/**/*.py"), *ROOT.glob("engine/node.py")]
     seen: set[Path] = set()
     while todo:
         path = todo.pop()

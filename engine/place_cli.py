@@ -6,8 +6,9 @@ whole kmax problem exactly instead).  Prints the deployment with its network cos
 ratios against the baseline (the paper's Fig. 4 labels), writes ``deployment.json`` and draws
 ``deployment.png``.
 
-This module is the command's driver: it reads files and makes the ``random.Random`` the pure
-placement modules are handed (which is why tests/test_purity.py leaves it out).
+This module is the command's driver: it reads files, times the steps and makes the
+``random.Random`` the pure placement modules are handed; it lives here, beside the other drivers,
+so that ``placement/`` holds only pure modules (tests/test_purity.py).
 """
 
 from __future__ import annotations
