@@ -45,9 +45,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.replay import replay  # noqa: E402
-from operators.query import Query, QueryBuilder  # noqa: E402
-from operators.record import Record  # noqa: E402
+from replicast.engine.replay import replay  # noqa: E402
+from replicast.operators.query import Query, QueryBuilder  # noqa: E402
+from replicast.operators.record import Record  # noqa: E402
 
 BATCH = 1000
 KEYS = 100

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.node import NodeOptions  # noqa: E402
-from operators.query_file import load_query  # noqa: E402
-from simulator.driver import Observer, Simulation  # noqa: E402
-from simulator.network import FixedDelays  # noqa: E402
+from replicast.engine.node import NodeOptions  # noqa: E402
+from replicast.operators.query_file import load_query  # noqa: E402
+from replicast.simulator.driver import Observer, Simulation  # noqa: E402
+from replicast.simulator.network import FixedDelays  # noqa: E402
 
 QUERY = load_query(Path(__file__).resolve().parents[1] / "examples/entry-stamped-query.toml")
 MS, S = 1_000, 1_000_000

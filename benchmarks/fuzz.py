@@ -43,11 +43,11 @@ sys.path.insert(0, str(ROOT))
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from engine.entry import EntryPoint, decode_payload  # noqa: E402
-from engine.node import Delivered, NodeCore, configure  # noqa: E402
-from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode  # noqa: E402
-from operators.query_file import parse_query  # noqa: E402
-from operators.record import CLOSED  # noqa: E402
+from replicast.engine.entry import EntryPoint, decode_payload  # noqa: E402
+from replicast.engine.node import Delivered, NodeCore, configure  # noqa: E402
+from replicast.engine.wire import MAX_FRAME, FrameDecoder, WireError, decode  # noqa: E402
+from replicast.operators.query_file import parse_query  # noqa: E402
+from replicast.operators.record import CLOSED  # noqa: E402
 from tests.integration.helpers import CPU_FILTER_QUERY, accept_as, free_ports, sealed, wait_port  # noqa: E402
 from tests.wire_strategies import frames, payloads  # noqa: E402
 
@@ -306,12 +306,12 @@ def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, seeds: list[b
         (tmp / "query.toml").write_text(CPU_FILTER_QUERY)
         (tmp / "cluster.toml").write_text(CLUSTER.format(secret=SECRET, broker=broker, a=a, am=am, b=b, bm=bm, c=c))
         peer = FakePeer(c)
-        processes = [subprocess.Popen([sys.executable, "-m", "engine.aio.broker", "--port", str(broker)], cwd=ROOT,
+        processes = [subprocess.Popen([sys.executable, "-m", "replicast.engine.aio.broker", "--port", str(broker)], cwd=ROOT,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         wait_port(broker)
         for name in ("a", "b"):
             log = (tmp / f"{name}.log").open("w")
-            processes.append(subprocess.Popen([sys.executable, "-m", "engine.cli", "node", "--config",
+            processes.append(subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "node", "--config",
                                                str(tmp / "cluster.toml"), "--name", name, "--log-json"],
                                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         try:

@@ -37,13 +37,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.core.configure import configure  # noqa: E402
-from engine.messages import Batch, Snapshot, SnapshotRequest, StreamHead  # noqa: E402
-from engine.node import NodeCore, ReplicaState  # noqa: E402
-from engine.wire import FrameDecoder, decode, encode  # noqa: E402
-from operators.base import NO_PUNCTUATION  # noqa: E402
-from operators.plan import ReplicaId  # noqa: E402
-from operators.query_file import load_query  # noqa: E402
+from replicast.engine.core.configure import configure  # noqa: E402
+from replicast.engine.messages import Batch, Snapshot, SnapshotRequest, StreamHead  # noqa: E402
+from replicast.engine.node import NodeCore, ReplicaState  # noqa: E402
+from replicast.engine.wire import FrameDecoder, decode, encode  # noqa: E402
+from replicast.operators.base import NO_PUNCTUATION  # noqa: E402
+from replicast.operators.plan import ReplicaId  # noqa: E402
+from replicast.operators.query_file import load_query  # noqa: E402
 
 T0 = 1_700_000_000_000_000          # µs: the records' time base
 AGGREGATE_QUERY = """
@@ -166,7 +166,7 @@ def free_ports(n: int) -> list[int]:
 
 
 def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "replicast.engine.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           **kwargs)
 
 

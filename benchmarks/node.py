@@ -49,15 +49,15 @@ sys.path.insert(0, str(ROOT))
 
 from tqdm import tqdm  # noqa: E402
 
-from cluster.readiness import node_ready  # noqa: E402
+from replicast.cluster.readiness import node_ready  # noqa: E402
 import msgpack  # noqa: E402
 
-from engine.handshake import FrameOpener, FrameSealer, Handshake, Role, Stage  # noqa: E402
-from engine.messages import Ack, Batch, Resume, StreamHead  # noqa: E402
-from engine.wire import FrameDecoder, decode, encode  # noqa: E402
-from operators.base import NO_PUNCTUATION  # noqa: E402
-from operators.plan import ReplicaId, StreamReplica  # noqa: E402
-from operators.record import CLOSED  # noqa: E402
+from replicast.engine.handshake import FrameOpener, FrameSealer, Handshake, Role, Stage  # noqa: E402
+from replicast.engine.messages import Ack, Batch, Resume, StreamHead  # noqa: E402
+from replicast.engine.wire import FrameDecoder, decode, encode  # noqa: E402
+from replicast.operators.base import NO_PUNCTUATION  # noqa: E402
+from replicast.operators.plan import ReplicaId, StreamReplica  # noqa: E402
+from replicast.operators.record import CLOSED  # noqa: E402
 
 SECRET = "benchmark-secret"
 QUERY = """
@@ -111,7 +111,7 @@ mqtt = false
 
 
 def start_node(cluster: Path, port: int) -> subprocess.Popen:
-    node = subprocess.Popen([sys.executable, "-m", "engine.cli", "-q", "node", "--config", str(cluster), "--name", "z"],
+    node = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "-q", "node", "--config", str(cluster), "--name", "z"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

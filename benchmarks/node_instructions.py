@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import msgpack  # noqa: E402
 
 import node as bench  # noqa: E402   (benchmarks/node.py: the same records, frames and cluster)
-from engine.wire import FrameDecoder  # noqa: E402
+from replicast.engine.wire import FrameDecoder  # noqa: E402
 
 READ = 262144                      # bytes per read, as the node's link loop reads
 
@@ -46,13 +46,13 @@ def reads_of(data: bytes) -> list[bytes]:
 
 def node_loop(k: int, records: int, batch: int):
     """A positioned node driver and the loop that feeds it k upstreams' tagged frames."""
-    from engine.aio.driver import NodeDriver
-    from engine.cluster_config import load_cluster
-    from engine.handshake import FrameOpener, FrameSealer
-    from engine.messages import StreamHead
-    from engine.wire import decode
-    from operators.base import NO_PUNCTUATION
-    from operators.plan import ReplicaId, StreamReplica
+    from replicast.engine.aio.driver import NodeDriver
+    from replicast.engine.cluster_config import load_cluster
+    from replicast.engine.handshake import FrameOpener, FrameSealer
+    from replicast.engine.messages import StreamHead
+    from replicast.engine.wire import decode
+    from replicast.operators.base import NO_PUNCTUATION
+    from replicast.operators.plan import ReplicaId, StreamReplica
 
     class Transport:
         def get_write_buffer_size(self) -> int:

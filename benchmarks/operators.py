@@ -29,10 +29,10 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from operators.dedup import DuplicateFilter  # noqa: E402
-from operators.query import QueryBuilder  # noqa: E402
-from operators.replica import OperatorReplica  # noqa: E402
-from operators.sorter import Sorter  # noqa: E402
+from replicast.operators.dedup import DuplicateFilter  # noqa: E402
+from replicast.operators.query import QueryBuilder  # noqa: E402
+from replicast.operators.replica import OperatorReplica  # noqa: E402
+from replicast.operators.sorter import Sorter  # noqa: E402
 
 TABLE_I = {"union": (1.43, 2.57, 3.86, 5.00), "filter": (1.38, 2.37, 3.50, 4.50),
            "aggregate": (1.17, 1.57, 1.92, 2.26), "join": (1.08, 1.14, 1.22, 1.29)}

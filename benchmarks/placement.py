@@ -37,17 +37,17 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from operators.query_file import load_query  # noqa: E402
-from placement.constraints import DeployConfig  # noqa: E402
-from placement.coordinates import fit  # noqa: E402
-from placement.cost import total_cost  # noqa: E402
-from placement.deployment import min_cost, random_deployment  # noqa: E402
-from placement.from_trace import network_from_frames  # noqa: E402
-from placement.gc import GCConfig, collect  # noqa: E402
-from placement.model import Workload, uniform_network  # noqa: E402
-from placement.optimal import optimal  # noqa: E402
-from placement.utility import utilities  # noqa: E402
-from placement.workload import from_query  # noqa: E402
+from replicast.operators.query_file import load_query  # noqa: E402
+from replicast.placement.constraints import DeployConfig  # noqa: E402
+from replicast.placement.coordinates import fit  # noqa: E402
+from replicast.placement.cost import total_cost  # noqa: E402
+from replicast.placement.deployment import min_cost, random_deployment  # noqa: E402
+from replicast.placement.from_trace import network_from_frames  # noqa: E402
+from replicast.placement.gc import GCConfig, collect  # noqa: E402
+from replicast.placement.model import Workload, uniform_network  # noqa: E402
+from replicast.placement.optimal import optimal  # noqa: E402
+from replicast.placement.utility import utilities  # noqa: E402
+from replicast.placement.workload import from_query  # noqa: E402
 
 
 def best_of(repeat: int, action, setup=lambda: None):
@@ -62,9 +62,9 @@ def best_of(repeat: int, action, setup=lambda: None):
 
 
 def synthetic_network(n: int, seed: int):
-    from traces.calibrate import fit_store
-    from traces.store import TraceStore
-    from traces.synth import base_matrix
+    from replicast.traces.calibrate import fit_store
+    from replicast.traces.store import TraceStore
+    from replicast.traces.synth import base_matrix
 
     params = fit_store(TraceStore.open("seattle"), max_frames=200)
     rtt = base_matrix(params, n, np.random.default_rng(seed))
@@ -132,9 +132,9 @@ def scale(n_servers: int, n_operators: int, kmax: int, repeat: int, seed: int) -
 
 
 def coordinate_error(seed: int) -> None:
-    from placement.coordinates import VivaldiConfig, relative_errors
-    from placement.from_trace import TRACE_VIVALDI, median_rtt
-    from traces.store import TraceStore
+    from replicast.placement.coordinates import VivaldiConfig, relative_errors
+    from replicast.placement.from_trace import TRACE_VIVALDI, median_rtt
+    from replicast.traces.store import TraceStore
 
     store = TraceStore.open("seattle")
     frames = np.concatenate([chunk for _, chunk in store.chunks()]).astype(float)
@@ -159,7 +159,7 @@ def coordinate_error(seed: int) -> None:
 def versus_optimum(instances: int, n_small: int, time_limit: float, seed: int) -> None:
     from tqdm import tqdm
 
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
 
     store = TraceStore.open("seattle")
     frames = np.concatenate([chunk for _, chunk in store.chunks()]).astype(float)

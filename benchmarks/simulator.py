@@ -45,10 +45,10 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 
-from simulator.network import LinkEnvironment, Network  # noqa: E402
-from simulator.run import Prepared, run  # noqa: E402
-from simulator.scenario import load_scenario  # noqa: E402
-from traces.store import TraceStore  # noqa: E402
+from replicast.simulator.network import LinkEnvironment, Network  # noqa: E402
+from replicast.simulator.run import Prepared, run  # noqa: E402
+from replicast.simulator.scenario import load_scenario  # noqa: E402
+from replicast.traces.store import TraceStore  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "sim-fig1.toml"
 
@@ -82,8 +82,8 @@ def link_items(prepared: Prepared, kmax: list[int]) -> None:
     """Print link items and messages per simulated second, by message kind, for each kmax."""
     from collections import Counter
 
-    import simulator.run as run_module
-    from simulator.recorder import Recorder
+    import replicast.simulator.run as run_module
+    from replicast.simulator.recorder import Recorder
 
     kinds: Counter = Counter()
 
@@ -117,8 +117,8 @@ def segment_scaling(scenario, kmax: int, segments: int, master: str, cores: int)
     """One task against ``segments`` time segments on Spark ``master``, same run (see docstring)."""
     import tempfile
 
-    from simulator import spark as on_spark
-    from simulator import sweep, sweep_local
+    from replicast.simulator import spark as on_spark
+    from replicast.simulator import sweep, sweep_local
 
     prepared = Prepared(scenario)
     span = (prepared.end - prepared.start) / 1e6

@@ -33,9 +33,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from traces import calibrate, synth  # noqa: E402
-from traces import format as fmt  # noqa: E402
-from traces.store import TraceStore  # noqa: E402
+from replicast.traces import calibrate, synth  # noqa: E402
+from replicast.traces import format as fmt  # noqa: E402
+from replicast.traces.store import TraceStore  # noqa: E402
 
 NODES = 100
 
@@ -144,9 +144,9 @@ def main() -> int:
                    f"TO '{csv}' (HEADER, DELIMITER ',')")
         print(f"CSV for ingest: {csv.stat().st_size / 1e9:.2f} GB")
 
-        from traces import build
-        from traces.jobs import summary
-        from traces.jobs.session import spark_session
+        from replicast.traces import build
+        from replicast.traces.jobs import summary
+        from replicast.traces.jobs.session import spark_session
 
         spark = spark_session("local[2]")
         ingested, baseline = work / "ingested", work / "ingested-sql"

@@ -21,13 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-from cluster import netem
-from cluster.emulation import VIAS, Emulation, NetemEmulation, RelayEmulation, choose, open_trace, trace_nodes
-from cluster.preflight import check_ports
-from cluster.processes import (ClusterError, alive, blame_dead, exit_status, last_log_line, read_state, running,
+from replicast.cluster import netem
+from replicast.cluster.emulation import VIAS, Emulation, NetemEmulation, RelayEmulation, choose, open_trace, trace_nodes
+from replicast.cluster.preflight import check_ports
+from replicast.cluster.processes import (ClusterError, alive, blame_dead, exit_status, last_log_line, read_state, running,
                                spawn, stop, write_state)
-from cluster.readiness import node_ready
-from engine.cluster_config import ClusterConfig, check_source_commands, load_cluster
+from replicast.cluster.readiness import node_ready
+from replicast.engine.cluster_config import ClusterConfig, check_source_commands, load_cluster
 
 DEFAULT_RUN_DIR = Path(".replicast/cluster")
 
@@ -89,7 +89,7 @@ def run_up(args: argparse.Namespace) -> int:
         node_config = wan.config if isinstance(wan, NetemEmulation) else config
         if node_config.broker == "embedded":
             host, port = node_config.mqtt_address()
-            broker = spawn("broker", [sys.executable, "-m", "engine.aio.broker", "--host", host, "--port", str(port)],
+            broker = spawn("broker", [sys.executable, "-m", "replicast.engine.aio.broker", "--host", host, "--port", str(port)],
                            run_dir, wan and wan.wrap(None))
             processes.append(broker)
             if via != "netem":
@@ -99,7 +99,7 @@ def run_up(args: argparse.Namespace) -> int:
         shutil.rmtree(state_dir, ignore_errors=True)
         for name in config.nodes:
             path = wan.config_path(name) if wan else config.path
-            nodes[f"node {name}"] = spawn(name, [sys.executable, "-m", "engine.cli", "node", "--config",
+            nodes[f"node {name}"] = spawn(name, [sys.executable, "-m", "replicast.engine.cli", "node", "--config",
                                                  str(path.resolve()), "--name", name, "--log-json",
                                                  "--state-dir", str(state_dir.resolve())],
                                           run_dir, wan and wan.wrap(name))

@@ -12,7 +12,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 
 def read_document(source: Path) -> dict:

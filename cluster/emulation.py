@@ -19,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from cluster import netem
-from cluster.cluster_file import write_derived
-from cluster.processes import ClusterError, blame_dead, exit_status, last_log_line, running, spawn, write_state
-from cluster.relay import RelayLink, RelayPlan, ports_path
-from engine.cluster_config import ClusterConfig, load_cluster
+from replicast.cluster import netem
+from replicast.cluster.cluster_file import write_derived
+from replicast.cluster.processes import ClusterError, blame_dead, exit_status, last_log_line, running, spawn, write_state
+from replicast.cluster.relay import RelayLink, RelayPlan, ports_path
+from replicast.engine.cluster_config import ClusterConfig, load_cluster
 
 VIAS = ("auto", "netem", "relay")
 
@@ -45,7 +45,7 @@ class Emulation:
 
 def open_trace(name: str, trace_time_s: float):
     """The trace and the trace time in µs, or a one-line :class:`ClusterError`."""
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
     try:
         trace = TraceStore.open(name)
     except Exception as error:                 # unknown name, unreadable directory: one clear line
@@ -146,7 +146,7 @@ class NetemEmulation(Emulation):
                 raise ClusterError(f"{self.config.path}: node {spec.name}: --emulate-wan with netem needs a "
                                    "metrics_port on every node")
             targets.append(f"{spec.host}:{spec.metrics_port}")
-        checker = subprocess.Popen(self.wrap(None) + [sys.executable, "-m", "cluster.readiness", str(timeout),
+        checker = subprocess.Popen(self.wrap(None) + [sys.executable, "-m", "replicast.cluster.readiness", str(timeout),
                                                       *targets], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
         try:
@@ -177,7 +177,7 @@ class RelayEmulation(Emulation):
         plan_path = RelayPlan(str(trace.path), t_us, links).write(run_dir / "relays.json")
         ports_file = ports_path(plan_path)
         ports_file.unlink(missing_ok=True)
-        self.processes = [spawn("relays", [sys.executable, "-m", "cluster.relay", str(plan_path)], run_dir)]
+        self.processes = [spawn("relays", [sys.executable, "-m", "replicast.cluster.relay", str(plan_path)], run_dir)]
         self.ports = _wait_for_ports(ports_file, self.processes[0], timeout)["ports"]
         self.paths = {}
         for a in nodes:

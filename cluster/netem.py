@@ -25,8 +25,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.cluster_file import write_derived
-from operators.errors import ReplicastError
+from replicast.cluster.cluster_file import write_derived
+from replicast.operators.errors import ReplicastError
 
 SUBNET = "10.231.0"
 HUB_ADDRESS = f"{SUBNET}.1"

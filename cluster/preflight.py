@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import socket
 
-from engine.cluster_config import ClusterConfig
-from cluster.processes import ClusterError
+from replicast.engine.cluster_config import ClusterConfig
+from replicast.cluster.processes import ClusterError
 
 WILDCARDS = {"", "0.0.0.0", "::"}
 

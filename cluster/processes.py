@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 #: Processes started by this command, by pid: right after fork /proc still shows our own command line.
 _POPEN: dict[int, subprocess.Popen] = {}

@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cluster.link_delay import Fifo, LinkDelay
+from replicast.cluster.link_delay import Fifo, LinkDelay
 
 log = logging.getLogger("replicast.relay")
 
@@ -185,7 +185,7 @@ async def start_relays(plan: RelayPlan, trace=None) -> tuple[Clock, list[Relay]]
     """Start listening for every link of ``plan`` (ports: ``relay.port``); the trace is opened by
     name unless given (any object with ``one_way_us``, ``outages`` and ``duration_us``)."""
     if trace is None:
-        from traces.store import TraceStore
+        from replicast.traces.store import TraceStore
         trace = TraceStore.open(plan.trace)
     clock = Clock(asyncio.get_running_loop())
     relays = [Relay(link, LinkDelay(trace, link.src_index, link.dst_index, plan.trace_time_us),

@@ -13,18 +13,18 @@ import importlib
 import logging
 import sys
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 #: Modules that define subcommands, in the order they appear in ``replicast --help``.
 COMMAND_MODULES = (
-    "engine.replay_cli",
-    "traces.cli",
-    "engine.node_cli",
-    "cluster.cli",
-    "simulator.cli",
-    "experiments.plot_cli",
-    "experiments.cli",
-    "engine.place_cli",
+    "replicast.engine.replay_cli",
+    "replicast.traces.cli",
+    "replicast.engine.node_cli",
+    "replicast.cluster.cli",
+    "replicast.simulator.cli",
+    "replicast.experiments.plot_cli",
+    "replicast.experiments.cli",
+    "replicast.engine.place_cli",
 )
 
 

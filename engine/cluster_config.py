@@ -18,15 +18,15 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
-from engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
-from engine.entry import MODES
-from engine.handshake import MAX_NAME
-from engine.node import NodeOptions
-from engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
-from operators.config_file import MISSING, read_toml, typed_key
-from operators.errors import ReplicastError
-from operators.query import Query
-from operators.query_file import load_query
+from replicast.engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
+from replicast.engine.entry import MODES
+from replicast.engine.handshake import MAX_NAME
+from replicast.engine.node import NodeOptions
+from replicast.engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
+from replicast.operators.config_file import MISSING, read_toml, typed_key
+from replicast.operators.errors import ReplicastError
+from replicast.operators.query import Query
+from replicast.operators.query_file import load_query
 
 
 class ClusterConfigError(ReplicastError):

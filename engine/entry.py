@@ -26,10 +26,10 @@ from typing import Any
 
 import msgpack
 
-from operators.base import NO_PUNCTUATION
-from operators.errors import InputError
-from operators.query import StreamSpec
-from operators.record import CLOSED, Record, make_record
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.errors import InputError
+from replicast.operators.query import StreamSpec
+from replicast.operators.record import CLOSED, Record, make_record
 
 MODES = ("source", "entry")
 #: Raw records a replica remembers as pending at most (entry mode); past it the oldest is forgotten

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from operators.errors import InputError
-from operators.query import Query
-from operators.record import Record, make_record
+from replicast.operators.errors import InputError
+from replicast.operators.query import Query
+from replicast.operators.record import Record, make_record
 
 
 def read_events(path: str | Path, query: Query) -> dict[str, list[Record]]:

@@ -38,8 +38,8 @@ import msgpack
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from engine.messages import Hello, Proof
-from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
+from replicast.engine.messages import Hello, Proof
+from replicast.engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
 
 NONCE_BYTES = 16
 #: Longest node name (characters) a Hello may carry (cluster files are checked against it too).

@@ -45,9 +45,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from operators.plan import ReplicaId, StreamReplica
-from operators.record import Record
-from placement.reports import ServerReport
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import Record
+from replicast.placement.reports import ServerReport
 
 
 # -- data -----------------------------------------------------------------------------------------

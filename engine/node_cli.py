@@ -8,7 +8,7 @@ import gc
 import logging
 from pathlib import Path
 
-from engine.cluster_config import ClusterConfigError, load_cluster
+from replicast.engine.cluster_config import ClusterConfigError, load_cluster
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,9 +32,9 @@ def run(args: argparse.Namespace) -> int:
     if name not in config.nodes:
         raise ClusterConfigError(f"{args.config}: no node named {name!r} (nodes: {', '.join(config.nodes)})")
     if args.log_json:
-        from engine.aio.logs import use_json_logs
+        from replicast.engine.aio.logs import use_json_logs
         use_json_logs(name, logging.getLogger().level)
-    from engine.aio.driver import NodeDriver
+    from replicast.engine.aio.driver import NodeDriver
     restarted = note_start(args.state_dir, config, name)
 
     async def main() -> None:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 log = logging.getLogger("replicast.place")
 STRATEGIES = ("min-cost", "random", "optimal")
@@ -66,16 +66,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from operators.query_file import load_query
-    from placement import cost
-    from placement.constraints import DeployConfig
-    from placement.deployment import min_cost, random_deployment
-    from placement.draw import draw
-    from placement.from_trace import network_from_frames
-    from placement.optimal import optimal
-    from placement.workload import from_query
-    from traces.plot import sampled_frames
-    from traces.store import TraceStore
+    from replicast.operators.query_file import load_query
+    from replicast.placement import cost
+    from replicast.placement.constraints import DeployConfig
+    from replicast.placement.deployment import min_cost, random_deployment
+    from replicast.placement.draw import draw
+    from replicast.placement.from_trace import network_from_frames
+    from replicast.placement.optimal import optimal
+    from replicast.placement.workload import from_query
+    from replicast.traces.plot import sampled_frames
+    from replicast.traces.store import TraceStore
 
     if args.kmax < 1 or (args.servers is not None and args.servers < 2) or args.frames < 1 or args.rounds < 1:
         raise ReplicastError("--kmax, --frames and --rounds must be >= 1 and --servers >= 2")
@@ -132,7 +132,7 @@ def _pins(query, names: list[str], pins: list[str], rng: random.Random) -> dict[
 def _rates(path: Path | None) -> dict[str, float]:
     if path is None:
         return {}
-    from operators.config_file import read_toml
+    from replicast.operators.config_file import read_toml
 
     return dict(read_toml(path))
 

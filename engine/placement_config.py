@@ -20,12 +20,12 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from operators.query import Query
+from replicast.operators.query import Query
 
 if TYPE_CHECKING:     # numpy and scipy only when a node takes part in placement: every node imports this module
-    from engine.core.coordination import CoordinationSetup
-    from placement.constraints import DeployConfig
-    from placement.coordinator import CoordinatorConfig
+    from replicast.engine.core.coordination import CoordinationSetup
+    from replicast.placement.constraints import DeployConfig
+    from replicast.placement.coordinator import CoordinatorConfig
 
 #: Keys of ``[coordinator]`` holding positive numbers (cluster files and scenarios alike).
 _NUMBERS = ("report_ms", "utility_period_s", "gc_period_s", "revival_threshold_s", "revival_period_s", "settle_s",
@@ -60,8 +60,8 @@ class CoordinatorSettings:
 
     def config(self, deploy: DeployConfig | None = None) -> CoordinatorConfig:
         """The coordinator core's configuration; ``deploy`` defaults to this table's kmax, alpha, dmin_ms."""
-        from placement.constraints import DeployConfig
-        from placement.coordinator import CoordinatorConfig
+        from replicast.placement.constraints import DeployConfig
+        from replicast.placement.coordinator import CoordinatorConfig
         return CoordinatorConfig.in_seconds(
             deploy or DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms), gc=self.gc,
             kmin=self.kmin, theta=self.theta, utility_period_s=self.utility_period_s, gc_period_s=self.gc_period_s,
@@ -136,8 +136,8 @@ def coordination_setup(settings: CoordinatorSettings, query: Query, nodes: list[
                        placement: dict[str, list[str]], node: str) -> CoordinationSetup:
     """Node ``node``'s :class:`~engine.core.coordination.CoordinationSetup`: the cluster, the query's
     estimated workload with entry points and applications where ``placement`` runs their replica 0."""
-    from engine.core.coordination import CoordinationSetup
-    from placement.workload import from_query
+    from replicast.engine.core.coordination import CoordinationSetup
+    from replicast.placement.workload import from_query
     index = {name: i for i, name in enumerate(nodes)}
     pinned = {name: index[placement[name][0]] for name in (*query.streams, *query.applications)}
     estimate = from_query(query, pinned, source_rate=settings.source_rate, cpu_us=settings.cpu_us)

@@ -36,11 +36,11 @@ from typing import Iterator
 from itertools import count
 from operator import itemgetter
 
-from operators.errors import InputError
-from operators.plan import PhysicalPlan, ReplicaId, plan
-from operators.query import Query
-from operators.record import CLOSED, Record
-from operators.replica import OperatorReplica, application_sink, entry_point
+from replicast.operators.errors import InputError
+from replicast.operators.plan import PhysicalPlan, ReplicaId, plan
+from replicast.operators.query import Query
+from replicast.operators.record import CLOSED, Record
+from replicast.operators.replica import OperatorReplica, application_sink, entry_point
 
 _ts = itemgetter(0)
 _send_order = itemgetter(0, 1)

@@ -7,10 +7,10 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from engine.events import read_events, record_to_json
-from engine.replay import ReplayResult, replay
-from operators.query import Query
-from operators.query_file import load_query
+from replicast.engine.events import read_events, record_to_json
+from replicast.engine.replay import ReplayResult, replay
+from replicast.operators.query import Query
+from replicast.operators.query_file import load_query
 
 log = logging.getLogger("replicast.replay")
 

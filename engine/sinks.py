@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from engine.events import as_text, record_to_json
-from engine.node import Delivered
+from replicast.engine.events import as_text, record_to_json
+from replicast.engine.node import Delivered
 
 OUT_TOPIC = "replicast/out/{app}"
 DEAD_LETTER_TOPIC = "replicast/dead-letter"

@@ -29,14 +29,14 @@ from typing import Any, Callable
 
 import msgpack
 
-from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
+from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                              DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, Proof,
                              RemoveReplica, Report, Resume, Snapshot, SnapshotRequest, StampAck, Stamped, Standby,
                              Statistics, StatisticsRequest, StreamHead, View, ViewBallot, ViewDecided, ViewReply)
-from operators.errors import ReplicastError
-from operators.plan import ReplicaId, StreamReplica
-from operators.record import Record
-from placement.reports import InputReport, ServerReport
+from replicast.operators.errors import ReplicastError
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import Record
+from replicast.placement.reports import InputReport, ServerReport
 
 #: Largest frame a node accepts (a batch is normally far smaller).
 MAX_FRAME = 64 * 1024 * 1024

@@ -12,7 +12,7 @@ import argparse
 import time
 from pathlib import Path
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 DEFAULT_OUT = Path("out/experiments")
 
@@ -122,7 +122,7 @@ def _simulated(parser: argparse.ArgumentParser, default_duration: str) -> None:
 
 
 def _scale(args: argparse.Namespace):
-    from experiments.simulations import Scale
+    from replicast.experiments.simulations import Scale
 
     duration_s = _seconds(args.duration, "--duration") if args.duration else None
     if args.jobs is not None and args.jobs < 1:
@@ -139,8 +139,8 @@ def _kmax(values: list[int] | None, default: tuple[int, ...]) -> tuple[int, ...]
 
 
 def _seconds(text: str, option: str) -> float:
-    from traces.cli import parse_duration_us
-    from traces.errors import TraceError
+    from replicast.traces.cli import parse_duration_us
+    from replicast.traces.errors import TraceError
 
     try:
         return parse_duration_us(text) / 1e6
@@ -153,7 +153,7 @@ def _done(name: str, started: float, paths: list[Path]) -> None:
 
 
 def run_fig2(args: argparse.Namespace) -> int:
-    from experiments import fig2
+    from replicast.experiments import fig2
 
     available = fig2.available_modes()
     modes = tuple(dict.fromkeys(args.mode or available))
@@ -180,7 +180,7 @@ def run_fig2(args: argparse.Namespace) -> int:
 
 
 def run_fig3(args: argparse.Namespace) -> int:
-    from experiments import fig3
+    from replicast.experiments import fig3
 
     started = time.monotonic()
     result = fig3.run(args.out, _scale(args), kmax=_kmax(args.kmax, fig3.KMAX), app=args.app,
@@ -193,7 +193,7 @@ def run_fig3(args: argparse.Namespace) -> int:
 
 
 def run_fig4(args: argparse.Namespace) -> int:
-    from experiments import fig4
+    from replicast.experiments import fig4
 
     started = time.monotonic()
     result = fig4.run(args.out, _scale(args), kmax=_kmax(args.kmax, fig4.KMAX))
@@ -206,7 +206,7 @@ def run_fig4(args: argparse.Namespace) -> int:
 
 
 def run_fig5(args: argparse.Namespace) -> int:
-    from experiments import fig5
+    from replicast.experiments import fig5
 
     started = time.monotonic()
     result = fig5.run(args.out, _scale(args), kmax=_kmax(args.kmax, fig5.KMAX))
@@ -218,7 +218,7 @@ def run_fig5(args: argparse.Namespace) -> int:
 
 
 def run_all(args: argparse.Namespace) -> int:
-    from experiments import report
+    from replicast.experiments import report
 
     path = report.run_all(args.out, _scale(args), simulate_fig2=args.simulate)
     print(f"all: wrote {path}")
@@ -226,7 +226,7 @@ def run_all(args: argparse.Namespace) -> int:
 
 
 def run_table1(args: argparse.Namespace) -> int:
-    from experiments import table1
+    from replicast.experiments import table1
 
     if args.seconds <= 0.5:
         raise ReplicastError(f"--seconds must be more than the 0.5 s warm-up, got {args.seconds}")

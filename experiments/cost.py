@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from experiments.latency import figure
+from replicast.experiments.latency import figure
 
 
 def plot_cost(runs: Sequence[tuple[str, Sequence[Sequence[float]], Sequence[Sequence[float]] | None]], path: Path,

@@ -34,11 +34,11 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.messages import Batch
-from engine.node import Delivered, NodeCore, NodeOptions, configure
-from engine.wire import decode, encode
-from engine.core.configure import placement_plan
-from operators.query import Query, QueryBuilder
+from replicast.engine.messages import Batch
+from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure
+from replicast.engine.wire import decode, encode
+from replicast.engine.core.configure import placement_plan
+from replicast.operators.query import Query, QueryBuilder
 
 #: The operators of Table I and how each is built: (inputs, QueryBuilder.operator parameters).
 OPERATORS: dict[str, tuple[int, dict]] = {

@@ -97,7 +97,7 @@ class Settings:
 
 def available_modes() -> tuple[str, ...]:
     """The paper's modes the engine runs, in the paper's order."""
-    from engine.core.modes import MODES
+    from replicast.engine.core.modes import MODES
 
     return tuple(m for m in PAPER_ORDER if m in MODES)
 
@@ -122,7 +122,7 @@ def servers(settings: Settings) -> dict[str, str]:
     the run."""
     from itertools import permutations
 
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
 
     trace = TraceStore.open(settings.trace)
     first = trace.frame_index(round(settings.trace_time_s * 1e6))
@@ -159,7 +159,7 @@ def _clique(linked: np.ndarray, size: int) -> list[int] | None:
 
 def write_inputs(directory: Path, settings: Settings) -> tuple[Path, Path]:
     """``query.toml`` and ``events.jsonl`` (the sources' records, µs from 0) in ``directory``."""
-    from experiments.fig2_workload import write_events
+    from replicast.experiments.fig2_workload import write_events
 
     directory.mkdir(parents=True, exist_ok=True)
     query = directory / "query.toml"
@@ -221,7 +221,7 @@ def _round(value: Any) -> float | str:
 
 def plot(frame: pd.DataFrame, settings: Settings, path: Path, title: str) -> Path:
     """Latency of every record against its timestamp, one colour per mode, the crash marked."""
-    from experiments.figures import panels
+    from replicast.experiments.figures import panels
 
     with panels(path, title, 1, width=6.4, height=4.4) as (ax,):
         for i, mode in enumerate(settings.modes):
@@ -255,10 +255,10 @@ def write(out: Path, frame: pd.DataFrame, settings: Settings, title: str) -> lis
 def run(out: Path, settings: Settings, *, simulate: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run every mode, write the files; returns the summary rows and what ran."""
     if simulate:
-        from experiments.fig2_simulated import run_modes
+        from replicast.experiments.fig2_simulated import run_modes
         runtime = "simulator"
     else:
-        from experiments.fig2_cluster import run_modes
+        from replicast.experiments.fig2_cluster import run_modes
         runtime = "TCP cluster, relays"
     frame = run_modes(out / "fig2", settings, progress)
     rows = write(out, frame, settings, f"Fig. 2: crash of W at {settings.crash_s:g} s ({runtime}, trace "

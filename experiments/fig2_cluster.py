@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.ports import free_loopback_ports
-from experiments.fig2 import APP, PLACEMENT, ROLES, Settings, deliveries, servers, write_inputs
-from experiments.fig2_workload import STREAMS
-from operators.errors import ReplicastError
+from replicast.experiments.ports import free_loopback_ports
+from replicast.experiments.fig2 import APP, PLACEMENT, ROLES, Settings, deliveries, servers, write_inputs
+from replicast.experiments.fig2_workload import STREAMS
+from replicast.operators.errors import ReplicastError
 
 #: Seconds between the last cluster being ready and the sources' first tick.
 LEAD_S = 2.0
@@ -65,7 +65,7 @@ def _start(command: list[str], **options) -> subprocess.Popen:
 def _replicast(*args: str) -> subprocess.Popen:
     """``replicast ARGS…`` in a child process (the cluster package is driven through its command:
     experiments are node-side code and do not import it, tests/cluster/test_layering.py)."""
-    return _start(["-m", "engine.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _start(["-m", "replicast.engine.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _up(clusters: dict[str, Path], settings: Settings, names: dict[str, str]) -> None:
@@ -130,7 +130,7 @@ def run_modes(directory: Path, settings: Settings, progress: bool = True) -> pd.
         start_us = round((time.time() + LEAD_S) * 1e6)
         for path in clusters.values():
             with (path.parent / "run" / "fig2-source.log").open("ab") as log:
-                sources.append(_start(["-m", "experiments.fig2_workload", "--seconds", f"{settings.duration_s:g}",
+                sources.append(_start(["-m", "replicast.experiments.fig2_workload", "--seconds", f"{settings.duration_s:g}",
                                        "--start-unix-us", str(start_us), "--broker-host", "127.0.0.1",
                                        "--broker-port", str(_broker_port(path))], stdout=log, stderr=subprocess.STDOUT))
         begin, end = time.time(), start_us / 1e6 + settings.duration_s + settings.drain_s
@@ -167,6 +167,6 @@ def _trace_time(path: Path, at_us: int) -> float | None:
 
 
 def _broker_port(path: Path) -> int:
-    from engine.cluster_config import load_cluster
+    from replicast.engine.cluster_config import load_cluster
 
     return load_cluster(path).mqtt_address()[1]

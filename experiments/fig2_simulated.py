@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.compute as pc
 
-from experiments.fig2 import APP, PLACEMENT, Settings, deliveries, servers, write_inputs
-from experiments.fig2_workload import STREAMS
+from replicast.experiments.fig2 import APP, PLACEMENT, Settings, deliveries, servers, write_inputs
+from replicast.experiments.fig2_workload import STREAMS
 
 
 def scenario_document(settings: Settings, mode: str, names: dict[str, str]) -> dict:
@@ -38,8 +38,8 @@ def run_modes(directory: Path, settings: Settings, progress: bool = True) -> pd.
     """Simulate every mode; all deliveries (:func:`experiments.fig2.deliveries`)."""
     from tqdm import tqdm
 
-    from simulator.run import Prepared, run
-    from simulator.scenario import parse_scenario
+    from replicast.simulator.run import Prepared, run
+    from replicast.simulator.scenario import parse_scenario
 
     write_inputs(directory, settings)
     names = servers(settings)

@@ -64,7 +64,7 @@ def ticks(items: list[dict]) -> list[tuple[int, dict[str, list[dict]]]]:
 async def publish(seconds: float, start_unix_us: int, host: str, port: int) -> None:
     import aiomqtt
 
-    from operators.record import CLOSED
+    from replicast.operators.record import CLOSED
 
     schedule = ticks(events(seconds))
     async with aiomqtt.Client(host, port, identifier=f"fig2-source-{start_unix_us}") as client:

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from experiments.simulations import Scale, base_scenario, describe, simulate, span_s, summary
-from operators.errors import ReplicastError
+from replicast.experiments.simulations import Scale, base_scenario, describe, simulate, span_s, summary
+from replicast.operators.errors import ReplicastError
 
 KMAX = (1, 2, 3)
 APP = "app_0"
@@ -62,7 +62,7 @@ def averages(per_record: pd.DataFrame, window_s: float = AVERAGE_S) -> pd.DataFr
 
 def plot(per_record: pd.DataFrame, average: pd.DataFrame, path: Path, title: str, window_s: float) -> Path:
     """One panel per kmax: every record's latency (dots) and the windowed average (line), shared axes."""
-    from experiments.figures import panels
+    from replicast.experiments.figures import panels
 
     ks = sorted(per_record["kmax"].unique())
     with panels(path, title, len(ks), width=3.4, height=3.6) as axes:

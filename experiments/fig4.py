@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from experiments.latency import LatencyRun, draw
-from experiments.simulations import Scale, base_scenario, describe, ratios, simulate, span_s, summary
+from replicast.experiments.latency import LatencyRun, draw
+from replicast.experiments.simulations import Scale, base_scenario, describe, ratios, simulate, span_s, summary
 
 KMAX = (1, 2, 3, 4, 5)
 #: Simulated seconds by default: the shipped scenario's first 30 minutes (the whole 1.9-h trace at
@@ -62,7 +62,7 @@ def ccdf_points(latency_us: np.ndarray, grid_s: np.ndarray) -> np.ndarray:
 
 
 def plot(curves: dict[str, list[LatencyRun]], path: Path, title: str) -> Path:
-    from experiments.figures import panels
+    from replicast.experiments.figures import panels
 
     with panels(path, title, len(curves), width=4.4, height=4.0, sharex=True) as axes:
         for ax, (i, (deployment, runs)) in zip(axes, enumerate(curves.items())):

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.simulations import Scale, base_scenario, describe, simulate, span_s, summary
+from replicast.experiments.simulations import Scale, base_scenario, describe, simulate, span_s, summary
 
 KMAX = (1, 2, 3, 4, 5)
 #: Simulated seconds by default: the shipped scenario's first 30 minutes (the whole 1.9-h trace at
@@ -51,7 +51,7 @@ COLUMNS = ("kmax", "variant", "final_cost", "final_cost_ratio", "mean_cost", "sa
 
 
 def scenario(scale: Scale, kmax: tuple[int, ...], variant: str) -> Any:
-    from engine.placement_config import CoordinatorSettings
+    from replicast.engine.placement_config import CoordinatorSettings
 
     sim = replace(base_scenario(scale, DURATION_S), kmax=tuple(kmax), deployment="min-cost")
     if variant in COORDINATORS:
@@ -115,7 +115,7 @@ def run(out: Path, scale: Scale = Scale(), *, kmax: tuple[int, ...] = KMAX) -> d
 
 def plot(rows: list[dict], path: Path, title: str) -> Path:
     """Grouped bars: cost per kmax and variant; beside them each variant's p99 latency."""
-    from experiments.figures import panels
+    from replicast.experiments.figures import panels
 
     ks = sorted({r["kmax"] for r in rows})
     width = 0.8 / len(VARIANTS)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.latency import KINDS
-from operators.errors import ReplicastError
+from replicast.experiments.latency import KINDS
+from replicast.operators.errors import ReplicastError
 
 DEFAULT_OUT = Path("out/plot/latency.png")
 
@@ -40,8 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_latency(args: argparse.Namespace) -> int:
-    from experiments.latency import plot_latency
-    from experiments.runs import load_runs
+    from replicast.experiments.latency import plot_latency
+    from replicast.experiments.runs import load_runs
 
     runs = [run for path in args.runs for run in load_runs(path)]
     if len(args.label) > len(runs):

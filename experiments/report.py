@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from experiments import paper
-from experiments.simulations import Scale, describe
+from replicast.experiments import paper
+from replicast.experiments.simulations import Scale, describe
 
 FIGURES = ("table1.png", "fig2.png", "fig3.png", "fig4.png", "fig5.png")
 
 
 def run_all(out: Path, scale: Scale, *, simulate_fig2: bool = False) -> Path:
     """Run table1, fig2, fig3, fig4 and fig5 into ``out`` and write ``out/report.md``."""
-    from experiments import fig2, fig3, fig4, fig5, table1
+    from replicast.experiments import fig2, fig3, fig4, fig5, table1
 
     started, load_before = time.monotonic(), os.getloadavg()
     results: dict[str, Any] = {}
@@ -276,7 +276,7 @@ def fig4_rows(result: dict | None) -> list[str]:
 def fig5_rows(result: dict | None) -> list[str]:
     if not result:
         return []
-    from experiments.fig5 import VARIANTS
+    from replicast.experiments.fig5 import VARIANTS
 
     rows = {(r["variant"], r["kmax"]): r for r in result["rows"]}
     ks = sorted({k for _, k in rows if k > 1})
@@ -300,7 +300,7 @@ def fig5_rows(result: dict | None) -> list[str]:
 
 
 def _revival_note(variant: str) -> str:
-    from experiments.fig5 import COORDINATORS
+    from replicast.experiments.fig5 import COORDINATORS
 
     threshold = COORDINATORS[variant]["revival_threshold_s"]
     if threshold > 1e6:
@@ -310,6 +310,6 @@ def _revival_note(variant: str) -> str:
 
 
 def _gc_period(result: dict) -> str:
-    from experiments.fig5 import COORDINATORS
+    from replicast.experiments.fig5 import COORDINATORS
 
     return f"{next(iter(COORDINATORS.values()))['gc_period_s']:g}"

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from experiments.latency import LatencyRun
-from operators.errors import ReplicastError
+from replicast.experiments.latency import LatencyRun
+from replicast.operators.errors import ReplicastError
 
 _UNIX_LINE = re.compile(r"^(\d+(?:\.\d+)?) (\S+) (.*)$")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 log = logging.getLogger("replicast.experiment")
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ class Scale:
 def base_scenario(scale: Scale, default_duration_s: float | None) -> Any:
     """The shipped scenario with ``scale``'s trace and duration (else ``default_duration_s``;
     None: the whole trace, capped at the trace's length by the simulator)."""
-    from simulator.scenario import load_scenario
+    from replicast.simulator.scenario import load_scenario
 
     scenario = load_scenario(BASE_SCENARIO)
     if scale.trace is not None:
@@ -54,7 +54,7 @@ def base_scenario(scale: Scale, default_duration_s: float | None) -> Any:
 
 def span_s(scenario: Any) -> float:
     """Seconds of trace the sources of ``scenario`` run for (its duration, else the rest of the trace)."""
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
 
     available = TraceStore.open(scenario.trace).duration_us / 1e6 - scenario.start_s
     return available if scenario.duration_s is None else min(scenario.duration_s, available)
@@ -78,8 +78,8 @@ def simulate(scenario: Any, runs_dir: Path, scale: Scale, variant: str = "") -> 
     """Run ``scenario`` at each of its kmax values not already in ``runs_dir``; kmax → its run
     directory ``runs_dir/<deployment>[-<variant>]-<digest>/k<K>``: experiments simulating the same
     scenario share it (``variant`` only makes the name readable)."""
-    from simulator.cli import simulate_runs
-    from simulator.run import Prepared
+    from replicast.simulator.cli import simulate_runs
+    from replicast.simulator.run import Prepared
 
     name = scenario.deployment + (f"-{variant}" if variant else "")
     directory = runs_dir / f"{name}-{digest(scenario)}"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from experiments import paper
-from experiments.cpu_cost import OPERATORS, Cost, record_inputs, replay
+from replicast.experiments import paper
+from replicast.experiments.cpu_cost import OPERATORS, Cost, record_inputs, replay
 
 DEGREES = (1, 2, 3, 4)
 COLUMNS = ("operator", "degree", "cpu_percent", "ratio_to_degree1", "input_copies_per_s", "records_out_per_s",
@@ -75,7 +75,7 @@ def write_csv(table: Sequence[dict], path: Path) -> Path:
 
 def plot(table: Sequence[dict], path: Path) -> Path:
     """Per-replica CPU cost against degree 1: ours solid, the paper's dashed, one colour per operator."""
-    from experiments.figures import panels
+    from replicast.experiments.figures import panels
 
     operators = list(dict.fromkeys(r["operator"] for r in table))
     with panels(path, "CPU cost of a replica against degree 1 (Table I): replicast solid, paper dashed", 1,

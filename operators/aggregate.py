@@ -17,9 +17,9 @@ from typing import Any
 
 from sortedcontainers import SortedDict
 
-from operators.base import Operator
-from operators.record import Record
-from operators.summaries import Summary, group_key_function, summarise
+from replicast.operators.base import Operator
+from replicast.operators.record import Record
+from replicast.operators.summaries import Summary, group_key_function, summarise
 
 
 class TimeWindowAggregate(Operator):

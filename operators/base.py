@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from operators.record import Record, short_repr
+from replicast.operators.record import Record, short_repr
 
 #: The frontier before any punctuation: nothing is promised yet.
 NO_PUNCTUATION = -(2**63)

@@ -13,20 +13,20 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping
 
-from operators.aggregate import TimeWindowAggregate
-from operators.base import Operator
-from operators.count_aggregate import CountWindowAggregate
-from operators.errors import QueryError
-from operators.expressions import (FieldRef, check_expression, compile_expression, compile_selection, compile_tuple,
+from replicast.operators.aggregate import TimeWindowAggregate
+from replicast.operators.base import Operator
+from replicast.operators.count_aggregate import CountWindowAggregate
+from replicast.operators.errors import QueryError
+from replicast.operators.expressions import (FieldRef, check_expression, compile_expression, compile_selection, compile_tuple,
                                   compile_tuples)
-from operators.filter import Filter
-from operators.join import Join
-from operators.join_keys import split_join_keys
-from operators.keyed_join import KeyedJoin, key_getter
-from operators.map import Map
-from operators.record import Schema
-from operators.summaries import FUNCTIONS, Summary
-from operators.union import Union
+from replicast.operators.filter import Filter
+from replicast.operators.join import Join
+from replicast.operators.join_keys import split_join_keys
+from replicast.operators.keyed_join import KeyedJoin, key_getter
+from replicast.operators.map import Map
+from replicast.operators.record import Schema
+from replicast.operators.summaries import FUNCTIONS, Summary
+from replicast.operators.union import Union
 
 OperatorFactory = Callable[[], Operator]
 

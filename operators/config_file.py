@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 MISSING: Any = ...
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.base import Operator
-from operators.record import CLOSED, Record
-from operators.summaries import Summary, group_key_function, summarise
+from replicast.operators.base import Operator
+from replicast.operators.record import CLOSED, Record
+from replicast.operators.summaries import Summary, group_key_function, summarise
 
 
 class CountWindowAggregate(Operator):

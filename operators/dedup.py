@@ -67,8 +67,8 @@ from itertools import count
 from operator import itemgetter
 from typing import Any
 
-from operators.base import NO_PUNCTUATION
-from operators.record import Record, sorted_stamps
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.record import Record, sorted_stamps
 
 
 _ts = itemgetter(0)

@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from operators.errors import QueryError
+from replicast.operators.errors import QueryError
 
 FUNCTIONS: dict[str, Callable] = {"abs": abs, "min": min, "max": max, "round": round}
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from operators.base import Operator
-from operators.record import Record
+from replicast.operators.base import Operator
+from replicast.operators.record import Record
 
 
 class Filter(Operator):

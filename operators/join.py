@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from sortedcontainers import SortedKeyList
 
-from operators.base import Operator
-from operators.record import Record
+from replicast.operators.base import Operator
+from replicast.operators.record import Record
 
 _by_ts = itemgetter(0)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from operators.expressions import FieldRef, Scope, dotted_name
+from replicast.operators.expressions import FieldRef, Scope, dotted_name
 
 
 @dataclass(frozen=True)

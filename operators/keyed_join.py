@@ -25,8 +25,8 @@ from itertools import count
 from operator import itemgetter
 from typing import Any, Callable
 
-from operators.join import Join
-from operators.record import Record
+from replicast.operators.join import Join
+from replicast.operators.record import Record
 
 _by_ts = itemgetter(0)
 

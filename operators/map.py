@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from operators.base import Operator
-from operators.record import Record
+from replicast.operators.base import Operator
+from replicast.operators.record import Record
 
 
 class Map(Operator):

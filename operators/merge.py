@@ -18,8 +18,8 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from operators.base import NO_PUNCTUATION
-from operators.record import Record, canonical_bytes
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.record import Record, canonical_bytes
 
 _port = itemgetter(1)
 

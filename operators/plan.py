@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from operators.errors import QueryError
-from operators.query import Query
+from replicast.operators.errors import QueryError
+from replicast.operators.query import Query
 
 
 # Replica and stream-replica ids key every dict on the data path (routes, inbound state, acks), so

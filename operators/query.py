@@ -20,10 +20,10 @@ import graphlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from operators.base import Operator
-from operators.compile import KINDS, Compiled, compile_join
-from operators.errors import QueryError
-from operators.record import FIELD_TYPES, Schema
+from replicast.operators.base import Operator
+from replicast.operators.compile import KINDS, Compiled, compile_join
+from replicast.operators.errors import QueryError
+from replicast.operators.record import FIELD_TYPES, Schema
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from operators.config_file import read_toml
-from operators.errors import QueryError
-from operators.query import Query, QueryBuilder
+from replicast.operators.config_file import read_toml
+from replicast.operators.errors import QueryError
+from replicast.operators.query import Query, QueryBuilder
 
 _SECTIONS = {"streams", "operators", "applications"}
 _OPERATOR_KEYS = {"filter": {"where"}, "map": {"set"}, "union": set(), "join": {"window_ms", "on"},

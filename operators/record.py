@@ -113,7 +113,7 @@ def make_record(schema: Schema, ts: Any, values: dict[str, Any], where: str) -> 
     expected type.  An ``int`` is accepted for a ``float`` field (and converted); nothing else is
     converted, so equal events always become equal records.
     """
-    from operators.errors import InputError
+    from replicast.operators.errors import InputError
 
     if isinstance(ts, bool) or not isinstance(ts, int):
         raise InputError(f"{where}: 'ts' must be an integer number of microseconds, got {short_repr(ts)}")

@@ -20,12 +20,12 @@ from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import Any
 
-from operators.base import Operator
-from operators.dedup import DuplicateFilter
-from operators.merge import MergeSorter
-from operators.record import Record
-from operators.sorter import Sorter
-from operators.union import Union
+from replicast.operators.base import Operator
+from replicast.operators.dedup import DuplicateFilter
+from replicast.operators.merge import MergeSorter
+from replicast.operators.record import Record
+from replicast.operators.sorter import Sorter
+from replicast.operators.union import Union
 
 
 class OperatorReplica:

@@ -14,7 +14,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from operators.record import Record, canonical_bytes
+from replicast.operators.record import Record, canonical_bytes
 
 
 class Sorter:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Callable
 
-from operators.record import INT_MAX, INT_MIN, Record
+from replicast.operators.record import INT_MAX, INT_MIN, Record
 
 FUNCTIONS = ("count", "sum", "avg", "min", "max")
 #: Below this, a sum of n values each under _SAFE / n in magnitude cannot overflow.

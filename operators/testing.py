@@ -15,8 +15,8 @@ from bisect import bisect_right
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from operators.base import Operator
-from operators.record import CLOSED, Punctuation, Record
+from replicast.operators.base import Operator
+from replicast.operators.record import CLOSED, Punctuation, Record
 
 Item = Record | Punctuation
 

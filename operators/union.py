@@ -7,8 +7,8 @@ The base class forwards a punctuation once every input has sent one at least as 
 
 from __future__ import annotations
 
-from operators.base import Operator
-from operators.record import Record
+from replicast.operators.base import Operator
+from replicast.operators.record import Record
 
 
 class Union(Operator):

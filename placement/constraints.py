@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement.errors import PlacementError
-from placement.model import Deployment, Network, Workload
+from replicast.placement.errors import PlacementError
+from replicast.placement.model import Deployment, Network, Workload
 
 
 @dataclass(frozen=True)

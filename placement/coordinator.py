@@ -33,18 +33,18 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from operators.plan import StreamReplica
-from placement.constraints import DeployConfig
-from placement.cost import total_cost
-from placement.decisions import Decision, changes
-from placement.deployment import min_cost
-from placement.errors import PlacementError
-from placement.gc import GCConfig, collect
-from placement.measurements import Measurements
-from placement.model import Deployment, Workload
-from placement.reports import ServerReport
-from placement.revival import Collected, apply, revive
-from placement.utility import Utilities, utilities
+from replicast.operators.plan import StreamReplica
+from replicast.placement.constraints import DeployConfig
+from replicast.placement.cost import total_cost
+from replicast.placement.decisions import Decision, changes
+from replicast.placement.deployment import min_cost
+from replicast.placement.errors import PlacementError
+from replicast.placement.gc import GCConfig, collect
+from replicast.placement.measurements import Measurements
+from replicast.placement.model import Deployment, Workload
+from replicast.placement.reports import ServerReport
+from replicast.placement.revival import Collected, apply, revive
+from replicast.placement.utility import Utilities, utilities
 
 _S = 1_000_000
 

@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
-from operators.plan import StreamReplica
-from placement.model import Deployment, Network, Workload
+from replicast.operators.plan import StreamReplica
+from replicast.placement.model import Deployment, Network, Workload
 
 
 def stream_cost(stream: StreamReplica, deployment: Deployment, network: Network, workload: Workload) -> float:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
-from operators.plan import ReplicaId, StreamReplica
-from placement.model import Deployment
+from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.model import Deployment
 
 
 @dataclass(frozen=True)

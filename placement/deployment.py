@@ -22,13 +22,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from operators.plan import ReplicaId
-from placement.constraints import DeployConfig, candidates
-from placement.cost import placement_cost
-from placement.errors import PlacementError
-from placement.model import Deployment, Network, Workload, connect, server_loads
-from placement.refine import refine
-from placement.relaxation import initial_placement
+from replicast.operators.plan import ReplicaId
+from replicast.placement.constraints import DeployConfig, candidates
+from replicast.placement.cost import placement_cost
+from replicast.placement.errors import PlacementError
+from replicast.placement.model import Deployment, Network, Workload, connect, server_loads
+from replicast.placement.refine import refine
+from replicast.placement.relaxation import initial_placement
 
 __all__ = ["DeployConfig", "candidates", "deploy_phase", "min_cost", "random_deployment"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from placement.model import Deployment, Network, Workload
+from replicast.placement.model import Deployment, Network, Workload
 
 _MARKERS = {"entry": "^", "operator": "o", "application": "s"}
 

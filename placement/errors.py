@@ -1,6 +1,6 @@
 """Errors a user can fix in placement inputs (a query's rates, a trace, a strategy's constraints)."""
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 
 class PlacementError(ReplicastError):

@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from placement.coordinates import Coordinates, VivaldiConfig, fit, relative_errors
-from placement.model import Network, uniform_network
+from replicast.placement.coordinates import Coordinates, VivaldiConfig, fit, relative_errors
+from replicast.placement.model import Network, uniform_network
 
 TRACE_VIVALDI = dataclasses.replace(VivaldiConfig(), latency_filter=25)
 

@@ -29,10 +29,10 @@ import collections
 from dataclasses import dataclass
 from typing import Iterator
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.cost import stream_cost
-from placement.model import Deployment, Network, Workload
-from placement.utility import Utilities
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.cost import stream_cost
+from replicast.placement.model import Deployment, Network, Workload
+from replicast.placement.utility import Utilities
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from operators.plan import ReplicaId
-from placement.coordinates import Vivaldi
-from placement.from_trace import fill
-from placement.model import Deployment, Network, Workload
-from placement.reports import ServerReport
+from replicast.operators.plan import ReplicaId
+from replicast.placement.coordinates import Vivaldi
+from replicast.placement.from_trace import fill
+from replicast.placement.model import Deployment, Network, Workload
+from replicast.placement.reports import ServerReport
 
 _FILTER = 3
 #: Vivaldi rounds per fit of the coordinates.

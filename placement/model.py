@@ -21,8 +21,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.errors import PlacementError
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.errors import PlacementError
 
 
 @dataclass(frozen=True)

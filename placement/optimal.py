@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, sparse
 
-from operators.plan import ReplicaId
-from placement.constraints import DeployConfig
-from placement.errors import PlacementError
-from placement.model import Deployment, Network, Workload, complete, pinned_deployment, server_loads
+from replicast.operators.plan import ReplicaId
+from replicast.placement.constraints import DeployConfig
+from replicast.placement.errors import PlacementError
+from replicast.placement.model import Deployment, Network, Workload, complete, pinned_deployment, server_loads
 
 _STRICT = 1e-9      # turns Alg. 5's "load < α·capacity" into a ≤ constraint
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from operators.plan import ReplicaId
-from placement.cost import placement_cost
-from placement.constraints import DeployConfig, candidates
-from placement.model import Deployment, Network, Workload, connect, server_loads
+from replicast.operators.plan import ReplicaId
+from replicast.placement.cost import placement_cost
+from replicast.placement.constraints import DeployConfig, candidates
+from replicast.placement.model import Deployment, Network, Workload, connect, server_loads
 
 _GAIN = 1e-9        # relative improvement below which a move is not worth it
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from operators.plan import ReplicaId
-from placement.errors import PlacementError
-from placement.model import Deployment, Network, Workload, connect, pinned_deployment, server_loads
+from replicast.operators.plan import ReplicaId
+from replicast.placement.errors import PlacementError
+from replicast.placement.model import Deployment, Network, Workload, connect, pinned_deployment, server_loads
 
 #: Added to the diagonal so operators whose streams all carry rate 0 still have a position.
 _REGULARISER = 1e-9

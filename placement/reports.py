@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from operators.plan import ReplicaId, StreamReplica
+from replicast.operators.plan import ReplicaId, StreamReplica
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ from typing import Mapping
 
 import numpy as np
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.constraints import DeployConfig, candidates
-from placement.model import Deployment, Network, Workload, server_loads
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.constraints import DeployConfig, candidates
+from replicast.placement.model import Deployment, Network, Workload, server_loads
 
 
 class Action(enum.Enum):

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.model import Deployment, Workload
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.model import Deployment, Workload
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from operators.query import Query
-from placement.errors import PlacementError
-from placement.model import Workload
+from replicast.operators.query import Query
+from replicast.placement.errors import PlacementError
+from replicast.placement.model import Workload
 
 
 def from_query(query: Query, pinned: Mapping[str, int], *, source_rate: float = 1.0,

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.plan import plan
-from operators.query import Query
-from operators.record import Record
+from replicast.operators.plan import plan
+from replicast.operators.query import Query
+from replicast.operators.record import Record
 
 INFINITY = float("inf")
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.core.modes import MODES, parse_mode
-from operators.errors import ReplicastError
+from replicast.engine.core.modes import MODES, parse_mode
+from replicast.operators.errors import ReplicastError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,9 +86,9 @@ class _Stopped(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.latency import plot_ccdf
-    from simulator.run import Prepared
-    from simulator.scenario import load_scenario
+    from replicast.experiments.latency import plot_ccdf
+    from replicast.simulator.run import Prepared
+    from replicast.simulator.scenario import load_scenario
 
     path = args.scenario or DEFAULT_SCENARIO
     if args.scenario is None and not path.is_file():
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         scenario.trace = args.trace
         scenario.duration_s = None            # the scenario's duration was chosen for its own trace
     if args.deployment:
-        from simulator.scenario import DEPLOYMENTS
+        from replicast.simulator.scenario import DEPLOYMENTS
         bad = [d for d in args.deployment if d not in DEPLOYMENTS]
         if bad:
             raise ReplicastError(f"--deployment must be one of {', '.join(DEPLOYMENTS)}, got {bad[0]!r}")
@@ -175,8 +175,8 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
     """kmax × deployment × segment tasks, locally or on Spark, into one dataset under ``out``."""
     import shutil
 
-    from simulator import sweep, sweep_local
-    from simulator.run import Prepared
+    from replicast.simulator import sweep, sweep_local
+    from replicast.simulator.run import Prepared
 
     segments = args.segments or 1
     scenario = sweep.portable(scenario)
@@ -195,7 +195,7 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
              ", ".join(map(str, scenario.kmax)), "/".join(deployments), segments, warmup / 1e6, len(tasks),
              f"on Spark {args.spark}" if args.spark else "in local worker processes")
     if args.spark:
-        from simulator import spark as on_spark
+        from replicast.simulator import spark as on_spark
         summaries = on_spark.run_tasks(args.spark, scenario, tasks, out, progress=not args.no_progress)
         runs, histograms = on_spark.summarise(args.spark, out, summaries, scenario, span)
     else:
@@ -226,8 +226,8 @@ def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: boo
                  on_progress: Callable[[int, int], None] | None = None) -> Outcome:
     """Run ``prepared`` at kmax ``k``, write ``out/k<k>/`` and, with ``check``, compare every
     application's output with the non-replicated ``engine.replay`` of the same input."""
-    from engine.replay import replay
-    from simulator.run import run as simulate
+    from replicast.engine.replay import replay
+    from replicast.simulator.run import run as simulate
 
     log.info("kmax=%d: run started", k)
     wall = time.perf_counter()
@@ -344,7 +344,7 @@ def _forward(reports: Any, bars: dict[int, Any], kmax: tuple[int, ...], show: bo
 def _work(scenario: Any, index: int, k: int, out: Path, check: bool, reports: Any, stop: Any,
           levels: dict[str, int]) -> Outcome:
     """One run in a worker process: build the shared parts, simulate, write, check."""
-    from simulator.run import Prepared
+    from replicast.simulator.run import Prepared
 
     logging.getLogger().handlers[:] = [logging.handlers.QueueHandler(reports)]   # to _forward
     for name, level in levels.items():
@@ -360,7 +360,7 @@ def _work(scenario: Any, index: int, k: int, out: Path, check: bool, reports: An
 
 def _plot_cost(runs: list[dict[str, Any]], out: Path, scenario: Any, servers: int) -> Path:
     """``cost.png``: each run's network cost over time (and its static counterpart's, if simulated)."""
-    from experiments.cost import plot_cost
+    from replicast.experiments.cost import plot_cost
 
     lines = [(f"kmax = {s['kmax']}" + (", coordinator" if "coordinator" in s else ""), s["cost_over_time"],
               s.get("static", {}).get("cost_over_time")) for s in runs]

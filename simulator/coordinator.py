@@ -21,17 +21,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.core.coordination import CoordinationSetup
-from engine.placement_config import CoordinatorSettings
-from engine.placement_config import parse_coordinator as parse_settings
-from operators.query import Query
-from placement.constraints import DeployConfig
-from placement.deployment import min_cost, random_deployment
-from placement.errors import PlacementError
-from placement.from_trace import network_from_frames
-from placement.model import Network, Workload
-from placement.workload import from_query
-from simulator.scenario import ScenarioError
+from replicast.engine.core.coordination import CoordinationSetup
+from replicast.engine.placement_config import CoordinatorSettings
+from replicast.engine.placement_config import parse_coordinator as parse_settings
+from replicast.operators.query import Query
+from replicast.placement.constraints import DeployConfig
+from replicast.placement.deployment import min_cost, random_deployment
+from replicast.placement.errors import PlacementError
+from replicast.placement.from_trace import network_from_frames
+from replicast.placement.model import Network, Workload
+from replicast.placement.workload import from_query
+from replicast.simulator.scenario import ScenarioError
 
 #: Trace frames (evenly spaced over the run's window) the min-cost deployment's latencies come from.
 FRAMES = 60

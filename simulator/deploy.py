@@ -26,9 +26,9 @@ import random
 import zlib
 from typing import Any, Callable
 
-from operators.query import Query
-from simulator.scenario import Scenario, ScenarioError
-from simulator.sources import Source
+from replicast.operators.query import Query
+from replicast.simulator.scenario import Scenario, ScenarioError
+from replicast.simulator.sources import Source
 
 #: Deployment kinds computed by the placement package over the trace's latencies.
 PLACED = ("min-cost", "random-from-min-cost")
@@ -64,7 +64,7 @@ def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: lis
         if server not in servers:
             raise ScenarioError(f"{where}: application '{app}' on {server!r}, which is not a server of this scenario")
     if scenario.deployment in PLACED:
-        from simulator.coordinator import min_cost_placement, random_placement, workload
+        from replicast.simulator.coordinator import min_cost_placement, random_placement, workload
         pins = {name: placement[name][0] for name in query.streams}
         pins.update({app: scenario.applications.get(app) or _order(scenario, app, servers)[0]
                      for app in query.applications})

@@ -33,15 +33,15 @@ from typing import Any, Callable
 
 import simpy
 
-from engine.core.configure import add_replica, remove_replica
-from engine.core.modes import shape
-from engine.messages import Batch, ConnectStream, DeployReplica
-from operators.plan import ReplicaId
-from engine.node import (DeadLetter, Decided, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
+from replicast.engine.core.configure import add_replica, remove_replica
+from replicast.engine.core.modes import shape
+from replicast.engine.messages import Batch, ConnectStream, DeployReplica
+from replicast.operators.plan import ReplicaId
+from replicast.engine.node import (DeadLetter, Decided, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
                          configure_pinned, placement_plan)
-from engine.wire import encode
-from operators.query import Query
-from simulator.network import LinkEnvironment, Network, Processing
+from replicast.engine.wire import encode
+from replicast.operators.query import Query
+from replicast.simulator.network import LinkEnvironment, Network, Processing
 
 #: Retry period of a connection whose link is in an outage (the TCP driver's back-off cap).
 RECONNECT_US = 2_000_000

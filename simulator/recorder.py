@@ -33,12 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.messages import Batch
-from engine.node import DeadLetter, Delivered
-from engine.wire import batch_frame_size, batch_header_size, encode
-from operators.record import CLOSED
-from simulator import latency as latency_stats
-from simulator.driver import Observer
+from replicast.engine.messages import Batch
+from replicast.engine.node import DeadLetter, Delivered
+from replicast.engine.wire import batch_frame_size, batch_header_size, encode
+from replicast.operators.record import CLOSED
+from replicast.simulator import latency as latency_stats
+from replicast.simulator.driver import Observer
 
 #: Rows of a table the streaming recorder holds before writing them out (~24 MB of deliveries).
 SPILL_ROWS = 1 << 20

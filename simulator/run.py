@@ -17,22 +17,22 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from engine.core.modes import Mode, shape
-from engine.events import read_events
-from engine.node import NodeOptions
-from operators.query import Query
-from operators.query_file import load_query
-from operators.plan import ReplicaId
-from operators.record import Record
-from simulator.deploy import deploy
-from simulator.driver import Simulation
-from simulator.network import Processing
-from simulator.recorder import Recorder
-from simulator.latency import quantiles
-from simulator.scenario import Scenario, ScenarioError
-from simulator.segments import Segment
-from simulator.sources import Source, messages, payload, reference_records
-from traces.store import TraceStore
+from replicast.engine.core.modes import Mode, shape
+from replicast.engine.events import read_events
+from replicast.engine.node import NodeOptions
+from replicast.operators.query import Query
+from replicast.operators.query_file import load_query
+from replicast.operators.plan import ReplicaId
+from replicast.operators.record import Record
+from replicast.simulator.deploy import deploy
+from replicast.simulator.driver import Simulation
+from replicast.simulator.network import Processing
+from replicast.simulator.recorder import Recorder
+from replicast.simulator.latency import quantiles
+from replicast.simulator.scenario import Scenario, ScenarioError
+from replicast.simulator.segments import Segment
+from replicast.simulator.sources import Source, messages, payload, reference_records
+from replicast.traces.store import TraceStore
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 
@@ -69,7 +69,7 @@ class Prepared:
     def placement_network(self):
         """The servers' :class:`placement.model.Network` over the run's window (min-cost deployment)."""
         if self._network is None:
-            from simulator.coordinator import trace_network
+            from replicast.simulator.coordinator import trace_network
             self._network = trace_network(self.trace, self.servers, self.start, self.end, self.origin,
                                           self.scenario.seed)
         return self._network
@@ -154,7 +154,7 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
         if scenario.mode is not Mode.REPLICATION:      # §V's utilities come from every replica feeding every one
             raise ScenarioError(f"{scenario.path}: [coordinator] needs mode \"replication\" (garbage collection "
                                 f"and revival change the replicated deployment), got {scenario.mode.value!r}")
-        from simulator.coordinator import node_setups, workload
+        from replicast.simulator.coordinator import node_setups, workload
         servers = list(prepared.servers)
         pins = {name: placement[name][0] for name in (*query.streams, *query.applications)}
         coordination = node_setups(scenario.coordinator, servers, workload(query, prepared.sources, servers, pins),

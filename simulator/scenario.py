@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
-from engine.entry import MODES
-from operators.config_file import read_toml, typed_key
-from operators.errors import ReplicastError
-from simulator.network import OUTAGE_MODES
+from replicast.engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
+from replicast.engine.entry import MODES
+from replicast.operators.config_file import read_toml, typed_key
+from replicast.operators.errors import ReplicastError
+from replicast.simulator.network import OUTAGE_MODES
 
 if TYPE_CHECKING:
-    from engine.placement_config import CoordinatorSettings
+    from replicast.engine.placement_config import CoordinatorSettings
 
 DEPLOYMENTS = ("manual", "random", "min-cost", "random-from-min-cost")
 SOURCE_KINDS = ("cpu", "ping", "events")
@@ -160,7 +160,7 @@ def parse_scenario(doc: dict, path: Path) -> Scenario:
     for i, table in enumerate(_get(doc, "faults", list, where, []), start=1):
         scenario.faults.append(_fault(table, f"{where}: [[faults]] #{i}"))
     if "coordinator" in doc:
-        from simulator.coordinator import parse_coordinator
+        from replicast.simulator.coordinator import parse_coordinator
         scenario.coordinator = parse_coordinator(_get(doc, "coordinator", dict, where), f"{where}: [coordinator]")
     return scenario
 

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.driver import RECONNECT_US
-from simulator.scenario import Scenario, ScenarioError
+from replicast.simulator.driver import RECONNECT_US
+from replicast.simulator.scenario import Scenario, ScenarioError
 
 
 @dataclass(frozen=True)

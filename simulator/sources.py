@@ -24,8 +24,8 @@ from typing import Iterator
 
 import msgpack
 
-from engine.replay import source_messages
-from operators.record import CLOSED, Record, make_record
+from replicast.engine.replay import source_messages
+from replicast.operators.record import CLOSED, Record, make_record
 
 
 @dataclass

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from simulator import latency
-from simulator.sweep import Task, run_entry, run_task
+from replicast.simulator import latency
+from replicast.simulator.sweep import Task, run_entry, run_task
 
 
 def session(master: str):
     """A SparkSession for the sweep; executors on this machine import this checkout of replicast."""
-    from traces.jobs.session import spark_session
+    from replicast.traces.jobs.session import spark_session
 
     here = str(Path(__file__).resolve().parent.parent)
     return spark_session(master, app_name="replicast-simulate", driver_memory="1g", config={
@@ -77,7 +77,7 @@ def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Path, *, progr
 
 def _readable(error: BaseException) -> BaseException:
     """A task's ReplicastError (a scenario mistake) as itself, not a Py4J trace."""
-    from operators.errors import ReplicastError
+    from replicast.operators.errors import ReplicastError
 
     text = str(error)
     marker = "ScenarioError: "
@@ -147,7 +147,7 @@ def _values_in_bins(deliveries, k: int, deployment: str, histogram: latency.Hist
     """The latencies of one run that fall in the bins holding its quantiles (a few per cent)."""
     from pyspark.sql import functions as F
 
-    from simulator.run import QUANTILES
+    from replicast.simulator.run import QUANTILES
 
     n = histogram.total
     cumulative = np.cumsum(histogram.counts)

@@ -23,8 +23,8 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from simulator import latency
-from simulator.segments import Segment, check_segmentable, default_warmup_us, grid_us, plan
+from replicast.simulator import latency
+from replicast.simulator.segments import Segment, check_segmentable, default_warmup_us, grid_us, plan
 
 TABLES = ("deliveries", "bandwidth")
 
@@ -77,7 +77,7 @@ _PREPARED: dict[Any, Any] = {}       # per process: the scenario's shared parts,
 
 def prepared_for(scenario: Any) -> Any:
     """The scenario's :class:`~simulator.run.Prepared`, reused by the tasks a worker runs."""
-    from simulator.run import Prepared
+    from replicast.simulator.run import Prepared
 
     key = (str(scenario.path), scenario.trace, scenario.duration_s, scenario.start_s)
     if key not in _PREPARED:
@@ -90,7 +90,7 @@ def run_task(scenario: Any, task: Task, out: Path, *, prepared: Any = None,
              on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Simulate ``task`` and write its partition of the dataset; its summary with the totals
     :func:`merge` needs (``_histogram``: sparse latency histogram)."""
-    from simulator.run import run
+    from replicast.simulator.run import run
 
     prepared = prepared or prepared_for(scenario)
     work = Path(out) / "_tasks" / task.partition().replace("/", "-")
@@ -139,7 +139,7 @@ def run_entry(parts: list[dict[str, Any]], totals: Any, per_app: dict[str, int],
     summaries ``parts``, outputs from ``totals`` (``delivered``, ``histogram``, ``latency_sum``,
     ``latency_max``, ``data`` = records, bytes, cost of data streams, ``control_bytes``) and
     ``columns`` (its latencies once more, for the exact quantiles)."""
-    from simulator.run import latency_summary
+    from replicast.simulator.run import latency_summary
 
     return {
         "kmax": parts[0]["kmax"], "deployment": parts[0]["deployment"], "segments": len(parts),

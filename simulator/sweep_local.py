@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator import latency
-from simulator.sweep import Task, run_task
+from replicast.simulator import latency
+from replicast.simulator.sweep import Task, run_task
 
 log = logging.getLogger("replicast.simulate")
 
@@ -71,7 +71,7 @@ def write_outputs(out: Path, scenario_path: Path, runs: list[dict[str, Any]], hi
                   title: str) -> Path:
     """``summary.json`` (with bandwidth and cost ratios per deployment against its smallest kmax)
     and ``latency.png``; returns the plot's path."""
-    from experiments.latency import plot_ccdf
+    from replicast.experiments.latency import plot_ccdf
 
     for run in runs:
         base = min((r for r in runs if r["deployment"] == run["deployment"]), key=lambda r: r["kmax"])

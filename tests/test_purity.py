@@ -26,7 +26,8 @@ def project_imports(path: Path) -> set[Path]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-    return {p for n in names if n.split(".")[0] in PROJECT_PACKAGES and (p := module_path(n)) is not None}
+    local = {n.removeprefix("replicast.") for n in names if n.startswith("replicast.")}
+    return {p for n in local if n.split(".")[0] in PROJECT_PACKAGES and (p := module_path(n)) is not None}
 
 
 def core_files() -> list[Path]:

@@ -12,7 +12,7 @@ import json
 import msgpack
 from hypothesis import strategies as st
 
-from engine.wire import _CODECS   # noqa: PLC2701 (the codes and field counts are the wire format)
+from replicast.engine.wire import _CODECS   # noqa: PLC2701 (the codes and field counts are the wire format)
 
 CODES = sorted({code for code, *_ in _CODECS})
 FIELDS = {code: n for code, _, _, _, n in _CODECS}

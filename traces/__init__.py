@@ -12,6 +12,6 @@ Modules:
   cli        ``replicast trace ...``
 """
 
-from traces.errors import TraceError
+from replicast.traces.errors import TraceError
 
 __all__ = ["TraceError"]

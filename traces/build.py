@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from traces import catalog
-from traces import format as fmt
-from traces import netlatency
-from traces.errors import TraceError
+from replicast.traces import catalog
+from replicast.traces import format as fmt
+from replicast.traces import netlatency
+from replicast.traces.errors import TraceError
 
 NETLATENCY_CITATION = (
     "Rui Zhu, Bang Liu, Di Niu, Zongpeng Li, Hong Vicky Zhao, \"Network Latency Estimation for Personal "
@@ -37,7 +37,7 @@ def prepare_out(out_dir: Path, overwrite: bool) -> None:
 def ingest_netlatency(spark, source: Path, out_dir: Path, *, name: str, interval_us: int, unit: str = "auto",
                       notes: str = "", compact: bool = False, overwrite: bool = False) -> fmt.TraceMeta:
     """NetLatency frame directory -> canonical trace; the interval is recorded as assumed."""
-    from traces.jobs.ingest import netlatency_frames, write_canonical
+    from replicast.traces.jobs.ingest import netlatency_frames, write_canonical
 
     files = netlatency.frame_files(source)
     # Parse the first frame on the driver: it fixes N for every worker and fails fast on bad input.
@@ -83,14 +83,14 @@ def ingest_csv(spark, path: Path, out_dir: Path, *, name: str, interval_us: int,
     ``one_pass=False``, the benchmark's baseline), the Spark SQL job of
     :func:`traces.jobs.ingest.csv_measurements` (which frames by row order when there is no ``t``).
     """
-    from traces.jobs.ingest import _locate, csv_measurements, read_header, read_node_names, write_canonical
+    from replicast.traces.jobs.ingest import _locate, csv_measurements, read_header, read_node_names, write_canonical
 
     if not Path(path).is_file():
         raise TraceError(f"{path}: no such file")
     names, lat, lon = read_node_names(nodes_csv) if nodes_csv else (None, None, None)
     header = read_header(Path(path))
     if "t" in header and one_pass:
-        from traces.jobs import csv_ingest
+        from replicast.traces.jobs import csv_ingest
 
         prepare_out(out_dir, overwrite)
         done = csv_ingest.ingest(spark, Path(path), Path(out_dir), header, interval_us=interval_us,

@@ -21,7 +21,7 @@ import json
 import numpy as np
 from scipy import special
 
-from traces.errors import TraceError
+from replicast.traces.errors import TraceError
 
 STAT_NAMES = ("median", "p90", "p99", "outage_rate", "frame_corr")
 TAIL_LEVEL = 0.995

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from traces.errors import TraceError
-from traces.format import meta_path
+from replicast.traces.errors import TraceError
+from replicast.traces.format import meta_path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SHIPPED = ("seattle",)

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from traces.errors import TraceError
+from replicast.traces.errors import TraceError
 
 
 def parse_duration_us(text: str) -> int:
@@ -28,7 +28,7 @@ def parse_duration_us(text: str) -> int:
 
 
 def _spark(args):
-    from traces.jobs.session import spark_session
+    from replicast.traces.jobs.session import spark_session
 
     return spark_session(args.master, progress=not args.quiet)
 
@@ -48,7 +48,7 @@ def _print_table(rows: list[dict]) -> None:
 
 
 def cmd_list(args) -> int:
-    from traces import catalog, format as fmt
+    from replicast.traces import catalog, format as fmt
 
     rows = []
     for name, path, present in catalog.available():
@@ -65,9 +65,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from traces import build
+    from replicast.traces import build
 
-    from traces import catalog
+    from replicast.traces import catalog
 
     out = Path(args.out) if args.out else catalog.location(args.name)
     meta = build.build_named(_spark(args), args.name, Path(args.source), interval_us=parse_duration_us(args.interval),
@@ -96,7 +96,7 @@ def _first_non_utf8(path: Path) -> str:
 
 
 def _ingest(args) -> int:
-    from traces import build
+    from replicast.traces import build
 
     source, out = Path(args.source), Path(args.out)
     kind = args.format if args.format != "auto" else ("netlatency" if source.is_dir() else "csv")
@@ -119,8 +119,8 @@ def _ingest(args) -> int:
 def _apply_geo(spark, trace_dir: Path, geo_csv: Path) -> None:
     import pyarrow as pa
 
-    from traces import format as fmt
-    from traces.jobs.geo import join_geo, read_geo
+    from replicast.traces import format as fmt
+    from replicast.traces.jobs.geo import join_geo, read_geo
 
     if not geo_csv.is_file():
         raise TraceError(f"{geo_csv}: no such file")
@@ -132,7 +132,7 @@ def _apply_geo(spark, trace_dir: Path, geo_csv: Path) -> None:
 
 
 def cmd_geo(args) -> int:
-    from traces import catalog
+    from replicast.traces import catalog
 
     if args.trace in catalog.SHIPPED:
         raise TraceError(f"{args.trace!r} ships inside the package; copy it and pass the copy's path")
@@ -142,8 +142,8 @@ def cmd_geo(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from traces import catalog, format as fmt
-    from traces.jobs import summary
+    from replicast.traces import catalog, format as fmt
+    from replicast.traces.jobs import summary
 
     trace_dir = catalog.resolve(args.trace)
     meta = fmt.read_meta(trace_dir)
@@ -176,8 +176,8 @@ def _fmt(value) -> str:
 
 
 def cmd_synth(args) -> int:
-    from traces import build, calibrate, synth
-    from traces.store import TraceStore
+    from replicast.traces import build, calibrate, synth
+    from replicast.traces.store import TraceStore
 
     duration_us, interval_us = parse_duration_us(args.duration), parse_duration_us(args.interval)
     if args.nodes < 2:
@@ -196,9 +196,9 @@ def cmd_synth(args) -> int:
 def cmd_resample(args) -> int:
     from dataclasses import replace
 
-    from traces import build, catalog, format as fmt
-    from traces.jobs.ingest import write_canonical
-    from traces.jobs.resample import resample
+    from replicast.traces import build, catalog, format as fmt
+    from replicast.traces.jobs.ingest import write_canonical
+    from replicast.traces.jobs.resample import resample
 
     trace_dir = catalog.resolve(args.trace)
     meta = fmt.read_meta(trace_dir)
@@ -218,9 +218,9 @@ def cmd_resample(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from traces import calibrate
-    from traces.plot import sampled_frames
-    from traces.store import TraceStore
+    from replicast.traces import calibrate
+    from replicast.traces.plot import sampled_frames
+    from replicast.traces.store import TraceStore
 
     stats = [calibrate.measure(sampled_frames(TraceStore.open(t), args.max_frames)) for t in (args.trace, args.other)]
     _print_table([{"statistic": name, args.trace: _fmt(stats[0][name]), args.other: _fmt(stats[1][name]),
@@ -236,8 +236,8 @@ def _relative(reference: float, other: float) -> str:
 
 
 def cmd_plot(args) -> int:
-    from traces.plot import plot_trace
-    from traces.store import TraceStore
+    from replicast.traces.plot import plot_trace
+    from replicast.traces.store import TraceStore
 
     store = TraceStore.open(args.trace)
     out = Path(args.out or f"out/traces/{store.meta.name}.png")

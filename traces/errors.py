@@ -1,6 +1,6 @@
 """Errors a user can fix in trace files, trace names and trace commands."""
 
-from operators.errors import ReplicastError
+from replicast.operators.errors import ReplicastError
 
 
 class TraceError(ReplicastError):

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from traces.errors import TraceError
+from replicast.traces.errors import TraceError
 
 FORMAT_VERSION = 1
 DAY_US = 86_400_000_000

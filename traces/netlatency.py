@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from traces.errors import TraceError
+from replicast.traces.errors import TraceError
 
 #: Unit of the values, by file-name prefix; other prefixes need an explicit ``unit``.
 UNIT_BY_PREFIX = {"SeattleData": "s", "PlanetLabData": "ms"}

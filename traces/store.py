@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from traces import catalog
-from traces import format as fmt
-from traces.errors import TraceError
+from replicast.traces import catalog
+from replicast.traces import format as fmt
+from replicast.traces.errors import TraceError
 
 DEFAULT_CHUNK_BYTES = 128 << 20
 

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 from scipy import special
 
-from traces import format as fmt
-from traces.calibrate import TAIL_LEVEL, SynthParams, rank_levels, base_bins
+from replicast.traces import format as fmt
+from replicast.traces.calibrate import TAIL_LEVEL, SynthParams, rank_levels, base_bins
 
 #: Continents-and-access-links embedding: cluster centres in a 2-D plane (arbitrary units) and the
 #: spread of nodes around them; each node also gets an access "height" (Vivaldi's height vector).

@@ -34,20 +34,20 @@ from typing import Callable
 
 import aiomqtt
 
-from engine.aio.logs import LogBudget
-from engine.aio.metrics import NodeMetrics
-from engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
-from engine.aio.supervise import Backoff, Supervisor
-from engine.aio.tcp_source import MAX_LINE, serve_source
-from engine.cluster_config import ClusterConfig
-from engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
-from engine.messages import Hello, Proof
-from engine.node import (ControlRefused, DeadLetter, Decided, Delivered, NodeCore, PeerTimedOut, ProtocolError,
+from replicast.engine.aio.logs import LogBudget
+from replicast.engine.aio.metrics import NodeMetrics
+from replicast.engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
+from replicast.engine.aio.supervise import Backoff, Supervisor
+from replicast.engine.aio.tcp_source import MAX_LINE, serve_source
+from replicast.engine.cluster_config import ClusterConfig
+from replicast.engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
+from replicast.engine.messages import Hello, Proof
+from replicast.engine.node import (ControlRefused, DeadLetter, Decided, Delivered, NodeCore, PeerTimedOut, ProtocolError,
                          ReplicaChanged, StreamCutOff, configure, configure_pinned)
-from engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
-from operators.errors import ReplicastError
-from operators.record import CLOSED
-from engine.wire import WireError, decode, encode
+from replicast.engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
+from replicast.operators.errors import ReplicastError
+from replicast.operators.record import CLOSED
+from replicast.engine.wire import WireError, decode, encode
 
 log = logging.getLogger("replicast.node")
 

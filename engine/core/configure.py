@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from engine.core.modes import Mode, shape
-from engine.messages import ConnectStream, DeployReplica, Message, RemoveReplica
-from operators.errors import QueryError
-from operators.plan import PhysicalPlan, ReplicaId, StreamReplica
-from operators.query import Query
+from replicast.engine.core.modes import Mode, shape
+from replicast.engine.messages import ConnectStream, DeployReplica, Message, RemoveReplica
+from replicast.operators.errors import QueryError
+from replicast.operators.plan import PhysicalPlan, ReplicaId, StreamReplica
+from replicast.operators.query import Query
 
 Placement = dict[str, list[str | None]]
 

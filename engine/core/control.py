@@ -22,19 +22,19 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
-from engine.core.control_policy import ControlPolicy
-from engine.core.events import ControlRefused
-from engine.core.hosted import Hosted, Inbound, Route
-from engine.core.modes import TRAITS
-from engine.core.stamper import StampState
-from engine.core.states import ReplicaState
-from engine.entry import EntryPoint
-from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
-from operators.plan import ReplicaId, StreamReplica
-from operators.replica import OperatorReplica, application_sink
+from replicast.engine.core.control_policy import ControlPolicy
+from replicast.engine.core.events import ControlRefused
+from replicast.engine.core.hosted import Hosted, Inbound, Route
+from replicast.engine.core.modes import TRAITS
+from replicast.engine.core.stamper import StampState
+from replicast.engine.core.states import ReplicaState
+from replicast.engine.entry import EntryPoint
+from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.replica import OperatorReplica, application_sink
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 
 class Control:

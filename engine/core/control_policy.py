@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.messages import DisconnectStream, Message
+from replicast.engine.messages import DisconnectStream, Message
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 
 class ControlPolicy:

@@ -30,14 +30,14 @@ import collections
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.core.events import Decided
-from engine.core.stats import server_report
-from engine.messages import Report
-from placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
-from placement.model import Workload
+from replicast.engine.core.events import Decided
+from replicast.engine.core.stats import server_report
+from replicast.engine.messages import Report
+from replicast.placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
+from replicast.placement.model import Workload
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 
 @dataclass(frozen=True)

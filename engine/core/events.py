@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core.modes import Mode
-from operators.plan import ReplicaId, StreamReplica
-from operators.record import Record
+from replicast.engine.core.modes import Mode
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import Record
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.core.events import ReplicaChanged
-from engine.core.hosted import Hosted, Inbound
-from engine.core.modes import preference
-from engine.core.states import InboundState, ReplicaState, advance
-from engine.messages import Standby
-from operators.base import NO_PUNCTUATION
-from operators.plan import ReplicaId, StreamReplica
+from replicast.engine.core.events import ReplicaChanged
+from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.modes import preference
+from replicast.engine.core.states import InboundState, ReplicaState, advance
+from replicast.engine.messages import Standby
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId, StreamReplica
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 Port = tuple[ReplicaId, int]
 

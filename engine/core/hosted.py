@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.core.output_log import OutputLog
-from engine.core.states import InboundState, ReplicaState, RouteState
-from operators.plan import ReplicaId, StreamReplica
+from replicast.engine.core.output_log import OutputLog
+from replicast.engine.core.states import InboundState, ReplicaState, RouteState
+from replicast.operators.plan import ReplicaId, StreamReplica
 
 if TYPE_CHECKING:
-    from engine.core.lifecycle import Joining
-    from engine.core.stamper import StampState
-    from engine.core.stamping import CopyTail
-    from engine.entry import EntryPoint
-    from operators.replica import OperatorReplica
+    from replicast.engine.core.lifecycle import Joining
+    from replicast.engine.core.stamper import StampState
+    from replicast.engine.core.stamping import CopyTail
+    from replicast.engine.entry import EntryPoint
+    from replicast.operators.replica import OperatorReplica
 
 KINDS = ("entry", "operator", "application")
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from operators.base import NO_PUNCTUATION
-from operators.record import Record
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.record import Record
 
 
 class Ledger:

@@ -52,20 +52,20 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from engine.core.events import ReplicaChanged
-from engine.core.hosted import Hosted
-from engine.core.output_log import OutputLog
-from engine.core.states import InboundState, ReplicaState, RouteState, advance
-from engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRequest
-from operators.base import NO_PUNCTUATION
-from operators.plan import ReplicaId, StreamReplica
-from operators.record import CLOSED
+from replicast.engine.core.events import ReplicaChanged
+from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.output_log import OutputLog
+from replicast.engine.core.states import InboundState, ReplicaState, RouteState, advance
+from replicast.engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRequest
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import CLOSED
 
 #: Inbound states whose stream head is known (a standby keeps what its head said when it was followed).
 _KNOWN = (InboundState.FOLLOWING, InboundState.STANDBY)
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 
 class JoinPhase(Enum):

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.core.events import PeerTimedOut
-from engine.messages import Ack, Heartbeat, Message
-from operators.plan import StreamReplica
+from replicast.engine.core.events import PeerTimedOut
+from replicast.engine.messages import Ack, Heartbeat, Message
+from replicast.operators.plan import StreamReplica
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 #: A busy link carries an RTT probe at most every this many heartbeat intervals (rule 3).
 PROBE_EVERY = 10

@@ -29,32 +29,32 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from engine.core.control import Control
-from engine.core.events import Delivered, Event, NodeOptions
-from engine.core.failover import Failover
-from engine.core.pairs import Pairs
-from engine.core.hosted import Hosted, Inbound
-from engine.core.lifecycle import Lifecycle
-from engine.core.links import Links
-from engine.core.modes import TRAITS
-from engine.core.receiver import Receiver
-from engine.core.sender import Sender
-from engine.core.stamper import Stamper
-from engine.core.stamping import Stamping
-from engine.core.states import InboundState, ReplicaState
-from engine.core.stats import COUNTERS, Latency, statistics
-from engine.core.views import Voter
-from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
+from replicast.engine.core.control import Control
+from replicast.engine.core.events import Delivered, Event, NodeOptions
+from replicast.engine.core.failover import Failover
+from replicast.engine.core.pairs import Pairs
+from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.lifecycle import Lifecycle
+from replicast.engine.core.links import Links
+from replicast.engine.core.modes import TRAITS
+from replicast.engine.core.receiver import Receiver
+from replicast.engine.core.sender import Sender
+from replicast.engine.core.stamper import Stamper
+from replicast.engine.core.stamping import Stamping
+from replicast.engine.core.states import InboundState, ReplicaState
+from replicast.engine.core.stats import COUNTERS, Latency, statistics
+from replicast.engine.core.views import Voter
+from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                              DisconnectStream, Heartbeat, Hold, JoinStamping, Mark, Message, NoSnapshot, RemoveReplica,
                              Report, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
                              ViewBallot, ViewDecided, ViewReply)
-from operators.plan import ReplicaId, StreamReplica
-from operators.query import Query
-from operators.record import Record
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.query import Query
+from replicast.operators.record import Record
 
 if TYPE_CHECKING:
-    from engine.core.coordination import Coordination, CoordinationSetup
+    from replicast.engine.core.coordination import Coordination, CoordinationSetup
 
 
 class NodeCore:
@@ -122,7 +122,7 @@ class NodeCore:
                                DisconnectStream: guarded(self.control.disconnect)})
         self.coordination: Coordination | None = None
         if coordination is not None:
-            from engine.core.coordination import Coordination    # numpy and placement: only when asked for
+            from replicast.engine.core.coordination import Coordination    # numpy and placement: only when asked for
             self.coordination = Coordination(self, coordination, now)
 
     # -- inputs ---------------------------------------------------------------------------------

@@ -23,9 +23,9 @@ from collections import deque
 from operator import itemgetter
 from typing import Any
 
-from operators.base import NO_PUNCTUATION
-from operators.plan import ReplicaId
-from operators.record import Record
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId
+from replicast.operators.record import Record
 
 _ts = itemgetter(0)
 

@@ -33,18 +33,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.core.events import ProtocolError, ReplicaChanged
-from engine.core.hosted import Hosted
-from engine.core.ledger import Ledger
-from engine.core.states import PairRole, ReplicaState, advance
-from engine.messages import Determinant, DeterminantAck
-from engine.wire import EncodedRecords, WireError
-from operators.plan import ReplicaId
-from operators.record import Record
+from replicast.engine.core.events import ProtocolError, ReplicaChanged
+from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.ledger import Ledger
+from replicast.engine.core.states import PairRole, ReplicaState, advance
+from replicast.engine.messages import Determinant, DeterminantAck
+from replicast.engine.wire import EncodedRecords, WireError
+from replicast.operators.plan import ReplicaId
+from replicast.operators.record import Record
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
-    from operators.replica import OperatorReplica
+    from replicast.engine.core.node import NodeCore
+    from replicast.operators.replica import OperatorReplica
 
 _TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)
 

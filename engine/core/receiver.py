@@ -32,16 +32,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.core.events import ProtocolError
-from engine.core.hosted import Hosted, Inbound
-from engine.core.states import InboundState, ReplicaState, advance
-from engine.messages import Batch, Hold, Mark, Resume, StreamHead
-from engine.wire import EncodedRecords, PackedRecords, WireError
-from operators.base import NO_PUNCTUATION
-from operators.plan import StreamReplica
+from replicast.engine.core.events import ProtocolError
+from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.states import InboundState, ReplicaState, advance
+from replicast.engine.messages import Batch, Hold, Mark, Resume, StreamHead
+from replicast.engine.wire import EncodedRecords, PackedRecords, WireError
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import StreamReplica
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 _KEYED = (EncodedRecords, PackedRecords)      # records that may carry their bytes as a content key
 _TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)

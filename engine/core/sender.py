@@ -26,16 +26,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.core.events import StreamCutOff
-from engine.core.hosted import Hosted, Route
-from engine.core.states import ReplicaState, RouteState, advance
-from engine.messages import Ack, Batch, Hold, Resume, Standby, StreamHead
-from engine.wire import EncodedRecords
-from operators.plan import StreamReplica
-from operators.record import Record
+from replicast.engine.core.events import StreamCutOff
+from replicast.engine.core.hosted import Hosted, Route
+from replicast.engine.core.states import ReplicaState, RouteState, advance
+from replicast.engine.messages import Ack, Batch, Hold, Resume, Standby, StreamHead
+from replicast.engine.wire import EncodedRecords
+from replicast.operators.plan import StreamReplica
+from replicast.operators.record import Record
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 _SENDING = (RouteState.ACTIVE, RouteState.CUT)
 #: Requests for stream replicas this node was not told about yet, kept for the ConnectStream (rule 4).

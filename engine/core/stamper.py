@@ -26,18 +26,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.core.events import ProtocolError, ReplicaChanged
-from engine.core.hosted import Hosted
-from engine.core.states import MemberSync, ReplicaState, StamperRole, advance
-from engine.core.view_changes import ViewChanges
-from engine.core.views import Candidacy
-from engine.messages import Committed, JoinStamping, StampAck, Stamped, View
-from engine.wire import WireError
-from operators.base import NO_PUNCTUATION
-from operators.plan import ReplicaId
+from replicast.engine.core.events import ProtocolError, ReplicaChanged
+from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.states import MemberSync, ReplicaState, StamperRole, advance
+from replicast.engine.core.view_changes import ViewChanges
+from replicast.engine.core.views import Candidacy
+from replicast.engine.messages import Committed, JoinStamping, StampAck, Stamped, View
+from replicast.engine.wire import WireError
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 #: A stamper that cannot commit stops stamping new records (they stay pending) past this many segments.
 MAX_HELD = 100_000

@@ -21,15 +21,15 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import TYPE_CHECKING
 
-from engine.core.events import DeadLetter
-from engine.core.hosted import Hosted
-from engine.core.states import ReplicaState
-from engine.entry import decode_payload
-from operators.base import NO_PUNCTUATION
-from operators.errors import InputError
+from replicast.engine.core.events import DeadLetter
+from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.states import ReplicaState
+from replicast.engine.entry import decode_payload
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.errors import InputError
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 
 class Stamping:

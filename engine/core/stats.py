@@ -7,12 +7,12 @@ from bisect import bisect_left
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from engine.core.states import StamperRole
-from operators.record import Record
-from placement.reports import InputReport, ServerReport
+from replicast.engine.core.states import StamperRole
+from replicast.operators.record import Record
+from replicast.placement.reports import InputReport, ServerReport
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 _ts = itemgetter(0)
 

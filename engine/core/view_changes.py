@@ -42,15 +42,15 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from engine.core.hosted import Hosted
-from engine.core.states import MemberSync, StamperRole
-from engine.core.views import Candidacy, Outcome
-from engine.messages import JoinStamping, StampAck, View, ViewDecided, ViewReply
-from operators.base import NO_PUNCTUATION
+from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.states import MemberSync, StamperRole
+from replicast.engine.core.views import Candidacy, Outcome
+from replicast.engine.messages import JoinStamping, StampAck, View, ViewDecided, ViewReply
+from replicast.operators.base import NO_PUNCTUATION
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
-    from engine.core.stamper import StampState, Stamper
+    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.stamper import StampState, Stamper
 
 #: Terms are clock readings (µs) rounded up to a multiple of this, plus the candidate's replica
 #: index (< 2**16 on the wire), plus STAMPER_PRIORITY if the candidate is the stamper.

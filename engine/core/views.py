@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from engine.core.states import CandidacyPhase, advance
-from engine.messages import View, ViewBallot, ViewDecided, ViewReply
+from replicast.engine.core.states import CandidacyPhase, advance
+from replicast.engine.messages import View, ViewBallot, ViewDecided, ViewReply
 
 if TYPE_CHECKING:
-    from engine.core.node import NodeCore
+    from replicast.engine.core.node import NodeCore
 
 
 @dataclass

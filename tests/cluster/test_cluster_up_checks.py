@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from cluster import emulation, netem
+from replicast.cluster import emulation, netem
 from tests.integration.helpers import free_ports, replicast, two_node_cluster
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cluster.link_delay import Fifo, LinkDelay
+from replicast.cluster.link_delay import Fifo, LinkDelay
 from tests.traces.conftest import write_trace
-from traces.store import TraceStore
+from replicast.traces.store import TraceStore
 
 S = 1_000_000
 

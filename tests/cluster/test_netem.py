@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from cluster import netem as wan
+from replicast.cluster import netem as wan
 from tests.integration.helpers import free_ports, replicast
 
 QUERY = """
@@ -71,7 +71,7 @@ def connect_time(ns: str, host: str, port: int) -> float:
 
 
 def test_plan_takes_one_way_delays_from_the_trace_frame():
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
     trace = TraceStore.open("seattle")
     t_us = 600 * 10**6
     p = wan.plan(["a", "b", "c"], lambda i, j: trace.one_way_us(i, j, t_us), trace.n_nodes, "t")
@@ -128,7 +128,7 @@ def test_namespace_topology_routes_per_destination_and_tears_down(tmp_path):
 
 @pytest.mark.skipif(REASON is not None, reason=f"{REASON}")
 def test_three_nodes_in_namespaces_see_the_trace_delays_and_down_removes_them(tmp_path):
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
     trace = TraceStore.open("seattle")
     path, run = write_cluster(tmp_path), tmp_path / "run"
     up = replicast("cluster", "up", str(path), "--emulate-wan", "seattle", "--wan-via", "netem",

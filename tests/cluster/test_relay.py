@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 
-from cluster.relay import RelayLink, RelayPlan, serve
+from replicast.cluster.relay import RelayLink, RelayPlan, serve
 from tests.traces.conftest import write_trace
-from traces.store import TraceStore
+from replicast.traces.store import TraceStore
 
 #: Arrival may be late by scheduling noise on a shared machine, never early.
 LATE_S = 0.04
@@ -86,8 +86,8 @@ async def _exercise(trace, tmp_path):
 def test_a_relay_whose_receiver_does_not_read_stops_reading_from_the_sender():
     """Like TCP's window: a direction holds at most MAX_BUFFERED bytes (plus socket buffers), so a
     stalled or cut link pushes back on the sender instead of growing the relay's memory."""
-    from cluster.relay import MAX_BUFFERED, start_relays
-    from simulator.network import FixedDelays
+    from replicast.cluster.relay import MAX_BUFFERED, start_relays
+    from replicast.simulator.network import FixedDelays
 
     async def exercise():
         stalled = asyncio.Event()

@@ -21,11 +21,11 @@ from collections import Counter
 import aiomqtt
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.replay import replay
-from operators.query_file import load_query
-from operators.record import CLOSED
+from replicast.engine.replay import replay
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY, collect_outputs, free_ports, replicast
-from traces.store import TraceStore
+from replicast.traces.store import TraceStore
 
 TRACE_TIME_S = 90
 NODES = ("n0", "n1", "n2")
@@ -117,8 +117,8 @@ def test_a_cluster_through_relays_sees_the_trace_and_delivers_the_reference(tmp_
 
 
 def test_trace_nodes_are_the_first_the_reliable_or_the_named_ones(tmp_path):
-    from cluster.emulation import ClusterError, outages_at_start, trace_nodes
-    from engine.cluster_config import load_cluster
+    from replicast.cluster.emulation import ClusterError, outages_at_start, trace_nodes
+    from replicast.engine.cluster_config import load_cluster
     trace = TraceStore.open("seattle")
     config = load_cluster(write_cluster(tmp_path)[0])
     assert trace_nodes(config, trace, "first") == {"n0": 0, "n1": 1, "n2": 2}

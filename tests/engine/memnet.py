@@ -17,10 +17,10 @@ import random
 from collections import defaultdict, deque
 from dataclasses import replace
 
-from engine.core.configure import add_replica, remove_replica
-from engine.node import Delivered, NodeCore, NodeOptions, configure
-from engine.wire import decode, encode
-from operators.query import Query
+from replicast.engine.core.configure import add_replica, remove_replica
+from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure
+from replicast.engine.wire import decode, encode
+from replicast.operators.query import Query
 
 
 class MemoryNetwork:

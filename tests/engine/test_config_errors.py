@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cluster_config import ClusterConfigError, check_source_commands, load_cluster
+from replicast.engine.cluster_config import ClusterConfigError, check_source_commands, load_cluster
 from tests.integration.helpers import CPU_FILTER_QUERY, replicast
 
 GOOD = """query = "query.toml"

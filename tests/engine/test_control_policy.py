@@ -5,11 +5,11 @@ replica of its own into a replica hosted here, then sends batches, which were de
 
 from __future__ import annotations
 
-from engine.messages import Batch, ConnectStream, DeployReplica, DisconnectStream, RemoveReplica, StreamHead
-from engine.node import ControlRefused, Delivered
-from operators.base import NO_PUNCTUATION
-from operators.plan import ReplicaId, StreamReplica
-from operators.record import CLOSED
+from replicast.engine.messages import Batch, ConnectStream, DeployReplica, DisconnectStream, RemoveReplica, StreamHead
+from replicast.engine.node import ControlRefused, Delivered
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_node import NODES, QUERY, placement, started_core
 

@@ -15,8 +15,8 @@ def engine_imports(path: Path) -> set[Path]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine."):
-            found.add(ROOT / (node.module.replace(".", "/") + ".py"))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("replicast.engine."):
+            found.add(ROOT / (node.module.removeprefix("replicast.").replace(".", "/") + ".py"))
     return found
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.states import StamperRole
-from engine.entry import EntryPoint
-from engine.node import NodeOptions
-from operators.query_file import load_query
+from replicast.engine.core.states import StamperRole
+from replicast.engine.entry import EntryPoint
+from replicast.engine.node import NodeOptions
+from replicast.operators.query_file import load_query
 from tests.engine.memnet import MemoryNetwork
 
 QUERY = load_query(Path(__file__).resolve().parents[2] / "examples/entry-stamped-query.toml")
@@ -174,7 +174,7 @@ def test_random_cuts_crashes_and_restarts_in_the_failover_modes(mode, seed):
     ``deterministic`` mode, which releases records only at punctuations, the healed stream never
     reached the application (seeds 2, 3, 6, 29, 31, 36)."""
     from dataclasses import replace
-    from engine.core.modes import Mode
+    from replicast.engine.core.modes import Mode
     chaos(seed, replace(OPTIONS, mode=Mode(mode)))
 
 
@@ -292,8 +292,8 @@ def test_an_entry_replica_added_mid_stream_is_admitted_and_one_removed_is_left_o
 def test_a_restarted_voter_promises_only_terms_above_its_start():
     """Votes are not kept across restarts: terms are clock readings, and a restarted voter promises
     only terms above its incarnation, which every term it may have promised before is below."""
-    from engine.core.node import NodeCore
-    from engine.messages import ViewBallot, ViewReply
+    from replicast.engine.core.node import NodeCore
+    from replicast.engine.messages import ViewBallot, ViewReply
     voter = NodeCore("v", QUERY, OPTIONS, now=5_000_000)
     voter.on_peer_up("e1", now=5_000_000)
     voter.receive("e1", ViewBallot("cpu", 0, 4_999_999), now=5_000_001)

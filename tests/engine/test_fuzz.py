@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.node import DeadLetter, Delivered, NodeCore, configure
-from engine.wire import MAX_FRAME, FrameDecoder, WireError, decode
-from operators.query_file import parse_query
-from operators.record import CLOSED
+from replicast.engine.node import DeadLetter, Delivered, NodeCore, configure
+from replicast.engine.wire import MAX_FRAME, FrameDecoder, WireError, decode
+from replicast.operators.query_file import parse_query
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY
 from tests.wire_strategies import frames, payloads
 

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from engine.handshake import (FrameOpener, FrameSealer, Handshake, Role, Stage, MAX_NAME, shorten)
-from engine.messages import Ack, Hello, Proof
-from engine.wire import WireError, encode
-from operators.plan import ReplicaId, StreamReplica
+from replicast.engine.handshake import (FrameOpener, FrameSealer, Handshake, Role, Stage, MAX_NAME, shorten)
+from replicast.engine.messages import Ack, Hello, Proof
+from replicast.engine.wire import WireError, encode
+from replicast.operators.plan import ReplicaId, StreamReplica
 
 SECRET = b"a-shared-secret"
 NODES = {"a", "b", "c"}

@@ -9,7 +9,7 @@ from collections import Counter
 
 from hypothesis import given, strategies as st
 
-from engine.core.ledger import Ledger
+from replicast.engine.core.ledger import Ledger
 
 # Records (ts, value) with repeats (equal records from distinct events), over 4 punctuation windows.
 multisets = st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2)), max_size=40)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import read_events
-from engine.node import NodeOptions, ReplicaChanged, ReplicaState, StreamCutOff
-from engine.replay import replay
-from operators.plan import ReplicaId
-from operators.query import QueryBuilder
-from operators.query_file import load_query
-from operators.record import CLOSED
+from replicast.engine.events import read_events
+from replicast.engine.node import NodeOptions, ReplicaChanged, ReplicaState, StreamCutOff
+from replicast.engine.replay import replay
+from replicast.operators.plan import ReplicaId
+from replicast.operators.query import QueryBuilder
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_node import source_messages
 
@@ -213,12 +213,12 @@ def test_a_downstream_gone_for_good_is_cut_off_and_memory_stays_bounded():
 
 def test_a_collected_stream_replica_is_revived_mid_stream():
     """§V-C: disconnect one stream replica (garbage collection), reconnect it later (revival)."""
-    from engine.messages import ConnectStream, DisconnectStream
+    from replicast.engine.messages import ConnectStream, DisconnectStream
     place = fig1_placement(2)
     net = MemoryNetwork(FIG1, place, seed=8)
     n = len(fig1_messages())
     physical = net.cores["n1"].hosted  # noqa: F841  (the placement is what the messages name)
-    from engine.core.configure import placement_plan
+    from replicast.engine.core.configure import placement_plan
     stream = next(s for s in placement_plan(FIG1, place).stream_replicas if s.target.name == "correlate")
     src, dst = place[stream.source.name][stream.source.index], place["correlate"][stream.target.index]
 

@@ -15,13 +15,13 @@ from collections import Counter
 
 from hypothesis import HealthCheck, Phase, event, example, given, note, settings, strategies as st
 
-from engine.core.configure import placement_plan
-from engine.messages import ConnectStream, DisconnectStream
-from engine.node import InboundState, ReplicaState
-from engine.replay import replay
-from operators.plan import ReplicaId
-from operators.query import QueryBuilder
-from operators.record import CLOSED
+from replicast.engine.core.configure import placement_plan
+from replicast.engine.messages import ConnectStream, DisconnectStream
+from replicast.engine.node import InboundState, ReplicaState
+from replicast.engine.replay import replay
+from replicast.operators.plan import ReplicaId
+from replicast.operators.query import QueryBuilder
+from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 
 P = 1_000_000

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.messages import Ack, Heartbeat
-from engine.node import NodeCore, NodeOptions
-from operators.plan import ReplicaId, StreamReplica
-from operators.query_file import load_query
+from replicast.engine.messages import Ack, Heartbeat
+from replicast.engine.node import NodeCore, NodeOptions
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.query_file import load_query
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY = load_query(ROOT / "examples/fig1.toml")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from engine.node import Delivered, NodeCore, NodeOptions, configure
-from engine.replay import replay
-from operators.query import QueryBuilder
+from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure
+from replicast.engine.replay import replay
+from replicast.operators.query import QueryBuilder
 
 P = 100_000
 

@@ -8,8 +8,8 @@ import random
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.exposition import generate_latest
 
-from engine.aio.metrics import LATENCY_BUCKETS, latency_family
-from engine.core.stats import LATENCY_BOUNDS_US, Latency
+from replicast.engine.aio.metrics import LATENCY_BUCKETS, latency_family
+from replicast.engine.core.stats import LATENCY_BOUNDS_US, Latency
 
 
 def samples(registry: CollectorRegistry) -> dict:

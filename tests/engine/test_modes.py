@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cluster_config import ClusterConfigError, load_cluster
-from engine.core.modes import MODES, Mode, preference, shape
-from engine.messages import Batch, Standby
-from engine.node import NodeOptions
-from operators.plan import ReplicaId, StreamReplica
+from replicast.engine.cluster_config import ClusterConfigError, load_cluster
+from replicast.engine.core.modes import MODES, Mode, preference, shape
+from replicast.engine.messages import Batch, Standby
+from replicast.engine.node import NodeOptions
+from replicast.operators.plan import ReplicaId, StreamReplica
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_config_errors import cluster
-from operators.record import CLOSED
+from replicast.operators.record import CLOSED
 from tests.engine.test_lifecycle import fig1_messages
 from tests.engine.test_node import NODES, QUERY, STREAMS, assert_same, placement, publish_all
 

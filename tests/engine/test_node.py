@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import read_events
-from engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics, StreamHead
-from engine.node import DeadLetter, NodeCore, NodeOptions, ProtocolError, ReplicaState, configure
-from operators.base import NO_PUNCTUATION
-from engine.wire import PackedRecords, decode, encode
-from engine.replay import replay
-from operators.plan import ReplicaId, StreamReplica
-from operators.query_file import load_query
-from operators.record import CLOSED
+from replicast.engine.events import read_events
+from replicast.engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics, StreamHead
+from replicast.engine.node import DeadLetter, NodeCore, NodeOptions, ProtocolError, ReplicaState, configure
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.engine.wire import PackedRecords, decode, encode
+from replicast.engine.replay import replay
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from engine.core.output_log import OutputLog
-from operators.base import NO_PUNCTUATION
+from replicast.engine.core.output_log import OutputLog
+from replicast.operators.base import NO_PUNCTUATION
 
 batches = st.lists(st.tuples(st.lists(st.tuples(st.integers(-10**6, 10**6), st.integers(0, 3)), max_size=8),
                              st.one_of(st.none(), st.integers(-10**6, 10**6))), max_size=8)

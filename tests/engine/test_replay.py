@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.events import read_events
-from engine.replay import replay, scheduled_replay, source_batches, source_messages
-from operators.errors import InputError
-from operators.query import QueryBuilder
-from operators.query_file import load_query
+from replicast.engine.events import read_events
+from replicast.engine.replay import replay, scheduled_replay, source_batches, source_messages
+from replicast.operators.errors import InputError
+from replicast.operators.query import QueryBuilder
+from replicast.operators.query_file import load_query
 from tests.operators.strategies import TRICKY_FLOATS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ def test_count_windows_behind_a_union_need_the_planners_sorter(monkeypatch):
                    for s in range(10))
 
     assert agrees()
-    from operators.plan import PhysicalPlan
+    from replicast.operators.plan import PhysicalPlan
     monkeypatch.setattr(PhysicalPlan, "sorts_input", lambda self, name: False)
     assert not agrees()
 
@@ -201,7 +201,7 @@ def test_cannot_crash_every_replica_of_an_operator():
 
 
 def replicast(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "engine.cli", *map(str, args)], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "replicast.engine.cli", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=120)
 
 

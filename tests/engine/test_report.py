@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine.core.configure import add_replica, remove_replica
-from engine.core.stats import server_report
-from engine.messages import Report
-from engine.replay import replay
-from engine.wire import decode, encode
-from operators.plan import ReplicaId, StreamReplica
-from operators.query import QueryBuilder
-from operators.record import CLOSED
+from replicast.engine.core.configure import add_replica, remove_replica
+from replicast.engine.core.stats import server_report
+from replicast.engine.messages import Report
+from replicast.engine.replay import replay
+from replicast.engine.wire import decode, encode
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.query import QueryBuilder
+from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 
 S = 1_000_000

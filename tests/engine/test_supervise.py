@@ -8,8 +8,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter
 
-from engine.aio import supervise
-from engine.aio.supervise import Supervisor
+from replicast.engine.aio import supervise
+from replicast.engine.aio.supervise import Supervisor
 
 
 def counter() -> Counter:

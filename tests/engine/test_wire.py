@@ -6,14 +6,14 @@ import msgpack
 import pytest
 from hypothesis import example, given, strategies as st
 
-from engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
+from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                              DisconnectStream, Heartbeat,
                              Hello, Hold, JoinStamping, Mark, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                              ViewBallot, ViewDecided, ViewReply)
-from engine import wire
-from engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
-from operators.plan import ReplicaId, StreamReplica
+from replicast.engine import wire
+from replicast.engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
+from replicast.operators.plan import ReplicaId, StreamReplica
 from tests.operators.strategies import keyed_records
 from tests.operators.test_dedup import _arrivals, filters_agree
 

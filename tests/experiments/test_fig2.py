@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.cli import main
-from experiments import fig2
+from replicast.engine.cli import main
+from replicast.experiments import fig2
 
 HEARTBEAT_S = 0.25
 RECORDS_PER_TICK = 6           # Join outputs per half-second tick: each of the 6 pings meets its dst's load

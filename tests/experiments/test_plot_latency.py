@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from engine.cli import main
-from experiments.latency import draw
-from experiments.runs import load_runs
-from operators.record import CLOSED
+from replicast.engine.cli import main
+from replicast.experiments.latency import draw
+from replicast.experiments.runs import load_runs
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import cluster, free_ports, two_node_cluster, wait_for
 
 DATA = Path(__file__).resolve().parents[1] / "simulator" / "data"

@@ -8,7 +8,7 @@ import os
 import socket
 import time
 
-from experiments import ports
+from replicast.experiments import ports
 
 
 def _choose(n: int, queue) -> None:

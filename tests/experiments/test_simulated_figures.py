@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.cli import main
-from experiments import fig3, fig4, fig5, paper, report
-from experiments.simulations import Scale
+from replicast.engine.cli import main
+from replicast.experiments import fig3, fig4, fig5, paper, report
+from replicast.experiments.simulations import Scale
 
 MINUTES = "3min"
 

@@ -6,10 +6,10 @@ import csv
 
 import pytest
 
-from engine.cli import main
-from experiments import paper
-from experiments.cpu_cost import OPERATORS, record_inputs, replay
-from experiments.table1 import COLUMNS
+from replicast.engine.cli import main
+from replicast.experiments import paper
+from replicast.experiments.cpu_cost import OPERATORS, record_inputs, replay
+from replicast.experiments.table1 import COLUMNS
 
 #: Records each operator emits per input tuple of one input (1 ms steps): Union merges two inputs.
 OUT_PER_STEP = {"union": 2, "filter": 1, "aggregate": 1, "join": 1}

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.ports import free_loopback_ports
-from operators.record import CLOSED
+from replicast.experiments.ports import free_loopback_ports
+from replicast.operators.record import CLOSED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def authenticate(sock: socket.socket, name: str, secret: bytes, peer: str):
     dialling ``peer``.  Returns (sealer, opener, decoder, early) for the authenticated link, ``early``
     the frames that came with the peer's proof; raises WireError if ``peer`` refuses (its proof does
     not check out, or it closes the connection)."""
-    from engine.handshake import Handshake, Role
+    from replicast.engine.handshake import Handshake, Role
     shake = Handshake(secret, name, Role.DIALER, os.urandom(16), peers={name, peer}, expected=peer)
     return run_handshake(sock, shake)
 
@@ -85,7 +85,7 @@ def authenticate(sock: socket.socket, name: str, secret: bytes, peer: str):
 def accept_as(sock: socket.socket, name: str, secret: bytes, peers: set[str]):
     """The acceptor's side of the handshake as node ``name`` on an accepted socket; returns
     (peer name, sealer, opener, decoder)."""
-    from engine.handshake import Handshake, Role
+    from replicast.engine.handshake import Handshake, Role
     shake = Handshake(secret, name, Role.ACCEPTOR, os.urandom(16), peers=peers | {name})
     sealer, opener, decoder, _ = run_handshake(sock, shake)
     return shake.peer, sealer, opener, decoder
@@ -93,7 +93,7 @@ def accept_as(sock: socket.socket, name: str, secret: bytes, peers: set[str]):
 
 def run_handshake(sock: socket.socket, shake):
     """Blocking: run ``shake`` (engine.handshake.Handshake) on ``sock``; returns ``shake.link()``."""
-    from engine.handshake import Stage
+    from replicast.engine.handshake import Stage
     sock.sendall(shake.start())
     while shake.stage is not Stage.DONE:
         sock.sendall(shake.feed(sock.recv(4096)))
@@ -161,7 +161,7 @@ def mosquitto(tmp_path: Path):
 
 
 def replicast(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "replicast.engine.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.wire import WireError
+from replicast.engine.wire import WireError
 from tests.wire_strategies import frames, payloads
 from tests.integration.helpers import (authenticate, cluster, free_ports, metric, mosquitto, sealed,
                                        two_node_cluster, wait_for)

@@ -20,9 +20,9 @@ from collections import Counter
 import aiomqtt
 import pytest
 
-from engine.replay import replay
-from operators.query_file import load_query
-from operators.record import CLOSED
+from replicast.engine.replay import replay
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import (ROOT, cluster, collect_outputs, free_ports, kill, make_cluster_module, mosquitto,
                                        publish_fig1_round)
 

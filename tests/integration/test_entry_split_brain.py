@@ -147,10 +147,10 @@ def test_a_cut_between_two_entry_replicas_stamps_each_event_once(tmp_path):
     proxy = CuttableProxy(ports["proxy"], ports["b"])
     processes = Processes(tmp_path)
     try:
-        processes.start("-m", "engine.aio.broker", "--port", str(ports["broker"]), log="broker.log")
+        processes.start("-m", "replicast.engine.aio.broker", "--port", str(ports["broker"]), log="broker.log")
         wait_port(ports["broker"])
         for name, config in (("b", real), ("c", real), ("a", via_proxy)):
-            processes.start("-m", "engine.cli", "node", "--config", str(config), "--name", name, "--log-json",
+            processes.start("-m", "replicast.engine.cli", "node", "--config", str(config), "--name", name, "--log-json",
                             log=f"{name}.log")
         wait_for(lambda: all(sample(ports[f"{n}_metrics"], "replicast_ready") == 1.0 for n in "abc"), 60,
                  "every node ready (a stamper elected, the other entry replica a member)")

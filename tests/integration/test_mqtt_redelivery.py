@@ -16,7 +16,7 @@ import threading
 
 import aiomqtt
 
-from operators.record import CLOSED
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import ROOT, free_ports, metric, mosquitto, shut, two_node_cluster, wait_for, wait_port
 
 PUBACK = 4
@@ -119,7 +119,7 @@ def test_a_qos1_redelivery_is_delivered_once_and_a_new_identical_message_again(t
                                 extra='[outputs.alerts]\nfile = "alerts.jsonl"\nmqtt = false')
         proxy = PubackLosingProxy(proxy_port, broker)
         log = (tmp_path / "a.log").open("w")
-        node = subprocess.Popen([sys.executable, "-m", "engine.cli", "node", "--config", str(path), "--name", "a",
+        node = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "node", "--config", str(path), "--name", "a",
                                  "--log-json"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_port(ports[1])

@@ -17,9 +17,9 @@ from collections import Counter
 
 import aiomqtt
 
-from engine.replay import replay
-from operators.query_file import load_query
-from operators.record import CLOSED
+from replicast.engine.replay import replay
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import cluster, collect_outputs, free_ports, kill, metric, mosquitto, wait_for
 
 NODES = ["c0", "n1", "n2", "n3", "n4"]

@@ -17,15 +17,15 @@ import sys
 
 import prometheus_client
 
-from engine.aio.driver import SCRAPE_WAIT_S, NodeDriver
-from engine.cluster_config import load_cluster
-from operators.record import CLOSED
+from replicast.engine.aio.driver import SCRAPE_WAIT_S, NodeDriver
+from replicast.engine.cluster_config import load_cluster
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY, ROOT, free_ports, metric, wait_for, wait_port
 from tests.integration.test_survival import publish
 
 
 def start_broker(port: int) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "engine.aio.broker", "--port", str(port)], cwd=ROOT,
+    process = subprocess.Popen([sys.executable, "-m", "replicast.engine.aio.broker", "--port", str(port)], cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     return process
@@ -58,7 +58,7 @@ def test_ready_follows_the_broker_and_a_ready_node_processes(tmp_path):
     one_node_cluster(tmp_path, node_port, metrics_port, broker_port)
     broker = start_broker(broker_port)
     log = (tmp_path / "a.log").open("w")
-    node = subprocess.Popen([sys.executable, "-m", "engine.cli", "node", "--config", str(tmp_path / "cluster.toml"),
+    node = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "node", "--config", str(tmp_path / "cluster.toml"),
                              "--name", "a", "--log-json"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_port(metrics_port)

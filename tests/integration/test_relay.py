@@ -24,10 +24,10 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from engine.messages import Batch, Hello, Proof
-from engine.wire import FrameDecoder, WireError, decode, encode
-from operators.plan import ReplicaId, StreamReplica
-from operators.record import CLOSED
+from replicast.engine.messages import Batch, Hello, Proof
+from replicast.engine.wire import FrameDecoder, WireError, decode, encode
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY, ROOT, free_ports, metric, shut, wait_for, wait_port
 
 SECRET = "relay-test-secret"
@@ -90,10 +90,10 @@ def nodes(tmp_path):
     processes = Processes(tmp_path)
 
     def start(relayed: bool) -> None:
-        processes.start("-m", "engine.aio.broker", "--port", str(broker), log="broker.log")
+        processes.start("-m", "replicast.engine.aio.broker", "--port", str(broker), log="broker.log")
         wait_port(broker)
-        processes.start("-m", "engine.cli", "node", "--config", str(real), "--name", "b", "--log-json", log="b.log")
-        processes.start("-m", "engine.cli", "node", "--config", str(via_relay if relayed else real), "--name", "a",
+        processes.start("-m", "replicast.engine.cli", "node", "--config", str(real), "--name", "b", "--log-json", log="b.log")
+        processes.start("-m", "replicast.engine.cli", "node", "--config", str(via_relay if relayed else real), "--name", "a",
                         "--log-json", log="a.log")
         wait_port(a_metrics)
         wait_port(b_metrics)

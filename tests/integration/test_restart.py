@@ -14,9 +14,9 @@ from collections import Counter
 
 import aiomqtt
 
-from engine.replay import replay
-from operators.query_file import load_query
-from operators.record import CLOSED
+from replicast.engine.replay import replay
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import (ROOT, cluster, collect_outputs, free_ports, kill, make_cluster_module, metric,
                                        mosquitto, publish_fig1_round)
 
@@ -69,7 +69,7 @@ def test_restart_then_kill_the_peer_for_good(tmp_path):
                     kill(processes[RESTARTED])
                 elif tick == RESTART_AT:
                     out = open(tmp_path / "restarted.log", "w")
-                    restarted = subprocess.Popen([sys.executable, "-m", "engine.cli", "node", "--config",
+                    restarted = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "node", "--config",
                                                   str(cluster_file), "--name", RESTARTED, "--log-json",
                                                   "--state-dir", str(tmp_path / "run" / "state")],
                                                  cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)

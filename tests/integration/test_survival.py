@@ -21,13 +21,13 @@ import threading
 import aiomqtt
 import pytest
 
-from engine.aio.driver import NodeDriver
-from engine.cluster_config import load_cluster
-from engine.messages import Batch, ConnectStream, Resume, StreamHead
-from engine.wire import decode, encode
-from operators.base import NO_PUNCTUATION
-from operators.plan import ReplicaId, StreamReplica
-from operators.record import CLOSED
+from replicast.engine.aio.driver import NodeDriver
+from replicast.engine.cluster_config import load_cluster
+from replicast.engine.messages import Batch, ConnectStream, Resume, StreamHead
+from replicast.engine.wire import decode, encode
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import (accept_as, authenticate, free_ports, metric, sealed,
                                        two_node_cluster, wait_for)
 
@@ -93,12 +93,12 @@ class cluster_without_b:
         from tests.integration.helpers import ROOT, wait_port
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.processes = [
-            subprocess.Popen([sys.executable, "-m", "engine.aio.broker", "--port", str(self.ports[4])], cwd=ROOT,
+            subprocess.Popen([sys.executable, "-m", "replicast.engine.aio.broker", "--port", str(self.ports[4])], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         wait_port(self.ports[4])
         log = (self.run_dir / "a.log").open("w")
         self.processes.append(subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "node", "--config", str(self.path), "--name", "a", "--log-json"],
+            [sys.executable, "-m", "replicast.engine.cli", "node", "--config", str(self.path), "--name", "a", "--log-json"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         wait_port(self.ports[1])
         wait_for(lambda: metric(self.ports[1], "replicast_mqtt_connected") == 1.0, 30, "a's MQTT connection")

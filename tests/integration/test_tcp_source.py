@@ -7,7 +7,7 @@ import json
 import socket
 from unittest.mock import ANY
 
-from operators.record import CLOSED
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import cluster, free_ports, metric, replicast, two_node_cluster, wait_for
 
 

@@ -18,9 +18,9 @@ from unittest.mock import ANY
 import aiomqtt
 import pytest
 
-from engine.messages import Hello
-from engine.wire import FrameDecoder, WireError, decode, encode
-from operators.record import CLOSED
+from replicast.engine.messages import Hello
+from replicast.engine.wire import FrameDecoder, WireError, decode, encode
+from replicast.operators.record import CLOSED
 from tests.integration.helpers import cluster, free_ports, metric, two_node_cluster, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is not installed")

@@ -5,10 +5,10 @@ from collections import Counter
 
 from hypothesis import given, strategies as st
 
-from operators.aggregate import TimeWindowAggregate
-from operators.record import Punctuation
-from operators.summaries import Summary
-from operators.testing import check_replica_consistency, disorder, interleave, punctuate, run_operator
+from replicast.operators.aggregate import TimeWindowAggregate
+from replicast.operators.record import Punctuation
+from replicast.operators.summaries import Summary
+from replicast.operators.testing import check_replica_consistency, disorder, interleave, punctuate, run_operator
 from tests.operators.strategies import keyed_records
 
 SUMMARIES = (Summary("count", None, None), Summary("sum", 2, "float"), Summary("avg", 2, "float"),

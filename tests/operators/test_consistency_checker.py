@@ -2,10 +2,10 @@
 
 import random
 
-from operators.base import Operator
-from operators.aggregate import TimeWindowAggregate
-from operators.summaries import Summary
-from operators.testing import check_replica_consistency
+from replicast.operators.base import Operator
+from replicast.operators.aggregate import TimeWindowAggregate
+from replicast.operators.summaries import Summary
+from replicast.operators.testing import check_replica_consistency
 
 
 class RunningSum(Operator):

@@ -5,11 +5,11 @@ from collections import Counter
 
 from hypothesis import given, strategies as st
 
-from operators.count_aggregate import CountWindowAggregate
-from operators.record import Punctuation, canonical_bytes
-from operators.replica import OperatorReplica
-from operators.summaries import Summary
-from operators.testing import disorder, punctuate
+from replicast.operators.count_aggregate import CountWindowAggregate
+from replicast.operators.record import Punctuation, canonical_bytes
+from replicast.operators.replica import OperatorReplica
+from replicast.operators.summaries import Summary
+from replicast.operators.testing import disorder, punctuate
 from tests.operators.strategies import keyed_records
 
 SUMMARIES = (Summary("count", None, None), Summary("sum", 2, "float"))

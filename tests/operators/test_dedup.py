@@ -4,10 +4,10 @@ from collections import Counter
 
 from hypothesis import given, strategies as st
 
-from operators.base import NO_PUNCTUATION
-from operators.dedup import DuplicateFilter
-from operators.testing import disorder, punctuate
-from operators.record import Punctuation
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.dedup import DuplicateFilter
+from replicast.operators.testing import disorder, punctuate
+from replicast.operators.record import Punctuation
 from tests.operators.strategies import keyed_records
 
 
@@ -137,9 +137,9 @@ def test_snapshot_restore_continues_identically():
 
 def test_a_snapshot_of_a_port_with_more_than_64_stream_replicas_crosses_the_wire():
     """Every new incarnation upstream is a stream replica more on the port: copy masks outgrow 64 bits."""
-    from engine.wire import decode, encode
-    from engine.messages import Snapshot
-    from operators.plan import ReplicaId
+    from replicast.engine.wire import decode, encode
+    from replicast.engine.messages import Snapshot
+    from replicast.operators.plan import ReplicaId
     f = DuplicateFilter(1)
     for _ in range(80):
         f.add_replica()

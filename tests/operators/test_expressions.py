@@ -2,8 +2,8 @@
 
 import pytest
 
-from operators.errors import QueryError
-from operators.expressions import FieldRef, compile_expression
+from replicast.operators.errors import QueryError
+from replicast.operators.expressions import FieldRef, compile_expression
 
 SCOPE = {"x": FieldRef(0, 1, "int"), "rate": FieldRef(0, 2, "float"), "ping.dst": FieldRef(0, 3, "str")}
 

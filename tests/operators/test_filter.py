@@ -1,9 +1,9 @@
 """Filter (§IV-D)."""
 
-from operators.compile import compile_filter, scope_of
-from operators.expressions import compile_expression
-from operators.filter import Filter
-from operators.record import Schema
+from replicast.operators.compile import compile_filter, scope_of
+from replicast.operators.expressions import compile_expression
+from replicast.operators.filter import Filter
+from replicast.operators.record import Schema
 
 SCHEMA = Schema.of({"x": "int", "y": "int"})
 

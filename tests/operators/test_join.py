@@ -5,9 +5,9 @@ from collections import Counter
 
 from hypothesis import given, strategies as st
 
-from operators.join import Join
-from operators.testing import check_replica_consistency, disorder, interleave, punctuate, run_operator
-from operators.record import Punctuation
+from replicast.operators.join import Join
+from replicast.operators.testing import check_replica_consistency, disorder, interleave, punctuate, run_operator
+from replicast.operators.record import Punctuation
 from tests.operators.strategies import keyed_records
 
 EQUAL_KEYS = lambda left, right: left[1] == right[1]   # noqa: E731

@@ -6,14 +6,14 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from operators.compile import scope_of
-from operators.expressions import compile_expression
-from operators.join import Join
-from operators.join_keys import JoinKeys, split_join_keys
-from operators.keyed_join import KeyedJoin
-from operators.query import QueryBuilder
-from operators.record import Punctuation, Schema
-from operators.testing import disorder, interleave, punctuate, run_operator
+from replicast.operators.compile import scope_of
+from replicast.operators.expressions import compile_expression
+from replicast.operators.join import Join
+from replicast.operators.join_keys import JoinKeys, split_join_keys
+from replicast.operators.keyed_join import KeyedJoin
+from replicast.operators.query import QueryBuilder
+from replicast.operators.record import Punctuation, Schema
+from replicast.operators.testing import disorder, interleave, punctuate, run_operator
 from tests.operators.strategies import TRICKY_FLOATS
 from tests.operators.test_join import nested_loop
 

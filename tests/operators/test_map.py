@@ -1,7 +1,7 @@
 """Map (§IV-D)."""
 
-from operators.compile import compile_map
-from operators.record import Schema
+from replicast.operators.compile import compile_map
+from replicast.operators.record import Schema
 
 SCHEMA = Schema.of({"x": "int", "name": "str"})
 

@@ -7,8 +7,8 @@ import random
 
 from hypothesis import given, strategies as st
 
-from operators.merge import MergeSorter
-from operators.record import canonical_bytes
+from replicast.operators.merge import MergeSorter
+from replicast.operators.record import canonical_bytes
 
 # Two ports, each a stream of records punctuated every 10 µs (records (ts, value), ts in 1..59).
 ports = st.lists(st.lists(st.tuples(st.integers(1, 59), st.integers(0, 3)), max_size=30), min_size=2, max_size=2)
@@ -66,8 +66,8 @@ def test_a_port_that_skips_ahead_releases_what_the_merge_holds_first():
     """An application adopting a frontier in place (``OperatorReplica.skip_to``, lifecycle) in the
     deterministic mode: the records the merge already holds at or below the frontier go out, in
     order, before the frontier's punctuation — not after it, as records behind a promise."""
-    from operators.replica import OperatorReplica
-    from operators.union import Union
+    from replicast.operators.replica import OperatorReplica
+    from replicast.operators.union import Union
 
     replica = OperatorReplica(Union(2), [1, 1], merged=True)
     assert replica.on_batch(0, 0, [(5, "a"), (7, "b")]) == ([], None)

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 from hypothesis import given, strategies as st
 
-from operators.query import QueryBuilder
-from operators.record import Punctuation, sort_key
-from operators.replica import OperatorReplica
-from operators.testing import disorder, punctuate, run_operator
+from replicast.operators.query import QueryBuilder
+from replicast.operators.record import Punctuation, sort_key
+from replicast.operators.replica import OperatorReplica
+from replicast.operators.testing import disorder, punctuate, run_operator
 from tests.operators.strategies import keyed_records
 
 KINDS = {

@@ -8,9 +8,9 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from operators.record import sort_key
-from operators.replica import OperatorReplica
-from operators.testing import disorder, interleave, punctuate, run_operator
+from replicast.operators.record import sort_key
+from replicast.operators.replica import OperatorReplica
+from replicast.operators.testing import disorder, interleave, punctuate, run_operator
 from tests.operators.strategies import keyed_records
 from tests.operators.test_replica_consistency import KINDS, build
 

@@ -2,8 +2,8 @@
 
 from hypothesis import given, strategies as st
 
-from operators.record import canonical_bytes
-from operators.sorter import Sorter
+from replicast.operators.record import canonical_bytes
+from replicast.operators.sorter import Sorter
 from tests.operators.strategies import keyed_records
 
 

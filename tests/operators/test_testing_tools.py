@@ -2,8 +2,8 @@
 
 from hypothesis import given, strategies as st
 
-from operators.record import Punctuation
-from operators.testing import disorder, punctuate
+from replicast.operators.record import Punctuation
+from replicast.operators.testing import disorder, punctuate
 from tests.operators.strategies import keyed_records
 
 

@@ -1,6 +1,6 @@
 """Union (§IV-D) and the §IV-A punctuation rule."""
 
-from operators.union import Union
+from replicast.operators.union import Union
 
 
 def test_forwards_every_record_from_every_input():
@@ -27,7 +27,7 @@ def test_snapshot_keeps_the_frontier():
 
 
 def test_a_replica_may_start_with_no_upstreams_and_grow():
-    from operators.replica import OperatorReplica
+    from replicast.operators.replica import OperatorReplica
     replica = OperatorReplica(Union(1), [0])
     upstream = replica.filters[0].add_replica()
     assert replica.on_batch(0, upstream, [(1, "a")], 7) == ([(1, "a")], 7)

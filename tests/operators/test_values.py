@@ -9,13 +9,13 @@ import math
 import msgpack
 import pytest
 
-from operators.aggregate import TimeWindowAggregate
-from operators.count_aggregate import CountWindowAggregate
-from operators.errors import InputError
-from operators.expressions import FieldRef, compile_expression
-from operators.query_file import parse_query
-from operators.record import Schema, make_record
-from operators.summaries import Summary
+from replicast.operators.aggregate import TimeWindowAggregate
+from replicast.operators.count_aggregate import CountWindowAggregate
+from replicast.operators.errors import InputError
+from replicast.operators.expressions import FieldRef, compile_expression
+from replicast.operators.query_file import parse_query
+from replicast.operators.record import Schema, make_record
+from replicast.operators.summaries import Summary
 
 BIG = 1e308
 

@@ -6,7 +6,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def seattle_frames() -> np.ndarray:
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
 
     store = TraceStore.open("seattle")
     return np.concatenate([chunk for _, chunk in store.chunks()]).astype(float)

@@ -7,8 +7,8 @@ import random
 import numpy as np
 from hypothesis import strategies as st
 
-from placement.coordinates import Vivaldi
-from placement.model import Deployment, Network, Workload, connect, pinned_deployment, uniform_network
+from replicast.placement.coordinates import Vivaldi
+from replicast.placement.model import Deployment, Network, Workload, connect, pinned_deployment, uniform_network
 
 
 def line_network(positions_ms, capacity: float = 1.0) -> Network:

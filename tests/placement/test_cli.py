@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.cli import main
+from replicast.engine.cli import main
 
 FAST = ["--frames", "100", "--rounds", "300"]
 

@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from placement.coordinates import Vivaldi, VivaldiConfig, fit, relative_errors
-from placement.from_trace import median_rtt, network_from_frames
+from replicast.placement.coordinates import Vivaldi, VivaldiConfig, fit, relative_errors
+from replicast.placement.from_trace import median_rtt, network_from_frames
 
 
 def line(n, spacing):

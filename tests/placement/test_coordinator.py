@@ -10,13 +10,13 @@ import random
 import numpy as np
 import pytest
 
-from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
-from operators.plan import ReplicaId, StreamReplica
-from placement.constraints import DeployConfig
-from placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
-from placement.decisions import Connect, Deploy, Disconnect, Remove
-from placement.gc import GCConfig
-from placement.reports import InputReport, ServerReport
+from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.constraints import DeployConfig
+from replicast.placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
+from replicast.placement.decisions import Connect, Deploy, Disconnect, Remove
+from replicast.placement.gc import GCConfig
+from replicast.placement.reports import InputReport, ServerReport
 from tests.placement.instances import chain
 
 SEC = 1_000_000

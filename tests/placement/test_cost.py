@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.cost import bandwidth, cost, placement_cost, stream_cost, total_cost
-from placement.model import Deployment, connect, pinned_deployment
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.cost import bandwidth, cost, placement_cost, stream_cost, total_cost
+from replicast.placement.model import Deployment, connect, pinned_deployment
 from tests.placement.instances import chain, line_network
 
 E, O0, O1, A = ReplicaId("e", 0), ReplicaId("o", 0), ReplicaId("o", 1), ReplicaId("a", 0)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
-from operators.plan import ReplicaId, StreamReplica
-from placement.decisions import Connect, Deploy, Disconnect, Remove, changes
-from placement.model import Deployment, connect
+from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.decisions import Connect, Deploy, Disconnect, Remove, changes
+from replicast.placement.model import Deployment, connect
 from tests.placement.instances import chain, deployed
 
 SERVERS = ("s0", "s1", "s2", "s3")

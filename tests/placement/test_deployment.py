@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.constraints import DeployConfig
-from placement.cost import total_cost
-from placement.deployment import min_cost, random_deployment
-from placement.errors import PlacementError
-from placement.model import Workload, complete, pinned_deployment, server_loads
-from placement.optimal import optimal
-from placement.refine import refine
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.constraints import DeployConfig
+from replicast.placement.cost import total_cost
+from replicast.placement.deployment import min_cost, random_deployment
+from replicast.placement.errors import PlacementError
+from replicast.placement.model import Workload, complete, pinned_deployment, server_loads
+from replicast.placement.optimal import optimal
+from replicast.placement.refine import refine
 from tests.placement.instances import chain, line_network, networks, workloads
 
 
@@ -154,9 +154,9 @@ def test_optimal_matches_brute_force_and_bounds_the_heuristics(data):
 
 
 def seattle_instance(frames, seed, n_servers=40):
-    from operators.query_file import load_query
-    from placement.from_trace import network_from_frames
-    from placement.workload import from_query
+    from replicast.operators.query_file import load_query
+    from replicast.placement.from_trace import network_from_frames
+    from replicast.placement.workload import from_query
 
     rng = random.Random(seed)
     chosen = sorted(rng.sample(range(frames.shape[1]), n_servers))

@@ -3,12 +3,12 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.cost import cost, total_cost
-from placement.deployment import DeployConfig, min_cost
-from placement.errors import PlacementError
-from placement.gc import Dependents, GCConfig, collect
-from placement.utility import utilities
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.cost import cost, total_cost
+from replicast.placement.deployment import DeployConfig, min_cost
+from replicast.placement.errors import PlacementError
+from replicast.placement.gc import Dependents, GCConfig, collect
+from replicast.placement.utility import utilities
 from tests.placement.instances import chain, deployed, line_network, networks, workloads
 
 E, A = ReplicaId("e", 0), ReplicaId("a", 0)

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from operators.plan import ReplicaId
-from placement.coordinates import Coordinates
-from placement.errors import PlacementError
-from placement.model import Network, Workload
-from placement.relaxation import initial_placement, relax
+from replicast.operators.plan import ReplicaId
+from replicast.placement.coordinates import Coordinates
+from replicast.placement.errors import PlacementError
+from replicast.placement.model import Network, Workload
+from replicast.placement.relaxation import initial_placement, relax
 from tests.placement.instances import chain
 
 POSITIONS_MS = [0.0, 20.0, 45.0, 70.0, 100.0]

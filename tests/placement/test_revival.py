@@ -1,9 +1,9 @@
 """§V-C revival decisions, case by case."""
 
-from operators.plan import ReplicaId, StreamReplica
-from placement.constraints import DeployConfig
-from placement.model import Workload
-from placement.revival import Action, Collected, Revival, apply, late_ports, revive
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.placement.constraints import DeployConfig
+from replicast.placement.model import Workload
+from replicast.placement.revival import Action, Collected, Revival, apply, late_ports, revive
 from tests.placement.instances import chain, deployed, line_network
 
 E, A = ReplicaId("e", 0), ReplicaId("a", 0)

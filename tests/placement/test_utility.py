@@ -3,11 +3,11 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from operators.plan import ReplicaId, StreamReplica, plan
-from operators.query import QueryBuilder
-from placement.deployment import DeployConfig, min_cost
-from placement.errors import PlacementError
-from placement.utility import utilities, weights_of_report
+from replicast.operators.plan import ReplicaId, StreamReplica, plan
+from replicast.operators.query import QueryBuilder
+from replicast.placement.deployment import DeployConfig, min_cost
+from replicast.placement.errors import PlacementError
+from replicast.placement.utility import utilities, weights_of_report
 from tests.placement.instances import chain, deployed, networks, workloads
 
 E, O0, O1, A = ReplicaId("e", 0), ReplicaId("o", 0), ReplicaId("o", 1), ReplicaId("a", 0)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from engine.cli import main
+from replicast.engine.cli import main
 
 DATA = Path(__file__).parent / "data"
 

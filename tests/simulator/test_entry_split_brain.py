@@ -6,10 +6,10 @@ cut was delivered twice."""
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from engine.node import NodeOptions
-from operators.query_file import load_query
-from simulator.driver import Observer, Simulation
-from simulator.network import FixedDelays
+from replicast.engine.node import NodeOptions
+from replicast.operators.query_file import load_query
+from replicast.simulator.driver import Observer, Simulation
+from replicast.simulator.network import FixedDelays
 
 QUERY = load_query(Path(__file__).resolve().parents[2] / "examples/entry-stamped-query.toml")
 MS = 1_000

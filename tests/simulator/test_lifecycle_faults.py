@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.replay import replay
-from simulator.run import Prepared, run
-from simulator.scenario import Fault, load_scenario
+from replicast.engine.replay import replay
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import Fault, load_scenario
 
 DATA = Path(__file__).parent / "data"
 S = 1_000_000

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.modes import MODES, Mode
-from engine.replay import replay
-from simulator.network import FixedDelays
-from simulator.run import Prepared, run
-from simulator.scenario import Fault, ScenarioError, load_scenario, parse_scenario
+from replicast.engine.core.modes import MODES, Mode
+from replicast.engine.replay import replay
+from replicast.simulator.network import FixedDelays
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import Fault, ScenarioError, load_scenario, parse_scenario
 
 DATA = Path(__file__).parent / "data"
 SERVERS = ["src", "W", "P", "O", "Q"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from engine.cli import main
+from replicast.engine.cli import main
 
 DATA = Path(__file__).parent / "data"
 # kmax neither ascending nor descending: outcomes gathered in submission order (largest kmax first)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.run import Prepared, run
-from simulator.scenario import Fault, load_scenario
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import Fault, load_scenario
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.modes import Mode
-from engine.replay import replay
-from simulator.coordinator import parse_coordinator
-from simulator.run import Prepared, run
-from simulator.scenario import Fault, ScenarioError, load_scenario
+from replicast.engine.core.modes import Mode
+from replicast.engine.replay import replay
+from replicast.simulator.coordinator import parse_coordinator
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import Fault, ScenarioError, load_scenario
 
 DATA = Path(__file__).parent / "data"
 S = 1_000_000
@@ -138,7 +138,7 @@ def test_a_crashed_coordinator_is_replaced_by_the_next_server_which_adopts_what_
 
 
 def test_the_example_scenario_and_cluster_file_load():
-    from engine.cluster_config import load_cluster
+    from replicast.engine.cluster_config import load_cluster
 
     root = DATA.parents[2] / "examples"
     scenario = load_scenario(root / "sim-fig1-placement.toml")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.deploy import deploy
-from simulator.run import Prepared, run
-from simulator.scenario import load_scenario
+from replicast.simulator.deploy import deploy
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import load_scenario
 
 DATA = Path(__file__).parent / "data"
 

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from operators.query_file import load_query
-from simulator.driver import Simulation
-from simulator.network import FixedDelays
+from replicast.operators.query_file import load_query
+from replicast.simulator.driver import Simulation
+from replicast.simulator.network import FixedDelays
 
 QUERY = load_query(Path(__file__).parent / "data" / "chain-query.toml")
 

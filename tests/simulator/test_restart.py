@@ -4,7 +4,7 @@ from a peer's snapshot, and the output is exactly the reference's."""
 
 import pytest
 
-from simulator.scenario import Fault
+from replicast.simulator.scenario import Fault
 from tests.simulator.test_lifecycle_faults import S, run_with
 
 

@@ -21,17 +21,17 @@ from pathlib import Path
 
 import aiomqtt
 
-from cluster.relay import RelayLink, RelayPlan, start_relays
-from engine.aio.driver import NodeDriver
-from engine.cluster_config import ClusterConfig, NodeSpec
-from engine.events import read_events
-from engine.node import NodeOptions
-from engine.replay import replay
-from operators.query_file import load_query
-from operators.record import CLOSED
-from simulator.driver import Observer, Simulation
-from simulator.network import FixedDelays
-from simulator.sources import Source, messages, payload
+from replicast.cluster.relay import RelayLink, RelayPlan, start_relays
+from replicast.engine.aio.driver import NodeDriver
+from replicast.engine.cluster_config import ClusterConfig, NodeSpec
+from replicast.engine.events import read_events
+from replicast.engine.node import NodeOptions
+from replicast.engine.replay import replay
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
+from replicast.simulator.driver import Observer, Simulation
+from replicast.simulator.network import FixedDelays
+from replicast.simulator.sources import Source, messages, payload
 from tests.integration.helpers import free_ports, mosquitto
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from simulator import recorder as recorder_module
-from simulator import segments, sweep
-from simulator.run import Prepared, run
-from simulator.scenario import ScenarioError, load_scenario
+from replicast.simulator import recorder as recorder_module
+from replicast.simulator import segments, sweep
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import ScenarioError, load_scenario
 
 DATA = Path(__file__).parent / "data"
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.replay import replay
-from simulator.bound import lower_bounds
-from simulator.network import FixedDelays, LinkEnvironment, Network
-from simulator.run import Prepared, run
-from simulator.scenario import ScenarioError, load_scenario
+from replicast.engine.replay import replay
+from replicast.simulator.bound import lower_bounds
+from replicast.simulator.network import FixedDelays, LinkEnvironment, Network
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import ScenarioError, load_scenario
 
 DATA = Path(__file__).parent / "data"
 
@@ -94,7 +94,7 @@ def test_links_are_fifo_and_outages_hold_or_refuse():
 def test_trace_delays_and_held_sends_match_the_trace_store():
     """The per-frame delay tables, the link caches and the cached hold answer agree with plain
     ``TraceStore.one_way_us`` lookups: arrival = first time >= send with a sample + its delay, FIFO."""
-    from traces.store import TraceStore
+    from replicast.traces.store import TraceStore
 
     trace = TraceStore.open("seattle")
     frames = np.stack([trace.frame(f) for f in range(trace.n_frames)])
@@ -135,9 +135,9 @@ def test_bandwidth_table_counts_every_message_sent(monkeypatch):
     exact size."""
     from collections import defaultdict
 
-    from engine.messages import Batch
-    from engine.wire import encode
-    from simulator.driver import SourcePayload
+    from replicast.engine.messages import Batch
+    from replicast.engine.wire import encode
+    from replicast.simulator.driver import SourcePayload
 
     scenario = load_scenario(DATA / "chain.toml")
     scenario.duration_s, scenario.bandwidth_mbps = 300, 2.0

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.spark
 
 def simulate(out: Path, *extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "engine.cli", "simulate", str(SCENARIO), *SWEEP, "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "replicast.engine.cli", "simulate", str(SCENARIO), *SWEEP, "--out", str(out),
                            *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "summary.json").read_text())

@@ -8,14 +8,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from traces import format as fmt
+from replicast.traces import format as fmt
 
 NETLATENCY = Path(__file__).resolve().parents[3] / "shared" / "traces" / "netlatency"
 
 
 @pytest.fixture(scope="session")
 def spark():
-    from traces.jobs.session import spark_session
+    from replicast.traces.jobs.session import spark_session
 
     session = spark_session("local[2]", app_name="replicast-tests", shuffle_partitions=2, driver_memory="1g")
     yield session

@@ -2,8 +2,8 @@
 
 import pytest
 
-from traces import catalog
-from traces.errors import TraceError
+from replicast.traces import catalog
+from replicast.traces.errors import TraceError
 
 
 def test_resolves_the_shipped_name_and_a_path(tmp_path):

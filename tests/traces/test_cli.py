@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.cli import main
-from traces.store import TraceStore
+from replicast.engine.cli import main
+from replicast.traces.store import TraceStore
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),

@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from traces import format as fmt
-from traces.errors import TraceError
+from replicast.traces import format as fmt
+from replicast.traces.errors import TraceError
 
 
 def test_meta_round_trip_and_errors(tmp_path):

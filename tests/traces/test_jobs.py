@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from tests.traces.conftest import write_trace
-from traces import build, calibrate
-from traces import format as fmt
-from traces.errors import TraceError
-from traces.store import TraceStore
+from replicast.traces import build, calibrate
+from replicast.traces import format as fmt
+from replicast.traces.errors import TraceError
+from replicast.traces.store import TraceStore
 
 pytestmark = [
     pytest.mark.spark,
@@ -97,7 +97,7 @@ def test_ingest_csv_header_must_name_the_columns(spark, tmp_path):
 
 
 def test_pair_and_sample_summary_against_numpy(spark, tmp_path, random_frames):
-    from traces.jobs import summary
+    from replicast.traces.jobs import summary
 
     path = write_trace(tmp_path / "t", random_frames)
     df = spark.read.parquet(str(fmt.rtt_dir(path))).select(*fmt.SCHEMA.names)
@@ -121,7 +121,7 @@ def test_pair_and_sample_summary_against_numpy(spark, tmp_path, random_frames):
 
 
 def test_overall_summary_of_seattle_agrees_with_calibrate(spark):
-    from traces.jobs import summary
+    from replicast.traces.jobs import summary
 
     store = TraceStore.open("seattle")
     df = spark.read.parquet(str(fmt.rtt_dir(store.path))).select(*fmt.SCHEMA.names)
@@ -135,7 +135,7 @@ def test_overall_summary_of_seattle_agrees_with_calibrate(spark):
 
 @pytest.mark.parametrize("new_interval_us", [300_000, 1_000_000, 2_500_000])
 def test_resample_is_sample_and_hold(spark, tmp_path, random_frames, new_interval_us):
-    from traces.jobs.resample import resample
+    from replicast.traces.jobs.resample import resample
 
     path = write_trace(tmp_path / "t", random_frames)
     df = spark.read.parquet(str(fmt.rtt_dir(path))).select(*fmt.SCHEMA.names)
@@ -149,7 +149,7 @@ def test_resample_is_sample_and_hold(spark, tmp_path, random_frames, new_interva
 
 
 def test_join_geo(spark, tmp_path):
-    from traces.jobs.geo import join_geo, read_geo
+    from replicast.traces.jobs.geo import join_geo, read_geo
 
     nodes = spark.createDataFrame(fmt.nodes_table(["a", "b", "c"]).to_pandas())
     geo_csv = tmp_path / "geo.csv"

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from traces import netlatency
-from traces.errors import TraceError
+from replicast.traces import netlatency
+from replicast.traces.errors import TraceError
 
 GOOD = "0\t0.17\t0.32\n0.12\t0\t0\n0.30\t0.05\t0\n"
 

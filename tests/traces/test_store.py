@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tests.traces.conftest import NETLATENCY, write_trace
-from traces import catalog
-from traces.errors import TraceError
-from traces.store import TraceStore
+from replicast.traces import catalog
+from replicast.traces.errors import TraceError
+from replicast.traces.store import TraceStore
 
 
 def reference_outages(series: np.ndarray, interval_us: int) -> list[tuple[int, int]]:
@@ -73,7 +73,7 @@ def test_missing_rows_are_outages(tmp_path, random_frames):
 
 def test_rows_outside_the_node_table_are_rejected(tmp_path, random_frames):
     path = write_trace(tmp_path / "t", random_frames, names=[f"n{i}" for i in range(5)])
-    from traces import format as fmt
+    from replicast.traces import format as fmt
 
     fmt.write_nodes(path, fmt.nodes_table(["a", "b", "c"]))
     fmt.write_meta(path, fmt.TraceMeta(name="t", n_nodes=3, n_frames=12, interval_us=1_000_000, interval_measured=True))

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces.jobs import summary
+from replicast.traces.jobs import summary
 
 COLUMNS = ["samples", "valid", "outage_rate", "min", "median", "p90", "p99", "max", "drift_ms"]
 
@@ -101,7 +101,7 @@ def test_quantiles_are_nearest_rank_like_duckdb_quantile_disc():
 def test_pair_summary_in_spark_matches_the_reference(spark):
     import pyarrow as pa
 
-    from traces import format as fmt
+    from replicast.traces import format as fmt
 
     rng = np.random.default_rng(11)
     rows = random_rows(rng, nodes=6, n_frames=30, interval_us=1_000_000, keep=0.9, null=0.15)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from traces import calibrate, synth
-from traces.store import TraceStore
+from replicast.traces import calibrate, synth
+from replicast.traces.store import TraceStore
 
 
 @pytest.fixture(scope="module")

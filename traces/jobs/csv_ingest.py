@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from traces import format as fmt
-from traces.errors import TraceError
+from replicast.traces import format as fmt
+from replicast.traces.errors import TraceError
 
 RANGE_BYTES = 64 << 20
 BLOCK_ROWS = 8_000_000
@@ -147,8 +147,8 @@ def ingest(spark, path: Path, out_dir: Path, header: list[str], *, interval_us: 
            node_names: list[str] | None) -> tuple[int, list[str]] | str:
     """Both stages into ``out_dir/rtt``; ``(largest t, node names)``, or the reason of the first
     bad range (the caller names the line)."""
-    from traces.jobs.errors import worker_errors
-    from traces.jobs.ingest import _sorted_names
+    from replicast.traces.jobs.errors import worker_errors
+    from replicast.traces.jobs.ingest import _sorted_names
 
     context = spark.sparkContext
     scratch = out_dir / "_ingest"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import re
 
-from traces.errors import TraceError
+from replicast.traces.errors import TraceError
 
 _WORKER_TRACE_ERROR = re.compile(r"TraceError: (?P<message>[^\n]+)")
 

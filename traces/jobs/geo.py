@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traces.errors import TraceError
+from replicast.traces.errors import TraceError
 
 
 def read_geo(spark, path: Path):

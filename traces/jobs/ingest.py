@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from traces import format as fmt
-from traces import netlatency
-from traces.errors import TraceError
-from traces.jobs.errors import worker_errors
+from replicast.traces import format as fmt
+from replicast.traces import netlatency
+from replicast.traces.errors import TraceError
+from replicast.traces.jobs.errors import worker_errors
 
 SPARK_SCHEMA = "t long, src int, dst int, rtt_ms float"
 
