@@ -26,9 +26,9 @@ class ClusterError(ReplicastError):
 
 
 def env() -> dict[str, str]:
-    """The environment of started processes: ours, with this checkout first on ``PYTHONPATH``."""
-    root = str(Path(__file__).resolve().parents[1])
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    """The environment of started processes: ours. They run ``sys.executable``, whose installed
+    replicast (a wheel, or an editable checkout) is the one this command runs."""
+    return dict(os.environ)
 
 
 def spawn(name: str, command: list[str], run_dir: Path, wrap: list[str] | None = None) -> dict:

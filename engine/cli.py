@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 
+from replicast import __version__
 from replicast.operators.errors import ReplicastError
 
 #: Modules that define subcommands, in the order they appear in ``replicast --help``.
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="replicast",
         description="Wide-area replicated stream processing (Hwang, Cetintemel, Zdonik, ICDE 2008).",
     )
+    parser.add_argument("--version", action="version", version=f"replicast {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

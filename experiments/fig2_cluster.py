@@ -53,13 +53,9 @@ def cluster_file(directory: Path, query: Path, settings: Settings, mode: str, ta
     return path
 
 
-#: This checkout: processes started here import its code (as 'cluster up' starts its nodes).
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def _start(command: list[str], **options) -> subprocess.Popen:
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.Popen([sys.executable, *command], env=environment, stdin=subprocess.DEVNULL, **options)
+    """``sys.executable COMMAND…``: the child imports the replicast this process runs."""
+    return subprocess.Popen([sys.executable, *command], stdin=subprocess.DEVNULL, **options)
 
 
 def _replicast(*args: str) -> subprocess.Popen:

@@ -20,13 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from replicast.examples import example_path
 from replicast.operators.errors import ReplicastError
 
 log = logging.getLogger("replicast.experiment")
-ROOT = Path(__file__).resolve().parent.parent
 #: The paper's Fig. 4 setting on the shipped Seattle trace (docs/simulator.md): every simulated
 #: experiment starts from it.
-BASE_SCENARIO = ROOT / "examples" / "sim-fig1.toml"
+BASE_SCENARIO = example_path("sim-fig1.toml")
 _CLEARED: set[Path] = set()
 
 

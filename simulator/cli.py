@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from replicast.engine.core.modes import MODES, parse_mode
+from replicast.examples import example_path
 from replicast.operators.errors import ReplicastError
 
 if TYPE_CHECKING:
     import numpy as np
 
 log = logging.getLogger("replicast.simulate")
-DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "sim-fig1.toml"
+DEFAULT_SCENARIO = example_path("sim-fig1.toml")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -14,6 +14,7 @@ exact quantiles from the few values in the histogram bins that hold them
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,9 @@ def session(master: str):
     """A SparkSession for the sweep; executors on this machine import this checkout of replicast."""
     from replicast.traces.jobs.session import spark_session
 
-    here = str(Path(__file__).resolve().parent.parent)
     return spark_session(master, app_name="replicast-simulate", driver_memory="1g", config={
         "spark.task.maxFailures": "1",
-        "spark.executorEnv.PYTHONPATH": here,
+        "spark.pyspark.python": sys.executable,      # the interpreter that has replicast installed
         "spark.python.worker.reuse": "true",        # a worker keeps its Prepared trace between tasks
     })
 

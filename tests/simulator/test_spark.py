@@ -23,9 +23,8 @@ pytestmark = pytest.mark.spark
 
 
 def simulate(out: Path, *extra: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "replicast.engine.cli", "simulate", str(SCENARIO), *SWEEP, "--out", str(out),
-                           *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "summary.json").read_text())
 
@@ -81,7 +80,7 @@ def test_a_standalone_master_and_worker_on_loopback_run_the_sweep(local_sweep, t
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     port = _free_port()
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path),
-           "SPARK_WORKER_DIR": str(tmp_path / "work"), "PYTHONPATH": str(ROOT)}
+           "SPARK_WORKER_DIR": str(tmp_path / "work")}
     logs = {name: tmp_path / f"{name}.log" for name in ("master", "worker")}
     processes = []
     try:
