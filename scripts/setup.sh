@@ -4,7 +4,7 @@
 #
 #   Java 17+ (PySpark), mosquitto + its clients (broker tests), openssl (TLS tests),
 #   iproute2 (wide-area emulation tests) — from Debian packages, as root or through sudo;
-#   then this package with its test and benchmark extras: pip install -e '.[test,bench]'.
+#   then this package with its test and benchmark extras: pip install -e '.[all,test,bench]'.
 #
 # Re-running is cheap: packages present are not touched, and pip runs again only when setup.cfg
 # changed since the last successful run (a stamp in .replicast/).
@@ -36,8 +36,8 @@ fi
 stamp=.replicast/setup.stamp
 want="$(python3 --version 2>&1) $(sha256sum setup.cfg | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! python3 -m pip show replicast >/dev/null 2>&1; then
-  echo "setup: pip install -e '.[test,bench]'"
+  echo "setup: pip install -e '.[all,test,bench]'"
   python3 -m pip install --quiet --upgrade pip
-  python3 -m pip install --quiet -e '.[test,bench]'
+  python3 -m pip install --quiet -e '.[all,test,bench]'
   mkdir -p .replicast && echo "$want" > "$stamp"
 fi
