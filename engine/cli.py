@@ -3,7 +3,9 @@
 Each package contributes its subcommands through a ``register(subparsers)`` function in its own
 ``cli`` module; this module only assembles them, sets up logging, and turns
 :class:`~operators.errors.ReplicastError` into one clear line on stderr and exit status 2.
-Heavy imports (PySpark, SimPy, matplotlib) happen inside the subcommand, so ``--help`` is instant.
+Heavy imports (PySpark, SimPy, matplotlib) happen inside the subcommand, so ``--help`` is instant
+and works from the base install; a subcommand run without its extra says which one to install
+(:mod:`engine.extras`; a subcommand names its extra with ``set_defaults(extra=…)``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import sys
 
 from replicast import __version__
+from replicast.engine.extras import missing_extra
 from replicast.operators.errors import ReplicastError
 
 #: Modules that define subcommands, in the order they appear in ``replicast --help``.
@@ -56,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except ReplicastError as error:
         print(f"replicast {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:
+        # An optional dependency the base install lacks (docs/install.md): say which extra.
+        line = missing_extra(error, getattr(args, "extra", None))
+        if line is None:
+            raise
+        print(f"replicast {args.command}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"replicast {args.command}: interrupted", file=sys.stderr)

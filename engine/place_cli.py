@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--time-limit", type=float, default=120.0, metavar="S", help="optimal: solver time limit")
     parser.add_argument("--seed", type=int, default=0, help="seed for server sample, pins, Vivaldi, random (default 0)")
     parser.add_argument("--out", type=Path, help="output directory (default: out/place/<query name>)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, extra="all")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,12 +18,13 @@ DEFAULT_OUT = Path("out/experiments")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    experiment = subparsers.add_parser(
         "experiment", help="reproduce the paper's figures and tables (CSV + PNG)",
         description="The evaluation of Hwang, Cetintemel, Zdonik (ICDE 2008, section VI) as commands.  Defaults "
                     "run on the shipped Seattle trace in minutes (docs/experiments.md has the measured times); "
                     "--trace and --duration scale the simulated ones up.")
-    figures = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
+    experiment.set_defaults(extra="all")
+    figures = experiment.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
 
     fig2 = figures.add_parser(
         "fig2", help="latency over time with a crash at t = 60 s, one curve per engine mode (TCP cluster or simulator)",

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-KINDS = ("ccdf", "cdf", "over-time")
+from replicast.experiments.plot_kinds import KINDS
 
 
 @dataclass
@@ -35,7 +35,7 @@ class LatencyRun:
 def draw(ax, runs: Sequence[LatencyRun], kind: str = "ccdf") -> list:
     """Draw ``runs`` on ``ax``; returns one artist per run drawn (runs without records are skipped)."""
     if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise ValueError(f"kind must be one of {tuple(KINDS)}, got {kind!r}")
     artists = []
     for run in runs:
         if not len(run.latency_us):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from replicast.experiments.latency import KINDS
+from replicast.experiments.plot_kinds import KINDS
 from replicast.operators.errors import ReplicastError
 
 DEFAULT_OUT = Path("out/plot/latency.png")
@@ -18,6 +18,7 @@ DEFAULT_OUT = Path("out/plot/latency.png")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plot", help="plots of finished runs")
+    parser.set_defaults(extra="plot")
     kinds = parser.add_subparsers(dest="plot", metavar="PLOT", required=True)
     latency = kinds.add_parser(
         "latency", help="overlay the latency distributions of simulated and live runs",
@@ -27,9 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "directory of JSON-lines outputs. Labels come from each run's summary (or its name).")
     latency.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR_OR_FILE")
     shape = latency.add_mutually_exclusive_group()
-    for kind in KINDS:
-        text = {"ccdf": "P(latency > x) on log axes, as the paper's Fig. 4 (default)",
-                "cdf": "P(latency <= x)", "over-time": "each record's latency against its arrival time"}[kind]
+    for kind, text in KINDS.items():
         shape.add_argument(f"--{kind}", dest="kind", action="store_const", const=kind, help=text)
     latency.set_defaults(kind="ccdf")
     latency.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"PNG to write (default {DEFAULT_OUT})")

@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run the kmax values, deployments and segments as Spark tasks on MASTER (default "
                              "local[*]; e.g. spark://host:7077) and summarise the dataset with PySpark")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, extra="sim")
 
 
 @dataclass

@@ -26,7 +26,7 @@ from replicast.simulator.sweep import Task, run_entry, run_task
 
 
 def session(master: str):
-    """A SparkSession for the sweep; executors on this machine import this checkout of replicast."""
+    """A SparkSession for the sweep; executors run this interpreter, which has replicast installed."""
     from replicast.traces.jobs.session import spark_session
 
     return spark_session(master, app_name="replicast-simulate", driver_memory="1g", config={

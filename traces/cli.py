@@ -252,6 +252,7 @@ def cmd_plot(args) -> int:
 def register(subparsers) -> None:
     trace = subparsers.add_parser("trace", help="latency traces: list, ingest, summarise, synthesise, plot",
                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    trace.set_defaults(extra="all")           # trace jobs use Spark, the generator scipy
     commands = trace.add_subparsers(dest="trace_command", metavar="TRACE_COMMAND", required=True)
 
     p = commands.add_parser("list", help="named traces and where they are", description="List the named traces.")

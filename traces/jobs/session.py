@@ -4,8 +4,46 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from replicast.traces.errors import TraceError
 
 DEFAULT_MASTER = "local[2]"
+#: PySpark 3.5 and 4 run on Java 17 or newer.
+MIN_JAVA = 17
+JAVA_HINT = "install one (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless) or set JAVA_HOME to it"
+
+
+def java_command() -> str | None:
+    """The ``java`` PySpark will start: ``$JAVA_HOME/bin/java``, else the one on ``PATH``."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = Path(home) / "bin" / "java"
+        return str(candidate) if candidate.exists() else None
+    return shutil.which("java")
+
+
+def require_java() -> None:
+    """Raise a one-line :class:`TraceError` unless a Java PySpark can run on is there: without it
+    PySpark fails with "Java gateway process exited" and a long traceback."""
+    java = java_command()
+    if java is None:
+        where = f"JAVA_HOME={os.environ['JAVA_HOME']} has no bin/java" if os.environ.get("JAVA_HOME") else \
+            "no java on PATH and no JAVA_HOME"
+        raise TraceError(f"PySpark needs Java {MIN_JAVA} or newer, and there is none ({where}): {JAVA_HINT}")
+    try:
+        banner = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise TraceError(f"PySpark needs Java {MIN_JAVA} or newer, and {java} does not run ({error}): {JAVA_HINT}") \
+            from None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', banner)
+    if match:
+        major = int(match.group(2)) if match.group(1) == "1" else int(match.group(1))   # "1.8.0" is Java 8
+        if major < MIN_JAVA:
+            raise TraceError(f"PySpark needs Java {MIN_JAVA} or newer, and {java} is Java {major}: {JAVA_HINT}")
 
 
 def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-traces",
@@ -18,6 +56,7 @@ def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-tr
     Shuffle partitions default to 2 x the local cores: Spark's 200 is far too many for one machine,
     and a cluster user can pass their own.
     """
+    require_java()
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     import warnings
 
