@@ -14,7 +14,6 @@ exact quantiles from the few values in the histogram bins that hold them
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ def session(master: str):
 
     return spark_session(master, app_name="replicast-simulate", driver_memory="1g", config={
         "spark.task.maxFailures": "1",
-        "spark.pyspark.python": sys.executable,      # the interpreter that has replicast installed
         "spark.python.worker.reuse": "true",        # a worker keeps its Prepared trace between tasks
     })
 

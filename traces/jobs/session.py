@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from replicast.traces.errors import TraceError
@@ -77,6 +78,9 @@ def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-tr
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", driver_memory)
+        # Python workers run this interpreter, which has replicast and its extras (in a venv, a
+        # bare "python3" on PATH would not); a cluster whose workers differ overrides it in config.
+        .config("spark.pyspark.python", sys.executable)
     )
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
