@@ -23,6 +23,7 @@ from replicast.engine.entry import MODES
 from replicast.engine.handshake import MAX_NAME
 from replicast.engine.node import NodeOptions
 from replicast.engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
+from replicast.engine.source_protocol import SourceLimits, parse_source_limits
 from replicast.operators.config_file import MISSING, read_toml, typed_key
 from replicast.operators.errors import ReplicastError
 from replicast.operators.query import Query
@@ -79,6 +80,8 @@ class ClusterConfig:
     coordinator: CoordinatorSettings | None = None
     #: ``placement = "min-cost"``: ``placement`` holds only the pinned entry points and applications.
     min_cost: bool = False
+    #: ``[source_connections]``: limits and authentication of every node's ``source_port``.
+    source_connections: SourceLimits = field(default_factory=SourceLimits)
     _query: Query | None = None
 
     @property
@@ -111,7 +114,7 @@ class ClusterConfig:
 
 _TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "secret",
         "secret_env", "entry_mode", "entry_modes", "mode", "mqtt", "nodes", "placement", "outputs", "sources", "tls",
-        "name", "coordinator"}
+        "name", "coordinator", "source_connections"}
 #: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
 _TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": {"broker", "host", "port"},
                "[outputs.*]": {"file", "mqtt"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"}}
@@ -232,7 +235,9 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         peer_timeout_ms=_positive_ms(doc, "peer_timeout_ms", where, 3000.0),
         join_timeout_ms=_positive_ms(doc, "join_timeout_ms", where, 3000.0),
         retention_items=_positive_count(doc, "retention_items", where, 1_000_000), mode=engine_mode,
-        broker=broker, broker_host=host, broker_port=port, outputs=outputs, sources=sources, tls=tls)
+        broker=broker, broker_host=host, broker_port=port, outputs=outputs, sources=sources, tls=tls,
+        source_connections=parse_source_limits(doc.get("source_connections", {}), f"{where}: [source_connections]",
+                                               ClusterConfigError, has_tls=bool(tls)))
     if config.peer_timeout_ms <= config.heartbeat_ms:
         raise ClusterConfigError(f"{where}: 'peer_timeout_ms' ({config.peer_timeout_ms:g}) must be longer than "
                                  f"'heartbeat_ms' ({config.heartbeat_ms:g}), or every link times out")

@@ -38,7 +38,7 @@ from replicast.engine.aio.logs import LogBudget
 from replicast.engine.aio.metrics import NodeMetrics
 from replicast.engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
 from replicast.engine.aio.supervise import Backoff, Supervisor
-from replicast.engine.aio.tcp_source import MAX_LINE, serve_source
+from replicast.engine.aio.tcp_source import SourceServer
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
 from replicast.engine.messages import Hello, Proof
@@ -133,9 +133,9 @@ class NodeDriver:
         server = await asyncio.start_server(self._accept, self.spec.host, self.spec.port, reuse_address=True)
         source_server = None
         if self.spec.source_port is not None:
-            source_server = await asyncio.start_server(
-                lambda r, w: serve_source(r, w, self._on_source_line), self.spec.host, self.spec.source_port,
-                reuse_address=True, limit=MAX_LINE)
+            source_server = SourceServer(self.config.source_connections, self._on_source_line, self.metrics,
+                                         secret=self.config.secret, tls=self._tls[1] if self._tls else None)
+            await source_server.start(self.spec.host, self.spec.source_port)
             log.info("node %s accepts sources on %s:%d", self.name, self.spec.host, self.spec.source_port,
                      extra={"event": "source_listening"})
         metrics_server = None

@@ -77,6 +77,12 @@ class NodeMetrics:
         self.mqtt_redeliveries = Counter("replicast_mqtt_redeliveries",
                                          "QoS-1 redeliveries of messages already handled, dropped (engine.aio.mqtt_input)",
                                          registry=self.registry)
+        # A node's source_port (engine.aio.tcp_source, docs/node.md "TCP sources").
+        self.source_refused = Counter("replicast_source_refused", "source connections or lines refused at the "
+                                      "source port, by reason (engine.source_protocol.Refusal)",
+                                      ["reason"], registry=self.registry)
+        self.source_connections = Gauge("replicast_source_connections", "source connections open at the source port",
+                                        registry=self.registry)
         self._stats: dict[str, Any] = {}
         self.registry.register(self)
 
