@@ -4,6 +4,8 @@ rejection counter.  The strategies are the tests' (tests/wire_strategies.py, Hyp
 
     python3 benchmarks/fuzz.py                       # 10^5 core frames, 2*10^4 TCP frames, 10^4 payloads
     python3 benchmarks/fuzz.py --frames 2000 --tcp-frames 500 --payloads 500    # a quick look
+    python3 benchmarks/fuzz.py --skip-core --seeds 30 --tcp-frames 0 --strangers 0 --payloads 0 \
+        --hostile-sources 200                                     # only the source port's RSS
 
 1. **Core**: one long-lived NodeCore (node b of a one-node placement; the frames come from a peer
    "a") gets ``--frames`` frames through FrameDecoder + decode + receive, then a genuine stream
@@ -12,8 +14,10 @@ rejection counter.  The strategies are the tests' (tests/wire_strategies.py, Hyp
    file); this process is node "c" of the same cluster file (it knows the secret), accepts a's and
    b's dials and sends them ``--tcp-frames`` hostile frames, tagged, so they meet the decoder and the
    core (each bad frame costs the link; the nodes dial again); strangers without the secret open
-   connections and send raw hostile frames; ``--payloads`` hostile MQTT payloads go to the entry
-   point.  All the while a source publishes genuine records (20 per 50 ms), then CLOSED.  Every
+   connections and send raw hostile frames; ``--hostile-sources`` connections to a's source port
+   send garbage without newlines (half 1 MiB, half just under the line limit: ``[source_connections]``,
+   docs/node.md) while a's RSS is read before and during; ``--payloads`` hostile MQTT payloads go to
+   the entry point.  All the while a source publishes genuine records (20 per 50 ms), then CLOSED.  Every
    genuine record must reach the application exactly once, the stream must close (no silent
    stream), no node may die or count a task failure; delivery latency (arrival − ts, median and
    p99) is compared with a quiet phase before the fuzzing.
@@ -184,6 +188,7 @@ broker = "mqtt://127.0.0.1:{broker}"
 name = "a"
 port = {a}
 metrics_port = {am}
+source_port = {s}
 [[nodes]]
 name = "b"
 port = {b}
@@ -288,6 +293,38 @@ class Source(threading.Thread):
             await client.publish("replicast/in/cpu", json.dumps({"punctuation": CLOSED}), qos=1)
 
 
+def rss_mib(pid: int) -> float:
+    """The resident set of process ``pid`` (Linux /proc), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def hostile_sources(port: int, pid: int, n: int, line_limit: int = 64 * 1024) -> dict:
+    """``n`` connections to a source port sending garbage without a newline — every other one
+    1 MiB (over the line limit), the rest ``line_limit - 1`` bytes (held) — and the node's RSS
+    before and while they are open (the largest of 10 reads over 2 s, after 3 s to settle)."""
+    before = rss_mib(pid)
+    sockets = []
+    for i in tqdm(range(n), desc="hostile sources", unit="conn"):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(b"\xff" * (2**20 if i % 2 else line_limit - 1))
+            sockets.append(sock)
+        except OSError:
+            pass                                    # refused (a cap, or closed as it sent)
+    time.sleep(3)
+    during = 0.0
+    for _ in range(10):
+        during = max(during, rss_mib(pid))
+        time.sleep(0.2)
+    for sock in sockets:
+        sock.close()
+    return {"connections": n, "connected": len(sockets), "rss_before_mib": round(before, 1),
+            "rss_during_mib": round(during, 1), "growth_mib": round(during - before, 1)}
+
+
 def latency(lines: list[dict], since: int, until: int) -> dict:
     values = sorted(l["arrival"] - l["ts"] for l in lines if since <= l["ts"] < until)
     if not values:
@@ -297,14 +334,15 @@ def latency(lines: list[dict], since: int, until: int) -> dict:
 
 
 def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, seeds: list[bytes], payload_seeds: list[bytes],
-              keep: Path | None = None) -> dict:
+              keep: Path | None = None, hostile: int = 0) -> dict:
     import aiomqtt
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or Path(scratch)
         tmp.mkdir(parents=True, exist_ok=True)
-        broker, a, am, b, bm, c = free_ports(6)
+        broker, a, am, b, bm, c, source_port = free_ports(7)
         (tmp / "query.toml").write_text(CPU_FILTER_QUERY)
-        (tmp / "cluster.toml").write_text(CLUSTER.format(secret=SECRET, broker=broker, a=a, am=am, b=b, bm=bm, c=c))
+        (tmp / "cluster.toml").write_text(CLUSTER.format(secret=SECRET, broker=broker, a=a, am=am, b=b, bm=bm, c=c,
+                                                                s=source_port))
         peer = FakePeer(c)
         processes = [subprocess.Popen([sys.executable, "-m", "replicast.engine.aio.broker", "--port", str(broker)], cwd=ROOT,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -340,6 +378,9 @@ def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, seeds: list[b
             for frame in tqdm(mutants(seeds, strangers, rng), total=strangers, desc="strangers", unit="conn"):
                 stranger(a if sent["stranger connections"] % 2 else b, frame)
                 sent["stranger connections"] += 1
+
+            memory = hostile_sources(source_port, processes[1].pid, hostile) if hostile else None
+            sent["hostile source connections"] = hostile
 
             async def publish_all(items):
                 async with aiomqtt.Client("127.0.0.1", broker, identifier=f"fuzz-mqtt-{os.getpid()}") as client:
@@ -386,6 +427,7 @@ def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, seeds: list[b
                 "latency_quiet": latency(lines, quiet_from, fuzz_from),
                 "latency_under_fuzz": latency(lines, fuzz_from, fuzz_until),
                 "counters": dict(sorted(counters.items())),
+                "hostile_sources": memory,
             }
         finally:
             for p in processes:
@@ -402,6 +444,8 @@ def main() -> None:
     parser.add_argument("--tcp-frames", type=int, default=20_000, help="hostile tagged frames into live nodes")
     parser.add_argument("--strangers", type=int, default=1_000, help="connections from peers without the secret")
     parser.add_argument("--payloads", type=int, default=10_000, help="hostile MQTT payloads into the entry point")
+    parser.add_argument("--hostile-sources", type=int, default=200,
+                        help="connections to a's source port sending garbage without newlines (RSS before/during)")
     parser.add_argument("--seeds", type=int, default=3000, help="frames drawn by Hypothesis; the rest are mutants")
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--keep", type=Path, help="run the live cluster in this directory and keep its logs")
@@ -410,7 +454,8 @@ def main() -> None:
     seeds = corpus(frames(), args.seeds, "hypothesis frames")
     payload_seeds = corpus(payloads, max(1, args.seeds // 3), "hypothesis payloads")
     core = {"frames": 0, "crashes": 0, "silent_streams": 0} if args.skip_core else fuzz_core(args.frames, seeds)
-    live = fuzz_live(args.tcp_frames, args.payloads, args.strangers, seeds, payload_seeds, args.keep)
+    live = fuzz_live(args.tcp_frames, args.payloads, args.strangers, seeds, payload_seeds, args.keep,
+                     args.hostile_sources)
     report = {"core": core, "live": live,
               "load_average": os.getloadavg()}
     print(json.dumps(report, indent=2))
