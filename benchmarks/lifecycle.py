@@ -235,7 +235,8 @@ def over_tcp(case: str, n: int, backlog: int, directory: Path, bytes_per_s: floa
         lines += ["[[nodes]]", f'name = "{name}"', 'host = "127.0.0.1"', f"port = {port[name]}",
                   f"metrics_port = {metrics_port[name]}"] + ([f"source_port = {source_port}"] if name == "u" else [])
     lines += ["[placement]", *[f'{s} = ["u"]' for s in query.streams], 'op = ["p", "j"]', 'app = ["app"]',
-              "[outputs.app]", f'file = "{directory}/{case}-out.jsonl"', "mqtt = false"]
+              "[outputs.app]", f'file = "{directory}/{case}-out.jsonl"', "mqtt = false",
+              "[source_connections]", f"max_line_bytes = {4 * 2**20}"]     # one line holds 2,000 records
     cluster_file = directory / f"{case}-cluster.toml"
     cluster_file.write_text("\n".join(lines) + "\n")
     run_dir = directory / f"{case}-run"
