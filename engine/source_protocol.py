@@ -128,6 +128,11 @@ def advance(phase: Phase, step: Step) -> Phase:
         raise ValueError(f"a source connection cannot go from {phase.value!r} by {step.value!r}") from None
 
 
+class Framing(enum.Enum):
+    IN_LINE = "in a line"
+    SKIPPING = "skipping a refused line to its newline"
+
+
 class LineFramer:
     """Newline-terminated lines out of a byte stream, holding at most ``max_line_bytes`` (rule 1).
 
@@ -139,7 +144,7 @@ class LineFramer:
         self.max_line_bytes = max_line_bytes
         self.overlong = 0
         self._partial = bytearray()
-        self._skipping = False          # inside a refused line: drop up to its newline
+        self.framing = Framing.IN_LINE
 
     @property
     def held(self) -> int:
@@ -149,11 +154,10 @@ class LineFramer:
     def feed(self, data: bytes) -> list[bytes]:
         lines, start, limit = [], 0, self.max_line_bytes
         while (end := data.find(b"\n", start)) >= 0:
-            if self._skipping:
-                self._skipping = False                # that newline ends the refused line
+            if self.framing is Framing.SKIPPING:
+                self.framing = Framing.IN_LINE        # that newline ends the refused line
             elif len(self._partial) + end - start > limit:
                 self._refuse()
-                self._skipping = False
             elif self._partial:
                 self._partial += data[start:end]
                 lines.append(bytes(self._partial))
@@ -162,10 +166,10 @@ class LineFramer:
                 lines.append(data[start:end])
             start = end + 1
         rest = len(data) - start
-        if rest and not self._skipping:
+        if rest and self.framing is Framing.IN_LINE:
             if len(self._partial) + rest > limit:
                 self._refuse()
-                self._skipping = True
+                self.framing = Framing.SKIPPING
             else:
                 self._partial += data[start:]
         return lines
@@ -173,7 +177,7 @@ class LineFramer:
     def finish(self) -> bytes | None:
         """The unterminated last line at the end of the stream, if any."""
         line, self._partial = bytes(self._partial), bytearray()
-        return line if line.strip() and not self._skipping else None
+        return line if line.strip() and self.framing is Framing.IN_LINE else None
 
     def _refuse(self) -> None:
         self.overlong += 1
