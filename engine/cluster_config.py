@@ -16,11 +16,11 @@ import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from urllib.parse import urlparse
 
 from replicast.engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
 from replicast.engine.entry import MODES
 from replicast.engine.handshake import MAX_NAME
+from replicast.engine.mqtt_config import MQTT_KEYS, BrokerAddress, MqttSettings, parse_broker_url, parse_mqtt
 from replicast.engine.node import NodeOptions
 from replicast.engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
 from replicast.engine.source_protocol import SourceLimits, parse_source_limits
@@ -48,6 +48,8 @@ class NodeSpec:
 class OutputSpec:
     file: Path | None = None
     mqtt: bool = True
+    #: Brokers to publish to (``brokers = [...]``); empty: the node's own broker.
+    brokers: tuple[BrokerAddress, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class ClusterConfig:
     tls: dict[str, Path] = field(default_factory=dict)
     #: The placement coordinator's settings (``[coordinator]``), or None: no coordinator.
     coordinator: CoordinatorSettings | None = None
+    #: The whole ``[mqtt]`` table (engine.mqtt_config): per-node brokers, credentials, TLS, sessions.
+    mqtt: MqttSettings | None = None
     #: ``placement = "min-cost"``: ``placement`` holds only the pinned entry points and applications.
     min_cost: bool = False
     #: ``[source_connections]``: limits and authentication of every node's ``source_port``.
@@ -116,8 +120,8 @@ _TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_time
         "secret_env", "entry_mode", "entry_modes", "mode", "mqtt", "nodes", "placement", "outputs", "sources", "tls",
         "name", "coordinator", "source_connections"}
 #: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
-_TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": {"broker", "host", "port"},
-               "[outputs.*]": {"file", "mqtt"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"}}
+_TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": MQTT_KEYS,
+               "[outputs.*]": {"file", "mqtt", "brokers"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"}}
 #: Placeholders a source command may use (expanded by ``cluster up``, see docs/node.md).
 SOURCE_PLACEHOLDERS = ("python", "dir", "node", "nodes", "broker_host", "broker_port", "punctuation_ms")
 
@@ -197,21 +201,18 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
     if engine_mode is None:
         raise ClusterConfigError(f"{where}: 'mode' must be one of {', '.join(ENGINE_MODES)}, got {doc['mode']!r}")
     mqtt = _keys(_get(doc, "mqtt", dict, where, {}), "[mqtt]", f"{where}: [mqtt]")
-    broker = _get(mqtt, "broker", str, f"{where}: [mqtt]", "embedded")
-    host, port = _get(mqtt, "host", str, f"{where}: [mqtt]", "127.0.0.1"), _port(mqtt, "port", f"{where}: [mqtt]", 1883)
-    if broker != "embedded":
-        url = urlparse(broker)
-        if url.scheme not in ("mqtt", "tcp") or not url.hostname:
-            raise ClusterConfigError(f"{where}: [mqtt] broker must be \"embedded\" or mqtt://host:port, got {broker!r}")
-        try:
-            host, port = url.hostname, url.port or 1883
-        except ValueError:                 # urllib: "Port out of range 0-65535"
-            raise ClusterConfigError(f"{where}: [mqtt] broker {broker!r}: the port must be in 1-65535") from None
+    mqtt_settings = parse_mqtt(mqtt, where, base, nodes, ClusterConfigError, _get)
+    broker, host, port = mqtt_settings.default.url, mqtt_settings.default.host, mqtt_settings.default.port
     outputs = {}
     for app, table in _get(doc, "outputs", dict, where, {}).items():
         w = f"{where}: [outputs.{app}]"
         file = _get(_keys(table, "[outputs.*]", w), "file", str, w, None)
-        outputs[app] = OutputSpec(base / file if file else None, _get(table, "mqtt", bool, w, True))
+        publish = _get(table, "mqtt", bool, w, True)
+        brokers = tuple(parse_broker_url(url, f"{w} brokers", ClusterConfigError) if isinstance(url, str) else
+                        _get({"brokers": url}, "brokers", str, w) for url in _get(table, "brokers", list, w, []))
+        if brokers and not publish:
+            raise ClusterConfigError(f"{w}: 'brokers' with mqtt = false (nothing would be published)")
+        outputs[app] = OutputSpec(base / file if file else None, publish, brokers)
     sources = []
     for i, table in enumerate(_get(doc, "sources", list, where, []), start=1):
         w = f"{where}: [[sources]] #{i}"
@@ -235,7 +236,7 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         peer_timeout_ms=_positive_ms(doc, "peer_timeout_ms", where, 3000.0),
         join_timeout_ms=_positive_ms(doc, "join_timeout_ms", where, 3000.0),
         retention_items=_positive_count(doc, "retention_items", where, 1_000_000), mode=engine_mode,
-        broker=broker, broker_host=host, broker_port=port, outputs=outputs, sources=sources, tls=tls,
+        broker=broker, broker_host=host, broker_port=port, mqtt=mqtt_settings, outputs=outputs, sources=sources, tls=tls,
         source_connections=parse_source_limits(doc.get("source_connections", {}), f"{where}: [source_connections]",
                                                ClusterConfigError, has_tls=bool(tls)))
     if config.peer_timeout_ms <= config.heartbeat_ms:

@@ -14,8 +14,10 @@ Duties, in the order a message flows:
   the link (the core replays from the last acknowledged offset when it comes back).
 * **Time.** ``now`` is the wall clock in µs (NTP-synchronised on real servers, §II-B); the single
   timer is re-armed from ``next_timer()`` after every call into the core (aioquic's ``transmit``).
-* **MQTT.** Entry points read ``replicast/in/<stream>``; applications and dead letters are
-  published through aiomqtt, reconnecting with back-off.
+* **MQTT.** One :class:`~engine.aio.mqtt_session.BrokerSession` per broker the node uses: its own
+  broker (``[mqtt]``, per node in ``[mqtt.brokers]``), where entry points read
+  ``replicast/in/<stream>`` and applications and dead letters are published, and any others an
+  application's ``[outputs.<app>] brokers`` names.  Persistent sessions, credentials, TLS.
 * **Shutdown.** SIGTERM/SIGINT stop the node: links and sinks are closed, files flushed.
 """
 
@@ -29,14 +31,12 @@ import signal
 import ssl
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import Callable
-
-import aiomqtt
 
 from replicast.engine.aio.logs import LogBudget
 from replicast.engine.aio.metrics import NodeMetrics
-from replicast.engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
+from replicast.engine.aio.mqtt_session import BrokerSession
 from replicast.engine.aio.supervise import Backoff, Supervisor
 from replicast.engine.aio.tcp_source import SourceServer
 from replicast.engine.cluster_config import ClusterConfig
@@ -91,22 +91,31 @@ class NodeDriver:
         self.links: dict[str, asyncio.StreamWriter] = {}
         self.metrics = NodeMetrics(name)
         self.sinks: dict[str, list] = defaultdict(list)
-        self._mqtt_apps: set[str] = set()
+        self._mqtt_apps: dict[str, tuple] = {}       # app -> the brokers it publishes to
         self._names = {app: config.query.schemas[spec.input].names for app, spec in config.query.applications.items()}
         hosted_apps = [r.name for r in self.core.hosted if r.name in config.query.applications]
+        mqtt = config.mqtt
+        own = mqtt.broker_for(name)
         for app in hosted_apps:
             output = config.outputs.get(app)
             if output is None or output.mqtt:
-                self._mqtt_apps.add(app)
+                self._mqtt_apps[app] = (output.brokers if output is not None and output.brokers else (own,))
             if output is not None and output.file is not None:
                 self.sinks[app].append(FileSink(output.file, app, self._names[app]))
         for app, function in (callbacks or {}).items():
             self.sinks[app].append(CallbackSink(function))
         self._has_entries = any(r.name in config.query.streams for r in self.core.hosted)
-        self._mqtt_out: deque[tuple[str, bytes]] = deque()
-        self._mqtt_wakeup = asyncio.Event()
-        self.mqtt_connected = False
-        self._redeliveries = RedeliveryFilter()
+        #: broker URL -> session; the node's own broker first (input, dead letters), if it needs one.
+        self.mqtt_sessions: dict[str, BrokerSession] = {}
+        if self._has_entries or any(own in brokers for brokers in self._mqtt_apps.values()):
+            self.mqtt_sessions[own.url] = BrokerSession(
+                own, mqtt, name, self.metrics, topic=IN_TOPIC if self._has_entries else None,
+                on_message=lambda topic, payload: self._on_source(topic.rsplit("/", 1)[-1], payload))
+        for brokers in self._mqtt_apps.values():
+            for broker in brokers:
+                if broker.url not in self.mqtt_sessions:
+                    self.mqtt_sessions[broker.url] = BrokerSession(broker, mqtt, name, self.metrics)
+        self._own_broker = own.url
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: int | None = None
         self._stop = asyncio.Event()
@@ -149,8 +158,8 @@ class NodeDriver:
         for peer in sorted(self.config.nodes):
             if peer > self.name:
                 supervise(f"dial {peer}", lambda peer=peer: self._dial(peer))
-        if self._has_entries or self._mqtt_apps:
-            supervise("mqtt", self._mqtt)
+        for url, session in self.mqtt_sessions.items():
+            supervise("mqtt" if url == self._own_broker else f"mqtt {url}", session.run)
         supervise("metrics", self._refresh_metrics)
         self._transmit()
         try:
@@ -373,7 +382,9 @@ class NodeDriver:
             # Punctuations ride along with records; a bare one is published only when the stream
             # closes, so subscribers are not flooded every punctuation interval.
             if event.app in self._mqtt_apps and (event.records or event.punctuation == CLOSED):
-                self._publish(OUT_TOPIC.format(app=event.app), mqtt_items(self._names[event.app], event))
+                payload = mqtt_items(self._names[event.app], event)
+                for broker in self._mqtt_apps[event.app]:
+                    self.mqtt_sessions[broker.url].publish(OUT_TOPIC.format(app=event.app), payload)
         elif isinstance(event, PeerTimedOut):
             writer = self.links.get(event.node)
             log.warning("no heartbeat from %s; dropping the link", event.node, extra={"event": "peer_timeout"})
@@ -408,7 +419,9 @@ class NodeDriver:
         self.metrics.dead_letter_messages.inc()
         log.info("%d dead letter(s) on %s: %s", len(rejected), shorten(stream), shorten(rejected[0].reason, 200),
                  extra={"event": "dead_letter", "stream": shorten(stream), "count": len(rejected)})
-        self._publish(DEAD_LETTER_TOPIC, dead_letter_payload(self.name, stream, rejected))
+        session = self.mqtt_sessions.get(self._own_broker)
+        if session is not None:          # a dead letter comes from an entry point, whose node has one
+            session.publish(DEAD_LETTER_TOPIC, dead_letter_payload(self.name, stream, rejected))
 
     # -- sources --------------------------------------------------------------------------------
     def _on_source_line(self, stream: str, payload: bytes) -> None:
@@ -426,72 +439,16 @@ class NodeDriver:
         self._transmit()
 
     # -- MQTT -----------------------------------------------------------------------------------
-    def _publish(self, topic: str, payload: bytes) -> None:
-        self._mqtt_out.append((topic, payload))
-        self._mqtt_wakeup.set()
-
-    async def _mqtt(self) -> None:
-        host, port = self.config.mqtt_address()
-        backoff, first = Backoff(cap=5.0), True
-        while True:
-            try:
-                # A clean session the first time (no stale input from an earlier run), then resume
-                # it, so QoS 1 input published while we were reconnecting is still delivered.
-                async with DupAwareClient(host, port, identifier=f"replicast-{self.name}-{os.getpid()}",
-                                          clean_session=first, keepalive=10) as client:
-                    first = False
-                    if self._has_entries:
-                        await client.subscribe(IN_TOPIC, qos=1)
-                    self.mqtt_connected = True
-                    self.metrics.mqtt_connected.set(1)
-                    backoff.reset()
-                    log.info("connected to MQTT broker %s:%d", host, port, extra={"event": "mqtt_up"})
-                    # Input and output live and die together: whichever ends first ends the session.
-                    tasks = [asyncio.create_task(self._mqtt_input(client)), asyncio.create_task(self._publisher(client))]
-                    try:
-                        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        for task in tasks:
-                            task.cancel()
-                        await asyncio.gather(*tasks, return_exceptions=True)
-                    for task in done:
-                        task.result()                  # re-raise what ended it (MqttError or a bug)
-            except aiomqtt.MqttError as error:
-                log.warning("MQTT broker %s:%d: %s", host, port, shorten(str(error), 200),
-                            extra={"event": "mqtt_down"})
-            finally:
-                self.mqtt_connected = False
-                self.metrics.mqtt_connected.set(0)
-            await asyncio.sleep(backoff.next())
-
-    async def _mqtt_input(self, client: aiomqtt.Client) -> None:
-        redeliveries = self._redeliveries
-        async for message in client.messages:
-            topic = str(message.topic)
-            payload = message.payload
-            if not isinstance(payload, (bytes, bytearray)):
-                payload = str(payload if payload is not None else "").encode()
-            payload = bytes(payload)
-            if redeliveries.is_redelivery(message.mid, getattr(message, "dup", False), topic, payload):
-                self.metrics.mqtt_redeliveries.inc()
-                continue
-            self._on_source(topic.rsplit("/", 1)[-1], payload)
-
-    async def _publisher(self, client: aiomqtt.Client) -> None:
-        queue = self._mqtt_out
-        while True:
-            while queue:
-                topic, payload = queue[0]
-                await client.publish(topic, payload, qos=1)
-                queue.popleft()                  # only once the broker has it: never lost on reconnect
-            self._mqtt_wakeup.clear()
-            await self._mqtt_wakeup.wait()
+    @property
+    def mqtt_connected(self) -> bool:
+        """Every broker session this node needs is up (engine.aio.mqtt_session)."""
+        return all(session.connected for session in self.mqtt_sessions.values())
 
     # -- readiness and metrics ------------------------------------------------------------------
     def is_ready(self) -> bool:
         peers = set(self.config.nodes) - {self.name}
         return (peers <= set(self.links) and not self._supervisor.down
-                and (self.mqtt_connected or not (self._has_entries or self._mqtt_apps)) and self.core.ready()
+                and self.mqtt_connected and self.core.ready()
                 and self._placed())
 
     def _placed(self) -> bool:
@@ -520,6 +477,7 @@ class NodeDriver:
             await asyncio.sleep(0.2)
 
     def _refresh_once(self) -> None:
+        self.metrics.mqtt_connected.set(1 if self.mqtt_connected else 0)
         if self.core.coordination is not None:
             self._measure_load()
         self.metrics.refresh(self.core.statistics())

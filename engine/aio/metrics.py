@@ -53,7 +53,7 @@ class NodeMetrics:
         self.registry.register(_BeforeScrape(self))
         self.peer_connected = Gauge("replicast_peer_connected", "1 while an authenticated link to the peer is up",
                                     ["peer"], registry=self.registry)
-        self.mqtt_connected = Gauge("replicast_mqtt_connected", "1 while connected to the MQTT broker",
+        self.mqtt_connected = Gauge("replicast_mqtt_connected", "1 while every MQTT broker this node uses is connected",
                                     registry=self.registry)
         self.ready = Gauge("replicast_ready", "1 once every peer link and the MQTT subscription are up and "
                            "every hosted replica is live", registry=self.registry)
@@ -83,6 +83,10 @@ class NodeMetrics:
                                       ["reason"], registry=self.registry)
         self.source_connections = Gauge("replicast_source_connections", "source connections open at the source port",
                                         registry=self.registry)
+        self.mqtt_sessions_lost = Counter("replicast_mqtt_sessions_lost",
+                                          "reconnections on which the broker had no session for this node: input "
+                                          "published while it was away may be lost (engine.aio.mqtt_session)",
+                                          ["broker"], registry=self.registry)
         self._stats: dict[str, Any] = {}
         self.registry.register(self)
 

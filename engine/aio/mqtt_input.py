@@ -16,6 +16,7 @@ message that reached us with DUP set without ever having been handled (its first
 taken, as it must be.
 
 aiomqtt (2.x) drops paho's DUP flag; :class:`DupAwareClient` keeps it on the message.
+A redelivery filter belongs to one broker session (packet identifiers are per session).
 """
 
 from __future__ import annotations
@@ -30,7 +31,15 @@ REMEMBERED = 4096
 
 
 class DupAwareClient(aiomqtt.Client):
-    """An aiomqtt client whose messages carry ``dup`` (paho's DUP flag of the PUBLISH packet)."""
+    """An aiomqtt client whose messages carry ``dup`` (paho's DUP flag of the PUBLISH packet), and
+    which keeps the CONNACK's ``session_present`` flag (aiomqtt drops both; engine.aio.mqtt_session
+    needs the second to count sessions a broker forgot)."""
+
+    session_present = False
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties=None) -> None:   # aiomqtt's hook
+        self.session_present = bool(getattr(flags, "session_present", False))
+        super()._on_connect(client, userdata, flags, reason_code, properties)
 
     def _on_message(self, client, userdata, message) -> None:   # aiomqtt's hook for paho's on_message
         m = aiomqtt.Message._from_paho_message(message)          # noqa: SLF001 (what aiomqtt itself does)

@@ -49,7 +49,7 @@ def test_the_good_file_loads(tmp_path):
     ({"top": "punctuation_ms = 0"}, "'punctuation_ms' must be a positive number of milliseconds (below a day), got 0"),
     ({"top": "peer_timeout_ms = -1"}, "'peer_timeout_ms' must be a positive number"),
     ({"top": "heartbeat_ms = 4000"}, "'peer_timeout_ms' (3000) must be longer than 'heartbeat_ms' (4000)"),
-    ({"outputs": "mqt = false"}, "[outputs.alerts]: unknown key(s) ['mqt'] (allowed: ['file', 'mqtt'])"),
+    ({"outputs": "mqt = false"}, "[outputs.alerts]: unknown key(s) ['mqt'] (allowed: ['brokers', 'file', 'mqtt'])"),
     ({"node": "metrics_prot = 9000"}, "[[nodes]] #1: unknown key(s) ['metrics_prot']"),
     ({"mqtt": "hots = \"x\""}, "[mqtt]: unknown key(s) ['hots']"),
     ({"node": "metrics_port = 70003"}, "node a: metrics_port 70003 is out of range (1-65535)"),

@@ -1,0 +1,218 @@
+"""One node's MQTT session with one broker: QoS 1 in and out, a session the broker keeps while the
+node is away, credentials and TLS (docs/node.md, "MQTT"; docs/deploy.md).
+
+Rules:
+
+1. **A stable client id** (``[mqtt] client_id``, default ``replicast-<node>``) and a *persistent*
+   session: the broker keeps the node's subscription, and queues the QoS-1 input that arrives while
+   the node is away (a broken link, a broker restart with persistence), for ``session_expiry_s``
+   (MQTT 5).  Without it, input published between a broker's restart and the node's resubscription
+   — 3–4 s measured — was acknowledged to the sources and reached no node.
+2. **A clean start once per process**: the first connection discards a session left by an earlier
+   run (its queued input belongs to that run: a restarted node's entry points rejoin from a live
+   peer, docs/lifecycle.md); every later connection resumes.  The clean start is a connection of
+   its own, followed at once by the persistent one: mosquitto writes to its persistence file only
+   sessions whose connection did not start clean (so a kill -9 of the broker forgot a node still on
+   its first connection), and an MQTT 3.1.1 clean session (the embedded amqtt broker speaks nothing
+   newer) is not kept at all.
+3. **MQTT 5 first**; a broker that refuses the protocol version is spoken to in 3.1.1 from then on
+   (logged once).
+4. **What cannot be accounted for is counted**: a resumed connection on which the broker says it
+   has no session for us (``session present`` is 0: it restarted without persistence, or the
+   session expired) may have lost input; it is logged and counted
+   (``replicast_mqtt_sessions_lost_total{broker}``).  A refused subscription (an ACL) is an error
+   naming the topic, and the connection is retried.
+5. **Output is sent until the broker has it**: a message leaves the outbox only when its PUBACK
+   arrives; one in flight when the connection breaks is sent again (at least once).
+6. QoS-1 redeliveries of input already handled are dropped (:mod:`engine.aio.mqtt_input`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import ssl
+from collections import deque
+from typing import Callable
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from replicast.engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
+from replicast.engine.aio.supervise import Backoff
+from replicast.engine.handshake import shorten
+from replicast.engine.mqtt_config import BrokerAddress, MqttSettings
+
+log = logging.getLogger("replicast.node")
+
+#: CONNACK codes for "this protocol version is not spoken here" (MQTT 3.1.1 §3.2.2.3, MQTT 5 §3.2.2.2).
+UNSUPPORTED_VERSION = (1, 132)
+#: Reconnect back-off cap: a broker back after a restart is found within this.
+RECONNECT_CAP_S = 1.0
+
+
+class SessionState(enum.Enum):
+    """Where a broker session stands (rule 2)."""
+
+    NEW = "new"                  # this process has not connected yet: the next connection starts clean
+    CONNECTED = "connected"
+    AWAY = "away"                # disconnected; the broker should be keeping the session
+
+
+#: (state, event) -> next state.
+TRANSITIONS = {
+    (SessionState.NEW, "connected"): SessionState.CONNECTED,
+    (SessionState.NEW, "failed"): SessionState.NEW,
+    (SessionState.CONNECTED, "lost"): SessionState.AWAY,
+    (SessionState.AWAY, "connected"): SessionState.CONNECTED,
+    (SessionState.AWAY, "failed"): SessionState.AWAY,
+}
+
+
+def tls_context(settings: MqttSettings, node: str) -> ssl.SSLContext:
+    """A client context that checks the broker's certificate (against ``ca`` or the system's CAs)
+    and its host name, and presents the node's certificate if ``cert``/``key`` are set."""
+    files = settings.tls_files(node)
+    context = ssl.create_default_context(cafile=str(files["ca"]) if "ca" in files else None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if "cert" in files:
+        context.load_cert_chain(str(files["cert"]), str(files["key"]))
+    return context
+
+
+class BrokerSession:
+    """Node ``node``'s session with ``broker``: subscribes to ``topic`` (if given) and hands each
+    message to ``on_message(topic, payload)``; :meth:`publish` queues output.  :meth:`run` keeps it
+    connected for ever (a supervised task)."""
+
+    def __init__(self, broker: BrokerAddress, settings: MqttSettings, node: str, metrics, *,
+                 topic: str | None = None, on_message: Callable[[str, bytes], None] | None = None):
+        self.broker, self.settings, self.node, self.metrics = broker, settings, node, metrics
+        self.topic, self.on_message = topic, on_message
+        self.state = SessionState.NEW
+        self.outbox: deque[tuple[str, bytes]] = deque()
+        self._wakeup = asyncio.Event()
+        self.protocol = aiomqtt.ProtocolVersion.V311 if broker.url == "embedded" else aiomqtt.ProtocolVersion.V5
+        self.redeliveries = RedeliveryFilter()
+        self.sessions_lost = 0
+        self._tls = tls_context(settings, node) if broker.tls else None
+
+    @property
+    def connected(self) -> bool:
+        return self.state is SessionState.CONNECTED
+
+    def _move(self, event: str) -> None:
+        self.state = TRANSITIONS[(self.state, event)]
+
+    def publish(self, topic: str, payload: bytes) -> None:
+        """Queue ``payload`` for ``topic`` (QoS 1); sent once connected, kept until acknowledged."""
+        self.outbox.append((topic, payload))
+        self._wakeup.set()
+
+    # -- connecting -----------------------------------------------------------------------------
+    def _client(self, *, clean: bool) -> DupAwareClient:
+        settings = self.settings
+        common = dict(identifier=settings.identifier(self.node), username=settings.username,
+                      password=settings.password, keepalive=10, tls_context=self._tls, protocol=self.protocol,
+                      timeout=10)
+        if self.protocol is aiomqtt.ProtocolVersion.V5:
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = settings.session_expiry_s
+            return DupAwareClient(self.broker.host, self.broker.port, clean_start=clean, properties=properties, **common)
+        return DupAwareClient(self.broker.host, self.broker.port, clean_session=clean, **common)
+
+    async def _connect(self, stack: contextlib.AsyncExitStack) -> DupAwareClient:
+        """A client entered on ``stack``, on a persistent session (rules 2, 3); raises MqttError."""
+        clean = self.state is SessionState.NEW
+        while True:
+            try:
+                if clean:
+                    async with self._client(clean=True):      # rule 2: discard, then persist
+                        pass
+                return await stack.enter_async_context(self._client(clean=False))
+            except aiomqtt.MqttCodeError as error:       # a refusal in the CONNACK, here
+                code = getattr(error.rc, "value", error.rc)
+                if code in UNSUPPORTED_VERSION and self.protocol is aiomqtt.ProtocolVersion.V5:
+                    log.info("MQTT broker %s does not speak MQTT 5; using 3.1.1", self.broker.url,
+                             extra={"event": "mqtt_protocol", "broker": self.broker.url})
+                    self.protocol = aiomqtt.ProtocolVersion.V311
+                    continue
+                raise
+
+    async def run(self) -> None:
+        backoff = Backoff(cap=RECONNECT_CAP_S)
+        url = self.broker.url
+        while True:
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    client = await self._connect(stack)
+                    resumed = self.state is SessionState.AWAY
+                    self._move("connected")
+                    backoff.reset()
+                    if resumed and not client.session_present:
+                        self._session_lost()
+                    if self.topic is not None:
+                        await self._subscribe(client)
+                    log.info("connected to MQTT broker %s (%s session)", url,
+                             "resumed" if client.session_present else "new", extra={"event": "mqtt_up", "broker": url})
+                    await self._serve(client)
+            except aiomqtt.MqttError as error:
+                log.warning("MQTT broker %s: %s", url, shorten(str(error), 200),
+                            extra={"event": "mqtt_down", "broker": url})
+            finally:
+                self._move("lost" if self.state is SessionState.CONNECTED else "failed")
+            await asyncio.sleep(backoff.next())
+
+    def _session_lost(self) -> None:
+        """Rule 4: the broker forgot us while we were away; what it took meanwhile is not ours."""
+        url = self.broker.url
+        self.sessions_lost += 1
+        self.metrics.mqtt_sessions_lost.labels(url).inc()
+        log.warning("MQTT broker %s kept no session for node %s (it restarted without persistence, or the session "
+                    "expired): input published while the node was away is lost to it", url, self.node,
+                    extra={"event": "mqtt_session_lost", "broker": url})
+
+    async def _subscribe(self, client: aiomqtt.Client) -> None:
+        granted = await client.subscribe(self.topic, qos=1)
+        codes = [getattr(g, "value", g) for g in granted]
+        if any(code >= 128 for code in codes):
+            raise aiomqtt.MqttError(f"the broker refused the subscription to {self.topic} "
+                                    f"(code {codes[0]}: check the broker's ACL for this user)")
+
+    async def _serve(self, client: aiomqtt.Client) -> None:
+        """Input and output live and die together: whichever ends first ends the connection."""
+        tasks = [asyncio.create_task(self._input(client)), asyncio.create_task(self._output(client))]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for task in done:
+            task.result()                  # re-raise what ended it (MqttError or a bug)
+
+    async def _input(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            topic = str(message.topic)
+            payload = message.payload
+            if not isinstance(payload, (bytes, bytearray)):
+                payload = str(payload if payload is not None else "").encode()
+            payload = bytes(payload)
+            if self.redeliveries.is_redelivery(message.mid, getattr(message, "dup", False), topic, payload):
+                self.metrics.mqtt_redeliveries.inc()
+                continue
+            if self.on_message is not None:
+                self.on_message(topic, payload)
+
+    async def _output(self, client: aiomqtt.Client) -> None:
+        queue = self.outbox
+        while True:
+            while queue:
+                topic, payload = queue[0]
+                await client.publish(topic, payload, qos=1)
+                queue.popleft()                  # only once the broker has it: never lost on reconnect
+            self._wakeup.clear()
+            await self._wakeup.wait()
