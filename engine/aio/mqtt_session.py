@@ -114,13 +114,19 @@ class BrokerSession:
 
     # -- connecting -----------------------------------------------------------------------------
     def _client(self, *, clean: bool) -> DupAwareClient:
+        """A client starting clean (a session that ends with the connection) or resuming the
+        persistent one (kept ``session_expiry_s`` after it)."""
         settings = self.settings
         common = dict(identifier=settings.identifier(self.node), username=settings.username,
                       password=settings.password, keepalive=10, tls_context=self._tls, protocol=self.protocol,
                       timeout=10)
         if self.protocol is aiomqtt.ProtocolVersion.V5:
-            properties = Properties(PacketTypes.CONNECT)
-            properties.SessionExpiryInterval = settings.session_expiry_s
+            # The clean start carries no properties: a 3.1.1-only broker (amqtt) refuses such a
+            # CONNECT by its version, where one with properties leaves it waiting for bytes.
+            properties = None
+            if not clean:
+                properties = Properties(PacketTypes.CONNECT)
+                properties.SessionExpiryInterval = settings.session_expiry_s
             return DupAwareClient(self.broker.host, self.broker.port, clean_start=clean, properties=properties, **common)
         return DupAwareClient(self.broker.host, self.broker.port, clean_session=clean, **common)
 
