@@ -124,8 +124,8 @@ def test_a_qos1_redelivery_is_delivered_once_and_a_new_identical_message_again(t
         try:
             wait_port(ports[1])
             wait_for(lambda: metric(ports[1], "replicast_mqtt_connected") == 1.0, 30, "a's MQTT connection")
-            # The node's first session is a clean one, which the broker forgets when it breaks:
-            # break it, so the node resumes a persistent session, where QoS 1 redelivers.
+            # Break the node's connection once, so the PUBACK is lost on a resumed session (where
+            # QoS 1 redelivers), as after any broken connection.
             proxy.break_connections()
             wait_for(lambda: log.flush() or (tmp_path / "a.log").read_text().count('"event": "mqtt_up"') >= 2, 30,
                      "a's second MQTT session")
