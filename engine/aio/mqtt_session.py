@@ -34,6 +34,7 @@ import contextlib
 import enum
 import logging
 import ssl
+import time
 from collections import deque
 from typing import Callable
 
@@ -41,10 +42,12 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from replicast.engine.aio.logs import LogBudget
 from replicast.engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
 from replicast.engine.aio.supervise import Backoff
 from replicast.engine.handshake import shorten
 from replicast.engine.mqtt_config import BrokerAddress, MqttSettings
+from replicast.operators.errors import ReplicastError
 
 log = logging.getLogger("replicast.node")
 
@@ -52,6 +55,8 @@ log = logging.getLogger("replicast.node")
 UNSUPPORTED_VERSION = (1, 132)
 #: Reconnect back-off cap: a broker back after a restart is found within this.
 RECONNECT_CAP_S = 1.0
+#: Failed connection attempts logged per minute and broker; the rest are counted in one line.
+DOWN_LOG_BURST = 5
 
 
 class SessionState(enum.Enum):
@@ -72,14 +77,24 @@ TRANSITIONS = {
 }
 
 
+class MqttTlsError(ReplicastError):
+    """A TLS file of ``[mqtt]`` cannot be used (the node does not start: one line naming it)."""
+
+
 def tls_context(settings: MqttSettings, node: str) -> ssl.SSLContext:
     """A client context that checks the broker's certificate (against ``ca`` or the system's CAs)
     and its host name, and presents the node's certificate if ``cert``/``key`` are set."""
     files = settings.tls_files(node)
-    context = ssl.create_default_context(cafile=str(files["ca"]) if "ca" in files else None)
+    try:
+        context = ssl.create_default_context(cafile=str(files["ca"]) if "ca" in files else None)
+    except (OSError, ssl.SSLError) as error:
+        raise MqttTlsError(f"[mqtt] ca {files['ca']}: {error.strerror or error}") from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if "cert" in files:
-        context.load_cert_chain(str(files["cert"]), str(files["key"]))
+        try:
+            context.load_cert_chain(str(files["cert"]), str(files["key"]))
+        except (OSError, ssl.SSLError) as error:
+            raise MqttTlsError(f"[mqtt] cert {files['cert']} / key {files['key']}: {error.strerror or error}") from None
     return context
 
 
@@ -99,6 +114,7 @@ class BrokerSession:
         self.redeliveries = RedeliveryFilter()
         self.sessions_lost = 0
         self._tls = tls_context(settings, node) if broker.tls else None
+        self._down_log = LogBudget(log, f"failed connections to MQTT broker {broker.url}", "mqtt_down", DOWN_LOG_BURST)
 
     @property
     def connected(self) -> bool:
@@ -166,8 +182,9 @@ class BrokerSession:
                              "resumed" if client.session_present else "new", extra={"event": "mqtt_up", "broker": url})
                     await self._serve(client)
             except aiomqtt.MqttError as error:
-                log.warning("MQTT broker %s: %s", url, shorten(str(error), 200),
-                            extra={"event": "mqtt_down", "broker": url})
+                if self._down_log.allow(int(time.monotonic() // 60)):
+                    log.warning("MQTT broker %s: %s", url, shorten(str(error), 200),
+                                extra={"event": "mqtt_down", "broker": url})
             finally:
                 self._move("lost" if self.state is SessionState.CONNECTED else "failed")
             await asyncio.sleep(backoff.next())

@@ -53,3 +53,12 @@ def test_a_bad_mqtt_table_is_one_line(tmp_path, change, message):
     text = str(error.value)
     assert text.startswith(str(tmp_path / "cluster.toml")) and "\n" not in text
     assert message in text, text
+
+
+def test_a_missing_tls_file_stops_the_node_with_one_line(tmp_path, monkeypatch):
+    from tests.integration.helpers import replicast
+    path = cluster(tmp_path, mqtt='broker = "mqtts://127.0.0.1:1"\nca = "no-such-ca.crt"')
+    done = replicast("node", "--config", str(path), "--name", "a", "--state-dir", str(tmp_path / "state"), timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"replicast node: error: [mqtt] ca {tmp_path / 'no-such-ca.crt'}: No such file or directory"), done.stderr

@@ -77,11 +77,13 @@ class Site:
         return done
 
 
-def broker(site: Site) -> subprocess.Popen:
-    """mosquitto as Debian starts it: persistence on, ``conf.d`` included; root stays root here."""
-    for name, path in (("broker-acl", "etc/mosquitto/replicast.acl"), ("broker-conf", "etc/mosquitto/conf.d/replicast.conf")):
+def broker(site: Site, conf: str | None = None) -> subprocess.Popen:
+    """mosquitto as Debian starts it: persistence on, ``conf.d`` included; root stays root here.
+    ``conf``: the listener's file (default: the guide's ``broker-conf``)."""
+    for text, path in ((block("broker-acl"), "etc/mosquitto/replicast.acl"),
+                       (conf or block("broker-conf"), "etc/mosquitto/conf.d/replicast.conf")):
         (site.root / path).parent.mkdir(parents=True, exist_ok=True)
-        (site.root / path).write_text(site(block(name)))
+        (site.root / path).write_text(site(text))
     (site.root / "var/lib/mosquitto").mkdir(parents=True)
     main = site.root / "etc/mosquitto/mosquitto.conf"
     main.write_text(f"user root\npersistence true\npersistence_location {site.root}/var/lib/mosquitto/\n"
@@ -100,7 +102,7 @@ def refused(site: Site, *args: str) -> str:
     return done.stderr
 
 
-def node_command(site: Site) -> tuple[list[str], dict[str, str], Path]:
+def node_command(site: Site, node: str = "a") -> tuple[list[str], dict[str, str], Path]:
     """The unit's ExecStart (as this checkout's module), its environment file and working directory."""
     unit = configparser.ConfigParser(interpolation=None, strict=False)
     unit.optionxform = str
@@ -108,7 +110,7 @@ def node_command(site: Site) -> tuple[list[str], dict[str, str], Path]:
     service = unit["Service"]
     assert service["User"] == "replicast" and service["StateDirectory"] == "replicast"
     assert service["WorkingDirectory"] == f"{site.root}/var/lib/replicast"
-    argv = shlex.split(service["ExecStart"].replace("%H", "a"))
+    argv = shlex.split(service["ExecStart"].replace("%H", node))
     state = argv[argv.index("--state-dir") + 1]
     assert state.startswith(service["WorkingDirectory"] + "/"), state
     assert argv[0] == f"{site.root}/opt/replicast/bin/replicast"
@@ -134,12 +136,7 @@ def test_the_deploy_guide_brings_up_a_node_on_mosquitto_with_passwords_and_tls(t
         etc = tmp_path / "etc/replicast"
         assert (etc / "replicast.env").stat().st_mode & 0o777 == 0o600
         shutil.copy(ca, etc / "mqtt-ca.crt")                       # "copy mqtt-ca.crt … to every VM"
-        node_port, metrics_port = free_ports(2)
-        (etc / "query.toml").write_text(CPU_FILTER_QUERY)
-        (etc / "cluster.toml").write_text(
-            'query = "query.toml"\n' + site(block("cluster-mqtt")) +
-            f'\n[[nodes]]\nname = "a"\nport = {node_port}\nmetrics_port = {metrics_port}\n'
-            '[placement]\ncpu = ["a"]\nbusy = ["a"]\nalerts = ["a"]\n[outputs.alerts]\nfile = "alerts.jsonl"\n')
+        metrics_port = cluster_file(site, "a")
         argv, env, workdir = node_command(site)
         assert set(env) == {"REPLICAST_SECRET", "REPLICAST_MQTT_PASSWORD"} and env["REPLICAST_SECRET"] == SECRET
         workdir.mkdir(parents=True)                                # systemd's StateDirectory=
@@ -164,6 +161,52 @@ def test_the_deploy_guide_brings_up_a_node_on_mosquitto_with_passwords_and_tls(t
         assert topic == "replicast/out/alerts" and '"server": "s1"' in payload, out
         assert '"server": "s1"' in (etc / "alerts.jsonl").read_text()
         assert metric(metrics_port, "replicast_mqtt_connected") == 1.0
+    finally:
+        if node is not None:
+            node.terminate()
+            node.wait(10)
+        mosquitto.terminate()
+        mosquitto.wait(10)
+
+
+def cluster_file(site: Site, node: str, mqtt_extra: str = "") -> int:
+    """The guide's ``[mqtt]`` (and ``mqtt_extra``) with a one-node cluster around it; returns the metrics port."""
+    etc = site.root / "etc/replicast"
+    node_port, metrics_port = free_ports(2)
+    (etc / "query.toml").write_text(CPU_FILTER_QUERY)
+    (etc / "cluster.toml").write_text(
+        'query = "query.toml"\n' + site(block("cluster-mqtt")) + mqtt_extra +
+        f'\n[[nodes]]\nname = "{node}"\nport = {node_port}\nmetrics_port = {metrics_port}\n'
+        f'[placement]\ncpu = ["{node}"]\nbusy = ["{node}"]\nalerts = ["{node}"]\n[outputs.alerts]\nfile = "alerts.jsonl"\n')
+    return metrics_port
+
+
+def test_the_guides_client_certificates_let_the_node_in_and_keep_others_out(tmp_path):
+    site = Site(tmp_path, free_ports(1)[0])
+    site.home.mkdir()
+    site.run("broker-certs")
+    site.run("broker-passwords", answers=[f"{NODE_PASSWORD}\n" * 2, f"{SOURCE_PASSWORD}\n" * 2, ""])
+    site.run("node-mqtt-cert")
+    conf = block("broker-conf")
+    conf = conf.replace("tls_version tlsv1.2\n", "tls_version tlsv1.2\n" + block("broker-conf-client-certs"))
+    assert "require_certificate true" in conf
+    mosquitto = broker(site, conf)
+    node = None
+    try:
+        certs = tmp_path / "etc/mosquitto/certs"
+        assert refused(site, "--cafile", str(certs / "mqtt-ca.crt"), "-u", "source", "-P", SOURCE_PASSWORD)
+        site.run("node-env", answers=["", "", f"{SECRET}\n", f"{NODE_PASSWORD}\n"])
+        etc = tmp_path / "etc/replicast"
+        shutil.copy(certs / "mqtt-ca.crt", etc / "mqtt-ca.crt")
+        shutil.copy(certs / "n1.crt", etc / "mqtt-n1.crt")
+        shutil.copy(certs / "n1.key", etc / "mqtt-n1.key")
+        metrics_port = cluster_file(site, "n1", "\n" + site(block("cluster-mqtt-cert")))
+        argv, env, workdir = node_command(site, "n1")
+        workdir.mkdir(parents=True)
+        log = (tmp_path / "node.log").open("w")
+        node = subprocess.Popen(argv, cwd=workdir, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+        wait_port(metrics_port)
+        wait_for(lambda: metric(metrics_port, "replicast_ready") == 1.0, 30, "the node to connect with its certificate")
     finally:
         if node is not None:
             node.terminate()
