@@ -218,7 +218,8 @@ def test_the_guides_client_certificates_let_the_node_in_and_keep_others_out(tmp_
 @pytest.mark.slow
 def test_the_guides_install_gives_a_working_replicast_command(tmp_path):
     """Step 1 as written, from a wheel of this checkout (built without network, as ``python3 -m
-    build`` would): a fresh venv, the wheel with its dependencies, ``replicast --version``."""
+    build`` would): a fresh venv, the wheel with its dependencies, ``replicast --version``; then
+    step 5's unit checked by ``systemd-analyze verify`` against that installed command."""
     site = Site(tmp_path, 8883)
     site.home.mkdir()
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
@@ -229,3 +230,10 @@ def test_the_guides_install_gives_a_working_replicast_command(tmp_path):
     help_ = subprocess.run([str(tmp_path / "opt/replicast/bin/replicast"), "node", "--help"], capture_output=True,
                            text=True, timeout=60)
     assert help_.returncode == 0 and "--state-dir" in help_.stdout, help_.stderr
+    # The unit, with the command just installed: systemd's own check (unknown keys, a command that
+    # is not there or not executable) says nothing.
+    if shutil.which("systemd-analyze"):
+        unit = tmp_path / "replicast.service"
+        unit.write_text(site(block("unit")))
+        verify = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+        assert verify.returncode == 0 and str(unit) not in verify.stderr, verify.stderr
