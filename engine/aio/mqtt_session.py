@@ -171,13 +171,12 @@ class BrokerSession:
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     client = await self._connect(stack)
-                    resumed = self.state is SessionState.AWAY
-                    self._move("connected")
-                    backoff.reset()
-                    if resumed and not client.session_present:
+                    if self.state is SessionState.AWAY and not client.session_present:
                         self._session_lost()
                     if self.topic is not None:
                         await self._subscribe(client)
+                    self._move("connected")           # ready only once subscribed (docs/node.md)
+                    backoff.reset()
                     log.info("connected to MQTT broker %s (%s session)", url,
                              "resumed" if client.session_present else "new", extra={"event": "mqtt_up", "broker": url})
                     await self._serve(client)
