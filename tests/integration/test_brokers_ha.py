@@ -5,7 +5,8 @@
   broker B (``[mqtt.brokers]``); the source publishes every message to both; broker A is killed
   with SIGKILL mid-stream.  The application (on ``a``, whose own broker is gone) receives exactly
   ``replay``'s reference: its input comes through ``b``'s entry replica, and the duplicate filters
-  (§IV-B) made the two copies one while both brokers lived.
+  (§IV-B) made the two copies one while both brokers lived.  The application also publishes to
+  both brokers (``[outputs.trends] brokers``): a consumer on B gets the same output.
 * One broker with persistence, SIGKILLed and restarted while the source goes on publishing (QoS 1,
   retrying what was not acknowledged, on its own persistent session): the node's session survives
   in the broker, which queues what arrives before the node is back.  Before persistent node sessions,
@@ -34,7 +35,7 @@ from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.brokers import Broker
-from tests.integration.helpers import cluster, free_ports, metric, wait_for
+from tests.integration.helpers import cluster, collect_outputs, free_ports, metric, wait_for
 
 PUNCTUATION_MS = 50
 QUERY = """
@@ -57,14 +58,15 @@ ordered = true
 """
 
 
-def write_cluster(directory: Path, ports: list[int], *, nodes: list[str], mqtt: str, placement: str) -> Path:
+def write_cluster(directory: Path, ports: list[int], *, nodes: list[str], mqtt: str, placement: str,
+                  outputs: str = "mqtt = false") -> Path:
     (directory / "query.toml").write_text(QUERY)
     tables = "".join(f'[[nodes]]\nname = "{n}"\nport = {ports[2 * i]}\nmetrics_port = {ports[2 * i + 1]}\n'
                      for i, n in enumerate(nodes))
     path = directory / "cluster.toml"
     path.write_text(f'query = "query.toml"\nsecret = "brokers-ha-secret"\npunctuation_ms = {PUNCTUATION_MS}\n'
                     f'[mqtt]\n{mqtt}\n{tables}[placement]\n{placement}\n'
-                    f'[outputs.trends]\nfile = "trends.jsonl"\nmqtt = false\n')
+                    f'[outputs.trends]\nfile = "trends.jsonl"\n{outputs}\n')
     return path
 
 
@@ -72,19 +74,20 @@ def record(tick: int, server: str) -> dict:
     return {"ts": 1_000_000 + tick * 1000, "server": server, "load": round((tick * 7 % 20) / 20, 2)}
 
 
-def check_against_reference(directory: Path, published: list[dict]) -> list[dict]:
+def check_against_reference(directory: Path, published: list[dict], lines: list[dict] | None = None) -> None:
+    """The application's output (its file, or ``lines``) equals ``replay``'s on what was published."""
     query = load_query(directory / "query.toml")
     stream = [(r["ts"], r["server"], r["load"]) for r in published]
     reference = replay(query, {"cpu": stream}, replicas=1, punctuation_us=PUNCTUATION_MS * 1000).outputs["trends"]
     names = query.schemas[query.applications["trends"].input].names
-    lines = [json.loads(line) for line in (directory / "trends.jsonl").read_text().splitlines()]
-    got = [(line["ts"], *[line[n] for n in names]) for line in lines]
+    if lines is None:
+        lines = [json.loads(line) for line in (directory / "trends.jsonl").read_text().splitlines()]
+    got = [(line["ts"], *[line[n] for n in names]) for line in lines if "ts" in line]
     assert len(reference) > 10
     assert Counter(got) == Counter(reference), (f"{len(got)} rows, reference {len(reference)}; missing "
                                                 f"{list((Counter(reference) - Counter(got)).elements())[:5]}, extra "
                                                 f"{list((Counter(got) - Counter(reference)).elements())[:5]}")
     assert got == reference                  # ordered application
-    return lines
 
 
 def sample(metrics_port: int, name: str) -> float | None:
@@ -100,10 +103,15 @@ def closed(metrics_port: int) -> bool:
 
 
 # -- two brokers, one killed ----------------------------------------------------------------------
-async def publish_to_both(ports: dict[str, int], brokers: dict[str, Broker], ticks: int, kill_at: int) -> list[dict]:
+async def publish_to_both(ports: dict[str, int], brokers: dict[str, Broker], ticks: int, kill_at: int) -> tuple:
     """Every tick: two records (servers x, y) and a punctuation, to every live broker; broker A is
-    SIGKILLed at ``kill_at``.  A publish that fails marks its broker dead for the rest of the run."""
-    published = []
+    SIGKILLed at ``kill_at``.  A publish that fails marks its broker dead for the rest of the run.
+    Returns what was published and the application's output as read from broker B."""
+    published, outputs = [], []
+    consumer = aiomqtt.Client("127.0.0.1", ports["B"], identifier="ha-consumer-B")
+    await consumer.__aenter__()
+    await consumer.subscribe("replicast/out/#", qos=1)
+    collector = asyncio.create_task(collect_outputs(consumer, lambda app, items: outputs.extend(items)))
     clients = {}
     for site, port in ports.items():
         clients[site] = aiomqtt.Client("127.0.0.1", port, identifier=f"ha-source-{site}")
@@ -126,7 +134,9 @@ async def publish_to_both(ports: dict[str, int], brokers: dict[str, Broker], tic
     await send(json.dumps({"punctuation": CLOSED}))
     assert list(clients) == ["B"], list(clients)
     await clients["B"].__aexit__(None, None, None)
-    return published
+    await asyncio.wait_for(collector, 30)
+    await consumer.__aexit__(None, None, None)
+    return published, outputs
 
 
 def test_killing_one_of_two_brokers_loses_nothing(tmp_path):
@@ -135,13 +145,15 @@ def test_killing_one_of_two_brokers_loses_nothing(tmp_path):
     path = write_cluster(tmp_path, ports, nodes=["a", "b"],
                          mqtt=f'broker = "mqtt://127.0.0.1:{broker_ports["A"]}"\n'
                               f'brokers = {{ b = "mqtt://127.0.0.1:{broker_ports["B"]}" }}',
-                         placement='cpu = ["a", "b"]\ntrend = ["a", "b"]\ntrends = ["a"]')
+                         placement='cpu = ["a", "b"]\ntrend = ["a", "b"]\ntrends = ["a"]',
+                         outputs=f'brokers = ["mqtt://127.0.0.1:{broker_ports["A"]}", "mqtt://127.0.0.1:{broker_ports["B"]}"]')
     with Broker(tmp_path / "A", broker_ports["A"]) as a, Broker(tmp_path / "B", broker_ports["B"]) as b:
         with cluster(path, tmp_path / "run"):
-            published = asyncio.run(publish_to_both(broker_ports, {"A": a, "B": b}, ticks=120, kill_at=40))
+            published, outputs = asyncio.run(publish_to_both(broker_ports, {"A": a, "B": b}, ticks=120, kill_at=40))
             wait_for(lambda: closed(ports[1]), 30, "the application's stream to close")
             assert metric(ports[1], "replicast_mqtt_connected") == 0.0       # a's own broker is gone
     check_against_reference(tmp_path, published)
+    check_against_reference(tmp_path, published, outputs)      # the output, also published to broker B
 
 
 # -- one broker, kill -9 and restart ----------------------------------------------------------------
