@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping
 
 from replicast.operators.aggregate import TimeWindowAggregate
 from replicast.operators.base import Operator
+from replicast.operators.blazes import WINDOW, Annotation, Path
 from replicast.operators.count_aggregate import CountWindowAggregate
 from replicast.operators.errors import QueryError
 from replicast.operators.expressions import (FieldRef, check_expression, compile_expression, compile_selection, compile_tuple,
@@ -33,9 +34,18 @@ OperatorFactory = Callable[[], Operator]
 
 @dataclass(frozen=True)
 class Compiled:
+    """An operator ready to instantiate, with what coordination analysis needs to know of it.
+
+    ``annotation`` is its Blazes label (docs/explain.md); ``carries`` maps output attributes to the
+    input attributes they copy unchanged (a seal on the input attribute seals the output one).
+    Whether replicas sort its input is not stored here: the analysis decides it
+    (:mod:`operators.coordination`), and the planner and the node read that verdict.
+    """
+
     factory: OperatorFactory
     schema: Schema
-    order_sensitive: bool
+    annotation: Annotation
+    carries: Mapping[str, str] = field(default_factory=dict)
 
 
 def scope_of(schema: Schema, arg: int = 0, prefix: str = "") -> dict[str, FieldRef]:
@@ -65,7 +75,7 @@ def compile_filter(name: str, params: Mapping, inputs: list[Schema], where: str)
     scope = scope_of(inputs[0])
     predicate = compile_expression(params.get("where"), scope, where=f"{where} (where)")
     select = compile_selection(params["where"], scope, where=f"{where} (where)")
-    return Compiled(partial(Filter, predicate.function, select), inputs[0], False)
+    return Compiled(partial(Filter, predicate.function, select), inputs[0], Annotation(Path.CR), _identity(inputs[0]))
 
 
 def compile_map(name: str, params: Mapping, inputs: list[Schema], where: str) -> Compiled:
@@ -82,7 +92,9 @@ def compile_map(name: str, params: Mapping, inputs: list[Schema], where: str) ->
     ts = (ast.Subscript(ast.Name("_r0", ast.Load()), ast.Constant(0), ast.Load()), "ts")
     function = compile_tuple([ts, *checked], ("_r0",))
     schema = Schema(tuple(fields), tuple(kind for _, kind in checked))
-    return Compiled(partial(Map, function, compile_tuples([ts, *checked], len(inputs[0]) + 1)), schema, False)
+    carries = {field: source.strip() for field, source in fields.items() if source.strip() in inputs[0].names}
+    return Compiled(partial(Map, function, compile_tuples([ts, *checked], len(inputs[0]) + 1)), schema,
+                    Annotation(Path.CR), carries)
 
 
 def compile_union(name: str, params: Mapping, inputs: list[Schema], where: str) -> Compiled:
@@ -92,7 +104,7 @@ def compile_union(name: str, params: Mapping, inputs: list[Schema], where: str) 
         if schema != inputs[0]:
             raise QueryError(f"{where} (inputs): input {i} has fields {schema.as_dict()}, "
                              f"but input 1 has {inputs[0].as_dict()}; a union needs identical fields")
-    return Compiled(partial(Union, len(inputs)), inputs[0], False)
+    return Compiled(partial(Union, len(inputs)), inputs[0], Annotation(Path.CR), _identity(inputs[0]))
 
 
 def compile_join(name: str, params: Mapping, inputs: list[Schema], where: str, input_names: list[str]) -> Compiled:
@@ -105,18 +117,22 @@ def compile_join(name: str, params: Mapping, inputs: list[Schema], where: str, i
     schema = Schema(tuple(f"{left}.{n}" for n in inputs[0].names) + tuple(f"{right}.{n}" for n in inputs[1].names),
                     inputs[0].types + inputs[1].types)
     on = params.get("on")
+    # OW on its key and window (docs/explain.md): buffers are pruned only at punctuations, which
+    # seal the window, so time punctuations make it replica-consistent without sorting (§IV-E).
+    unkeyed = Annotation(Path.OW, frozenset({WINDOW}))
     if on is None:
-        return Compiled(partial(Join, window_us, None), schema, False)
+        return Compiled(partial(Join, window_us, None), schema, unkeyed)
     scope = {**scope_of(inputs[0], 0, f"{left}."), **scope_of(inputs[1], 1, f"{right}.")}
     predicate = compile_expression(on, scope, where=f"{where} (on)", arity=2).function   # checks all of it
     keys = split_join_keys(on, scope)
     if keys is None:
-        return Compiled(partial(Join, window_us, predicate), schema, False)
+        return Compiled(partial(Join, window_us, predicate), schema, unkeyed)
     # Equalities between the sides become buffer keys; only the rest is evaluated per pair (issue 12).
     residual = None if keys.residual is None else \
         compile_expression(keys.residual, scope, where=f"{where} (on)", arity=2).function
     factory = partial(KeyedJoin, window_us, (key_getter(keys.left), key_getter(keys.right)), residual)
-    return Compiled(factory, schema, False)
+    gate = frozenset({WINDOW, *_names(keys.left, inputs[0]), *_names(keys.right, inputs[1])})
+    return Compiled(factory, schema, Annotation(Path.OW, gate))
 
 
 _COMPUTE = re.compile(r"^\s*(\w+)\s*\(\s*([\w.]*)\s*\)\s*$")
@@ -161,13 +177,29 @@ def compile_aggregate(name: str, params: Mapping, inputs: list[Schema], where: s
     if kind == "time":
         size = milliseconds_to_us(window.get("size_ms"), f"{where} (window.size_ms)")
         slide = milliseconds_to_us(window.get("slide_ms", window.get("size_ms")), f"{where} (window.slide_ms)")
-        return Compiled(partial(TimeWindowAggregate, size, slide, group_indices, summaries), output, False)
+        # OW on its groups and window: a window closes at the punctuation that seals it (§IV-F).
+        return Compiled(partial(TimeWindowAggregate, size, slide, group_indices, summaries), output,
+                        Annotation(Path.OW, frozenset({*group_by, WINDOW})), {g: g for g in group_by})
     if kind == "count":
         size = _positive_int(window.get("size"), f"{where} (window.size)")
         slide = _positive_int(window.get("slide", size), f"{where} (window.slide)")
-        return Compiled(partial(CountWindowAggregate, size, slide, group_indices, summaries), output, True)
+        # OW on its groups alone: which records share a window depends on their order (Alg. 4).
+        return Compiled(partial(CountWindowAggregate, size, slide, group_indices, summaries), output,
+                        Annotation(Path.OW, frozenset(group_by) or None), {g: g for g in group_by})
     raise QueryError(f"{where} (window): expected {{kind = \"time\", size_ms, slide_ms}} or "
                      f"{{kind = \"count\", size, slide}}, got {window!r}")
+
+
+def _identity(schema: Schema) -> dict[str, str]:
+    return {name: name for name in schema.names}
+
+
+def _names(positions, schema: Schema) -> list[str]:
+    """The field names at record positions ``positions`` (1-based: position 0 is ts)."""
+    return [TS_NAME if p == 0 else schema.names[p - 1] for p in positions]
+
+
+TS_NAME = "ts"
 
 
 def _text(value: Any, where: str) -> str:

@@ -6,8 +6,10 @@
 * every replica of an upstream node feeds every replica of each downstream node: one *stream
   replica* per pair, so each input port of a replica receives ``k`` copies of its stream;
 * every input port has a :class:`~operators.dedup.DuplicateFilter` over its stream replicas, and a
-  :class:`~operators.sorter.Sorter` only if the consumer is order-sensitive (count windows) or an
-  application that asked for order (§III item 2: sort only when necessary).
+  :class:`~operators.sorter.Sorter` only where the coordination analysis chose "sort at
+  punctuation" (:mod:`operators.coordination`): an order-sensitive operator no time seal protects
+  (count windows, order-sensitive user operators) or an application that asked for order (§III
+  item 2: sort only when necessary).
 
 The degree may differ per logical node (a mapping name → k), which is how placement later
 expresses deployments where some operators have fewer live replicas.
@@ -84,11 +86,9 @@ class PhysicalPlan:
         return [s for s in self.stream_replicas if s.source == replica]
 
     def sorts_input(self, name: str) -> bool:
-        """Whether the replicas of ``name`` sort their inputs (§IV-C)."""
-        q = self.query
-        if name in q.applications:
-            return q.applications[name].ordered
-        return name in q.operators and q.order_sensitive(name)
+        """Whether the replicas of ``name`` sort their inputs (§IV-C): the coordination analysis's
+        verdict (:func:`operators.coordination.decide`), which ``replicast explain`` prints."""
+        return self.query.order_sensitive(name)
 
     def n_ports(self, name: str) -> int:
         return max(1, len(self.query.inputs_of(name)))

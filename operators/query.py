@@ -21,9 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from replicast.operators.base import Operator
-from replicast.operators.compile import KINDS, Compiled, compile_join
+from replicast.operators.compile import KINDS as BUILT_IN, Compiled, compile_join
 from replicast.operators.errors import QueryError
 from replicast.operators.record import FIELD_TYPES, Schema
+from replicast.operators.user import compile_python
+
+KINDS = {**BUILT_IN, "python": compile_python}
+#: Values of an operator's optional ``coordination`` key (docs/explain.md).
+COORDINATION_CHOICES = ("auto", "none")
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,9 @@ class StreamSpec:
 
     name: str
     schema: Schema
+    #: The key (attributes) the source punctuates on besides time, e.g. ``("server",)``: a
+    #: punctuation per key value (Blazes' Seal_key, docs/explain.md); () if none is declared.
+    seal: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,21 @@ class Query:
         return self.compiled[name].factory()
 
     def order_sensitive(self, name: str) -> bool:
-        return self.compiled[name].order_sensitive
+        """Whether the replicas of operator or application ``name`` sort their inputs (§IV-C).
+
+        The coordination analysis decides (:mod:`operators.coordination`): the planner, the node
+        and ``replicast explain`` all read this one verdict.
+        """
+        return self.coordination.sorts(name)
+
+    @property
+    def coordination(self):
+        """The coordination analysis of this query (computed once; see :mod:`operators.coordination`)."""
+        cached = self.__dict__.get("_coordination")
+        if cached is None:
+            from replicast.operators.coordination import decide   # it imports this module
+            cached = self.__dict__["_coordination"] = decide(self)
+        return cached
 
     def consumers(self, name: str) -> list[tuple[str, int]]:
         """Operators reading ``name``, with the input port they read it on."""
@@ -98,7 +120,7 @@ class QueryBuilder:
             raise QueryError(f"{self.source}: {what} name {name!r} is already used")
         self._names.add(name)
 
-    def stream(self, name: str, fields: Mapping[str, str]) -> None:
+    def stream(self, name: str, fields: Mapping[str, str], *, seal: list[str] | None = None) -> None:
         self._claim(name, "stream")
         if not isinstance(fields, Mapping):
             raise QueryError(f"{self.source}: stream '{name}' (fields): expected a table of name = type, got {fields!r}")
@@ -108,7 +130,11 @@ class QueryBuilder:
                                  f"(expected one of {', '.join(FIELD_TYPES)})")
             if fname == "ts" or "." in fname or not fname.isidentifier():
                 raise QueryError(f"{self.source}: stream '{name}': invalid field name {fname!r}")
-        self._streams.append(StreamSpec(name, Schema.of(dict(fields))))
+        if seal is not None and (not isinstance(seal, list) or not seal
+                                 or any(not isinstance(f, str) or f not in fields for f in seal)):
+            raise QueryError(f"{self.source}: stream '{name}' (seal): expected a non-empty list of its fields "
+                             f"{sorted(fields)} (the key it punctuates on), got {seal!r}")
+        self._streams.append(StreamSpec(name, Schema.of(dict(fields)), tuple(seal or ())))
 
     def operator(self, name: str, kind: str, inputs: list[str] | str, **params: Any) -> None:
         self._claim(name, "operator")
@@ -117,6 +143,9 @@ class QueryBuilder:
         inputs = [inputs] if isinstance(inputs, str) else inputs
         if not isinstance(inputs, (list, tuple)) or not inputs or not all(isinstance(i, str) for i in inputs):
             raise QueryError(f"{self.source}: operator '{name}' (input): expected a stream or operator name, got {inputs!r}")
+        if params.get("coordination", "auto") not in COORDINATION_CHOICES:
+            raise QueryError(f"{self.source}: operator '{name}' (coordination): expected one of "
+                             f"{', '.join(COORDINATION_CHOICES)}, got {params['coordination']!r}")
         self._operators.append(OperatorSpec(name, kind, tuple(inputs), params))
 
     def filter(self, name: str, input: str, *, where: str) -> None:

@@ -33,7 +33,8 @@ from replicast.operators.query import Query, QueryBuilder
 
 _SECTIONS = {"streams", "operators", "applications"}
 _OPERATOR_KEYS = {"filter": {"where"}, "map": {"set"}, "union": set(), "join": {"window_ms", "on"},
-                  "aggregate": {"group_by", "window", "compute"}}
+                  "aggregate": {"group_by", "window", "compute", "coordination"},
+                  "python": {"class", "args", "fields", "label", "gate", "coordination"}}
 
 
 def load_query(path: str | Path) -> Query:
@@ -56,14 +57,14 @@ def build_query(document: Mapping[str, Any], source: str = "<query>") -> Query:
         raise QueryError(f"{source}: unknown section(s) {sorted(unknown)} (expected [[streams]], [[operators]], [[applications]])")
     builder = QueryBuilder(source)
     for i, table in enumerate(_tables(document, "streams", source), start=1):
-        _require(table, {"name", "fields"}, set(), f"{source}: [[streams]] #{i}")
-        builder.stream(table["name"], table["fields"])
+        _require(table, {"name", "fields"}, {"seal"}, f"{source}: [[streams]] #{i}")
+        builder.stream(table["name"], table["fields"], seal=table.get("seal"))
     for i, table in enumerate(_tables(document, "operators", source), start=1):
         where = f"{source}: [[operators]] #{i} ({table.get('name', '?')})"
         kind = table.get("kind")
         if kind not in _OPERATOR_KEYS:
             raise QueryError(f"{where}: unknown kind {kind!r} (expected one of {', '.join(_OPERATOR_KEYS)})")
-        input_key = "inputs" if kind in ("union", "join") else "input"
+        input_key = "inputs" if kind in ("union", "join") or (kind == "python" and "inputs" in table) else "input"
         _require(table, {"name", "kind", input_key}, _OPERATOR_KEYS[kind], where)
         params = {k: v for k, v in table.items() if k not in ("name", "kind", input_key)}
         builder.operator(table["name"], kind, table[input_key], **params)

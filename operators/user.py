@@ -1,0 +1,70 @@
+"""User-defined operators in a query file: ``kind = "python"`` (docs/queries.md).
+
+A user operator is a subclass of :class:`~operators.base.Operator` importable as
+``"package.module:Class"``; the query table names it (``class``), gives its keyword arguments
+(``args``), its output fields (``fields``: the records it emits are ``(ts, *fields)``), and its
+Blazes annotation (``label`` = CR / CW / OR / OW, ``gate`` = the fields whose partitions an
+order-sensitive path never mixes; docs/explain.md).  A class may declare the same as class
+attributes ``label`` and ``gate``; the query table wins.  An operator that declares nothing is
+taken to be ``OW_*``, the most severe annotation: coordination analysis then sorts its input
+where it can and says where that is not enough.
+
+Replica consistency of the operator under its declaration is the user's to check, with
+:func:`operators.testing.check_replica_consistency` (DESIGN.md §5).  Importing the class is the
+only thing this module does beyond checking values: the module is the user's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+from typing import Any, Mapping
+
+from replicast.operators.base import Operator
+from replicast.operators.blazes import parse_annotation
+from replicast.operators.compile import Compiled
+from replicast.operators.errors import QueryError
+from replicast.operators.record import FIELD_TYPES, Schema
+
+
+def load_class(path: Any, where: str) -> type[Operator]:
+    """The class named ``"module:Class"``; a clear error if it is not an importable Operator subclass."""
+    if not isinstance(path, str) or path.count(":") != 1:
+        raise QueryError(f"{where} (class): expected \"package.module:Class\", got {path!r}")
+    module_name, class_name = path.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise QueryError(f"{where} (class): cannot import module {module_name!r}: {error}") from None
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type) or not issubclass(cls, Operator):
+        raise QueryError(f"{where} (class): {path!r} is not a subclass of replicast.operators.base.Operator")
+    return cls
+
+
+def compile_python(name: str, params: Mapping, inputs: list[Schema], where: str) -> Compiled:
+    cls = load_class(params.get("class"), where)
+    args = params.get("args", {})
+    if not isinstance(args, Mapping):
+        raise QueryError(f"{where} (args): expected a table of keyword arguments, got {args!r}")
+    fields = params.get("fields")
+    if not isinstance(fields, Mapping) or not fields or any(t not in FIELD_TYPES for t in fields.values()):
+        raise QueryError(f"{where} (fields): expected a table of output field = type "
+                         f"({', '.join(FIELD_TYPES)}), got {fields!r}")
+    try:
+        probe = cls(**args)
+    except Exception as error:  # the user's constructor: any failure is a query error
+        raise QueryError(f"{where} (args): {cls.__name__}(**{dict(args)!r}) failed: "
+                         f"{type(error).__name__}: {error}") from None
+    if probe.n_inputs != len(inputs):
+        raise QueryError(f"{where} (inputs): {cls.__name__} has {probe.n_inputs} input(s), the query gives "
+                         f"{len(inputs)}")
+    input_fields = {n for schema in inputs for n in schema.names}
+    annotation = parse_annotation(params.get("label", getattr(cls, "label", None)),
+                                  params.get("gate", _listed(getattr(cls, "gate", None))), input_fields, where)
+    # Seals other than time punctuations (which the base class forwards) do not cross user code.
+    return Compiled(partial(cls, **args), Schema.of(dict(fields)), annotation)
+
+
+def _listed(gate: Any) -> Any:
+    return list(gate) if isinstance(gate, (tuple, frozenset, set)) else gate
