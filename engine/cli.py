@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "replicast.experiments.plot_cli",
     "replicast.experiments.cli",
     "replicast.engine.place_cli",
+    "replicast.engine.explain_cli",
 )
 
 

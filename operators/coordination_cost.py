@@ -81,22 +81,38 @@ def first_arrivals(analysis: Analysis, hosts: Mapping[ReplicaId, int], latency_m
 
 
 def waits(analysis: Analysis, arrivals: Mapping[ReplicaId, Mapping[str, float]]) -> list[Wait]:
-    """The waiting of every node whose coordination holds output back (see the module docstring)."""
+    """The waiting of every node whose coordination holds output back (see the module docstring).
+
+    A window waits for the frontier of all its inputs (§IV-A); a sorter only for its own port's
+    punctuation (§IV-C).  The figures are cumulative: how much later than its own fastest path a
+    source's record leaves this node, waits upstream of it included.
+    """
+    query = analysis.query
     out = []
     for report in analysis.nodes.values():
         if not report.holds_output:
             continue
         replicas = [arrivals[r] for r in arrivals if r.name == report.name and arrivals[r]]
-        sources = sources_behind(analysis, report.name)
+        if report.coordination is Coordination.SORT:
+            groups = [_behind(analysis, upstream) for upstream in query.inputs_of(report.name)]
+        else:
+            groups = [sources_behind(analysis, report.name)]
+        sources = [s for group in groups for s in group]
         if not replicas or not sources:
             continue
-        done = min(max(at.get(s, float("inf")) for s in sources) for at in replicas)
         own = {s: min(at.get(s, float("inf")) for at in replicas) for s in sources}
-        slowest = max(sources, key=lambda s: min(at.get(s, float("inf")) for at in replicas))
-        extra = {s: round(done - own[s], 3) for s in sources}
+        extra = {}
+        for group in groups:
+            done = min(max(at.get(s, float("inf")) for s in group) for at in replicas)
+            extra.update({s: round(max(extra.get(s, 0.0), done - own[s]), 3) for s in group})
+        slowest = max(sources, key=lambda s: own[s])
         keyed = {s: 0.0 for s in sources} if report.key_seal is not None else None
         out.append(Wait(report.name, report.coordination, slowest, extra, keyed))
     return out
+
+
+def _behind(analysis: Analysis, name: str) -> list[str]:
+    return [name] if name in analysis.query.streams else sources_behind(analysis, name)
 
 
 def stamping_ms(analysis: Analysis, hosts: Mapping[ReplicaId, int], latency_ms: Any,
