@@ -60,18 +60,19 @@ class VerdictCheck:
 
 
 def check_verdict(query: Query, *, seeds: int, replicas: int = 2, data_seed: int = 0,
-                  punctuation_us: int = 1_000_000, records: int = 24) -> VerdictCheck:
-    """Replay ``query`` with ``replicas`` replicas under seeds ``0 … seeds-1``; stops at the first divergence."""
+                  punctuation_us: int = 1_000_000, records: int = 24, first_seed: int = 0) -> VerdictCheck:
+    """Replay ``query`` with ``replicas`` replicas under seeds ``first_seed … first_seed + seeds - 1``;
+    stops at the first divergence."""
     predicted = analyse(query, replicas).agrees
     streams = sample_streams(query, random.Random(data_seed), records=records)
     reference = replay(query, streams, replicas=1, crash=0, punctuation_us=punctuation_us)
     crashable = sum(len(ids) - 1 for name, ids in plan(query, replicas).replicas.items()
                     if name not in query.applications)
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         crash = random.Random(seed).randrange(min(2, crashable) + 1)
         result = scheduled_replay(query, streams, replicas=replicas, seed=seed, crash=crash,
                                   punctuation_us=punctuation_us)
         problems = compare(query, reference, result)
         if problems:
-            return VerdictCheck(query.source, predicted, seed + 1, seed, problems[0])
+            return VerdictCheck(query.source, predicted, seed - first_seed + 1, seed, problems[0])
     return VerdictCheck(query.source, predicted, seeds, None, None)

@@ -129,6 +129,9 @@ def _decide_one(query: "Query", name: str, inputs: list[frozenset[frozenset[str]
     shared = frozenset.intersection(*keys) if keys else frozenset()
     key_seal = min(shared, key=key_text) if shared else None
     holds = not (name in query.operators and query.operators[name].kind == "join")
+    if by_time and declined:
+        raise QueryError(f"{query.source}: operator '{name}' (coordination): it is {annotation}, sealed by time "
+                         f"punctuations inside the operator: there is no sorting to decline")
     if by_time:
         why = (f"{annotation}: order-sensitive, but its partitions are sealed by time punctuations "
                f"(Seal_ts is compatible: ts determines the window), so it acts only on sealed partitions")
