@@ -275,7 +275,8 @@ def _infer(query: "Query", name: str, k: int, decision: Decision, inputs: list[t
         if content_ok and decision.coordination is Coordination.SORT and not decision.unordered_ports:
             steps.append(f"{into}  (p, sorted at punctuation: one total order, §IV-C)  {label}")
             continue
-        rule = "(1)  NDRead" if annotation.path is Path.OR else "(2)  Taint"
+        rule = "(1)  NDRead" if annotation.path is Path.OR else \
+            "(4)  Taint" if label.label is Label.SEAL else "(2)  Taint"
         steps.append(f"{into}  {rule}" + (f"_{{{','.join(sorted(annotation.gate))}}}"
                                           if annotation.path is Path.OR and annotation.gate else ""))
         if annotation.path is Path.OR:

@@ -93,19 +93,24 @@ def run_operator(operator: Operator, arrivals: Sequence[tuple[int, Item]]) -> li
 
 
 def check_replica_consistency(factory: Callable[[], Operator], inputs: Sequence[Sequence[Record]], rng: Any, *,
-                              trials: int = 20, punctuation_us: int = 1_000_000) -> list[str]:
+                              trials: int = 20, punctuation_us: int = 1_000_000,
+                              sorted_input: bool | None = None) -> list[str]:
     """Run a fresh operator from ``factory`` on ``trials`` arrival orders of ``inputs`` (one list per port).
 
     Returns a list of problems (empty if the operator was replica-consistent on every trial):
     outputs whose multisets differ, or punctuations forwarded before records they cover.
-    Order-sensitive operators are fed sorted input, as the planner would arrange.
+    Sorted input is fed where the planner would sort: pass ``sorted_input=query.order_sensitive(name)``
+    (the coordination analysis's verdict, docs/explain.md); by default, where the operator declares
+    ``order_sensitive``.  Each port is sorted on its own, as the planner's sorters do, so an
+    order-sensitive operator with several inputs still sees them interleaved in any order.
     """
     ordered = [punctuate(records, punctuation_us) for records in inputs]
     reference: Counter | None = None
     problems = []
     for trial in range(trials):
         operator = factory()
-        per_port = ordered if (operator.order_sensitive or trial == 0) else [disorder(s, rng) for s in ordered]
+        sort = operator.order_sensitive if sorted_input is None else sorted_input
+        per_port = ordered if (sort or trial == 0) else [disorder(s, rng) for s in ordered]
         output = run_operator(operator, interleave(per_port, rng))
         problems.extend(f"trial {trial}: {p}" for p in punctuation_violations(output))
         multiset = Counter(item for item in output if type(item) is not Punctuation)

@@ -90,7 +90,7 @@ def test_declined_sorting_is_taint_then_diverge_with_rep_and_run_without():
     replicated, single = analyse(query, 2), analyse(query, 1)
     assert replicated.nodes["trend"].output.label is Label.DIVERGE
     assert single.nodes["trend"].output.label is Label.RUN
-    assert any("(2)  Taint" in step for step in replicated.nodes["trend"].steps)
+    assert any("(4)  Taint" in step for step in replicated.nodes["trend"].steps)
     # (p): a confluent filter keeps the label it is given, and nothing downstream is blamed.
     assert replicated.nodes["high"].output.label is Label.DIVERGE and replicated.diverging() == ["trend"]
     assert "sort at punctuation" in replicated.nodes["trend"].remedy
@@ -259,3 +259,17 @@ def test_waiting_is_the_slowest_source_behind_a_window_and_zero_with_seals():
     assert wait.name == "agg" and wait.slowest == "c3"
     assert wait.extra_ms == {"c1": 60.0, "c2": 30.0, "c3": 0.0}
     assert wait.keyed_ms == {"c1": 0.0, "c2": 0.0, "c3": 0.0}
+
+
+def test_the_consistency_checker_feeds_user_operators_what_the_planner_gives_them():
+    """operators/testing.py with the analysis's verdict: Rises (OW_{server}) is consistent when sorted,
+    and the checker finds the divergence when sorting is declined."""
+    import random
+
+    from replicast.examples.user_operators import Rises
+    from replicast.operators.testing import check_replica_consistency
+
+    rng = random.Random(3)
+    records = sorted((rng.randrange(5_000_000), rng.choice("abc"), round(rng.random(), 3)) for _ in range(60))
+    assert check_replica_consistency(Rises, [records], random.Random(1), sorted_input=True) == []
+    assert check_replica_consistency(Rises, [records], random.Random(1), sorted_input=False)
