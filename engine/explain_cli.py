@@ -72,14 +72,16 @@ def run(args: argparse.Namespace) -> int:
     (out / "explain.json").write_text(json.dumps(as_json(analysis, costs), indent=2) + "\n")
     written = [out / "explain.json"]
     if not args.no_plot:
-        try:
-            from replicast.engine.explain_draw import draw
-        except ModuleNotFoundError as error:
-            from replicast.engine.extras import missing_extra
+        from replicast.engine.explain_draw import draw
+        from replicast.engine.extras import missing_extra
 
-            log.warning("no picture: %s", missing_extra(error, "plot") or error)
-        else:
+        try:
             written.append(draw(analysis, out / "explain.png", title=f"{args.query.name}, k = {args.kmax}"))
+        except ModuleNotFoundError as error:       # the text needs no extra; the picture needs 'plot'
+            line = missing_extra(error, "plot")
+            if line is None:
+                raise
+            log.warning("no picture: %s", line)
     print(f"wrote {', '.join(map(str, written))}")
     if args.verify:
         return _verify(query, args)

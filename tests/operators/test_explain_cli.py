@@ -43,3 +43,37 @@ def test_a_query_it_cannot_analyse_is_one_line_naming_the_operator(tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert err.startswith("replicast explain: error: ") and "operator 'odd' (gate)" in err and "'site'" in err
     assert "\n" not in err
+
+
+def test_without_matplotlib_the_text_still_comes_and_the_picture_is_one_warning(tmp_path, capsys, monkeypatch, caplog):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.partition(".")[0] == "matplotlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    monkeypatch.setattr("replicast.engine.extras.extras", lambda: {"plot": frozenset({"matplotlib"})})
+    assert main(["explain", str(example_path("fig1.toml")), "--out", str(tmp_path)]) == 0
+    assert "verdict: every application receives the same records" in capsys.readouterr().out
+    assert not (tmp_path / "explain.png").exists()
+    assert "no picture: needs matplotlib, which the 'plot' extra installs" in caplog.text
+
+
+def test_the_trace_estimate_names_the_slowest_source_and_what_sealing_per_key_saves(tmp_path, capsys):
+    pytest.importorskip("numpy")
+    query = str(example_path("explain-user-operators.toml"))
+    assert main(["explain", query, "--kmax", "2", "--no-plot", "--out", str(tmp_path), "--trace", "seattle",
+                 "--servers", "8", "--frames", "50", "--rounds", "200"]) == 0
+    text = capsys.readouterr().out
+    assert "waiting on seattle (8 servers, min-cost deployment, kmax = 2" in text
+    costs = json.loads((tmp_path / "explain.json").read_text())["costs"]
+    waits = {w["name"]: w for w in costs["waits"]}
+    assert set(waits) == {"rises", "latest", "peaks", "load_by_server", "peak_load"}   # not the join-free CR ones
+    keyed = waits["load_by_server"]
+    assert keyed["keyed_ms"] == {"cpu_east": 0.0, "cpu_west": 0.0}
+    assert keyed["extra_ms"][keyed["slowest"]] == 0.0 and max(keyed["extra_ms"].values()) >= 0.0
+    assert waits["peaks"]["keyed_ms"] is None                      # gate {window}: no key to seal on
