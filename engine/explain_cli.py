@@ -158,7 +158,9 @@ def _render_costs(costs: dict[str, Any], punctuation_ms: float) -> list[str]:
             keyed = "" if wait["keyed_ms"] is None else f"; sealed per key: +{wait['keyed_ms'][source]:.1f} ms"
             lines.append(f"    records of {source}: leave +{ms:.1f} ms later than their own fastest path allows{keyed}")
     for stream, ms in costs["stamping"].items():
-        lines.append(f"  {stream} (entry stamping): +{ms:.1f} ms, a round trip to the farthest entry replica")
+        peers = len(costs["placement"][stream]) - 1
+        lines.append(f"  {stream} (entry stamping): +{ms:.1f} ms, a round trip to the farthest entry replica"
+                     + ("" if peers else " (placement pins one entry replica per stream: no peer to wait for)"))
     return lines
 
 
