@@ -104,7 +104,6 @@ def _verify(query, args: argparse.Namespace) -> int:
 def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str:
     """The report ``replicast explain`` prints."""
     from replicast.operators.blazes import key_text
-    from replicast.operators.coordination import Coordination
 
     query = analysis.query
     lines = [f"{query.source}: coordination analysis (Blazes); docs/explain.md explains the notation", ""]
@@ -115,8 +114,7 @@ def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str
         lines.append(f"  {report.name:<{width}} {report.kind:<11} k={report.replicas}  {annotation:<22} "
                      f"{report.coordination.value:<22} -> {report.output}")
         lines.append(f"  {'':<{width}}   why: {report.why}")
-        if report.key_seal is not None and report.coordination in (Coordination.SEAL_PUNCTUATION, Coordination.SORT,
-                                                                     Coordination.DECLINED):
+        if report.key_seal is not None and report.holds_output:
             lines.append(f"  {'':<{width}}   seal per key {key_text(report.key_seal)} would also do: each partition "
                          f"released at its own producers' seal, not the slowest producer's (not yet implemented "
                          f"by the engine)")

@@ -13,8 +13,9 @@ the *frontier* is the minimum over ports of the largest punctuation seen there. 
 to the frontier advancing in :meth:`Operator.on_frontier` (windows close there) and to a single
 port's punctuation in :meth:`Operator.on_port_punctuation` (join buffers are pruned there).
 
-Declared properties (used by the planner, the node and coordination analysis):
-``order_sensitive`` (needs sorted input, §IV-C), ``stateful``, ``partition_key``, and
+Declared properties: ``order_sensitive`` (needs sorted input, §IV-C; where replicas actually sort
+is the coordination analysis's verdict, from each operator's Blazes annotation: docs/explain.md),
+``stateful``, ``partition_key``, and
 ``complete_input_required``: each output summarises *every* input record of a window, so a replica
 that missed part of its input would emit wrong records.  A Join is stateful but not such an
 operator: each of its outputs is one correct pair, whatever it missed.

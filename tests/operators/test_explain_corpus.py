@@ -18,7 +18,7 @@ from replicast.operators.coordination import Coordination, analyse
 from replicast.operators.query_file import load_query, parse_query
 
 CORPUS = sorted((Path(__file__).parent / "data" / "explain").glob("*.toml"))
-AGREEING_SEEDS = 8
+AGREEING_SEEDS = 20
 DIVERGING_SEEDS = 50
 
 
