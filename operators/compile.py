@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from replicast.operators.aggregate import TimeWindowAggregate
 from replicast.operators.base import Operator
-from replicast.operators.blazes import WINDOW, Annotation, Path
+from replicast.operators.blazes import TS, WINDOW, Annotation, Path
 from replicast.operators.count_aggregate import CountWindowAggregate
 from replicast.operators.errors import QueryError
 from replicast.operators.expressions import (FieldRef, check_expression, compile_expression, compile_selection, compile_tuple,
@@ -196,10 +196,7 @@ def _identity(schema: Schema) -> dict[str, str]:
 
 def _names(positions, schema: Schema) -> list[str]:
     """The field names at record positions ``positions`` (1-based: position 0 is ts)."""
-    return [TS_NAME if p == 0 else schema.names[p - 1] for p in positions]
-
-
-TS_NAME = "ts"
+    return [TS if p == 0 else schema.names[p - 1] for p in positions]
 
 
 def _text(value: Any, where: str) -> str:
