@@ -121,8 +121,10 @@ def _decide_one(query: "Query", name: str, inputs: list[frozenset[frozenset[str]
         if declined:
             raise QueryError(f"{query.source}: operator '{name}' (coordination): it is {annotation}, confluent: "
                              f"there is no coordination to decline")
-        return Decision(name, annotation, Coordination.NONE,
-                        f"{annotation}: confluent, the same output multiset in any input order")
+        why = f"{annotation}: confluent, the same output multiset in any input order"
+        if len(inputs) > 1:
+            why += f"; its output interleaves its {len(inputs)} inputs as they arrive (Async order)"
+        return Decision(name, annotation, Coordination.NONE, why)
     gate = annotation.gate
     by_time = all(compatible(gate, frozenset({TS})) for _ in inputs)
     keys = [frozenset(k for k in seals if k != frozenset({TS}) and compatible(gate, k)) for seals in inputs]
