@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from replicast.cluster import netem
+from replicast.cluster import netem, remote
 from replicast.cluster.emulation import VIAS, Emulation, NetemEmulation, RelayEmulation, choose, open_trace, trace_nodes
 from replicast.cluster.preflight import check_ports
 from replicast.cluster.processes import (ClusterError, alive, blame_dead, exit_status, last_log_line, read_state, running,
@@ -36,7 +36,8 @@ SOURCE_GRACE_S = 1.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("cluster", help="start or stop a local cluster of nodes on loopback")
+    parser = subparsers.add_parser("cluster", help="start or stop a cluster: on loopback, or on ssh hosts "
+                                   "(nodes with ssh = {…}, docs/cluster.md)")
     commands = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = commands.add_parser("up", help="start the broker, the nodes and the sources of a cluster file")
     up.add_argument("cluster", type=Path, help="cluster file (TOML)")
@@ -54,16 +55,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="with --emulate-wan: which trace node each cluster node is: 'reliable' (the trace's nodes "
                          "with the fewest missing samples, as the simulator picks servers; default), 'first' "
                          "(node k is trace node k) or trace node names, one per node in file order")
+    ssh_group = up.add_argument_group("ssh hosts (nodes with ssh = {…}; docs/cluster.md)")
+    ssh_group.add_argument("--wheel", type=Path, help="the replicast wheel to install on every host (default: built "
+                        "from this checkout with 'python3 -m build --wheel')")
+    ssh_group.add_argument("--wheelhouse", type=Path, metavar="DIR", help="push DIR's wheels too and install with "
+                        "'pip --no-index --find-links' (hosts without internet)")
+    ssh_group.add_argument("--system-site-packages", action="store_true", help="make the hosts' venvs with "
+                        "--system-site-packages (dependencies installed on the host already)")
+    ssh_group.add_argument("--follow", action="store_true", help="keep printing the nodes' logs after they are ready")
     up.set_defaults(run=run_up)
     down = commands.add_parser("down", help="stop the cluster started by 'cluster up'")
     down.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
     down.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     down.set_defaults(run=run_down)
+    status = commands.add_parser("status", help="each process of an ssh cluster: its state, host, pid, metrics")
+    status.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
+    status.set_defaults(run=lambda args: remote.run(remote.status(remote.load_remote_state(args.run_dir))))
+    restart = commands.add_parser("restart", help="stop one node of an ssh cluster and start it again: it rejoins "
+                                  "by snapshot (docs/lifecycle.md)")
+    restart.add_argument("node", help="the node's name")
+    restart.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
+    restart.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the node to be ready")
+    restart.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    restart.set_defaults(run=lambda args: remote.run(remote.restart(
+        args.run_dir, remote.load_remote_state(args.run_dir), args.node, args.timeout, args.grace)))
+    init = commands.add_parser("init", help="write a cluster file for a list of ssh hosts")
+    init.add_argument("--hosts", required=True, help="[user@]host[:sshport],… one node per host")
+    init.add_argument("--query", required=True, type=Path, help="query file (TOML)")
+    init.add_argument("--kmax", type=int, default=2, help="replicas of every operator (default 2)")
+    init.add_argument("--placement", choices=("min-cost", "manual"), default="min-cost",
+                      help="min-cost: the placement coordinator places the operators (default); manual: written out")
+    init.add_argument("--key", help="ssh private key file for every host (default: the ssh agent and ~/.ssh)")
+    init.add_argument("--base-port", type=int, default=17000, help="node ports from here, metrics ports from +100")
+    init.add_argument("--broker-port", type=int, default=1883, help="the embedded broker's port, on the first host")
+    init.add_argument("--out", type=Path, default=Path("cluster.toml"), help="the file to write (default cluster.toml)")
+    init.set_defaults(run=run_init)
 
 
 # -- up -------------------------------------------------------------------------------------------
 def run_up(args: argparse.Namespace) -> int:
     config = load_cluster(args.cluster)
+    if remote.is_remote(config):
+        return run_remote_up(config, args)
     run_dir: Path = args.run_dir
     state_file = run_dir / "state.json"
     if state_file.exists() and any(alive(p) for p in read_state(state_file)["processes"]):
@@ -201,12 +234,74 @@ def _check_sources_started(sources: list[dict]) -> None:
 
 # -- down -----------------------------------------------------------------------------------------
 def run_down(args: argparse.Namespace) -> int:
+    state = remote.load_remote_state(args.run_dir)
     state_file = args.run_dir / "state.json"
-    if not state_file.exists():
-        raise ClusterError(f"{args.run_dir}: no cluster state here (was 'replicast cluster up' run with this --run-dir?)")
-    state = read_state(state_file)
+    if "remote" in state:
+        return remote.run(remote.down(args.run_dir, state, args.grace))
     stopped = stop(state["processes"], args.grace)
     deleted = netem.teardown(netem.WanPlan.from_json(state["wan"])) if "wan" in state else []
     state_file.unlink()
     print(f"cluster down: stopped {stopped} process(es)" + (f", deleted {len(deleted)} namespace(s)" if deleted else ""))
+    return 0
+
+
+# -- ssh hosts ------------------------------------------------------------------------------------
+def run_remote_up(config: ClusterConfig, args: argparse.Namespace) -> int:
+    if args.emulate_wan is not None:
+        raise ClusterError(f"{config.path}: --emulate-wan is for clusters on this machine; nodes on ssh hosts "
+                           f"see the real network between them")
+    run_dir: Path = args.run_dir
+    if (run_dir / "state.json").exists():
+        raise ClusterError(f"{run_dir}: a cluster was started from here; run 'replicast cluster down' first")
+    wheel = args.wheel or build_wheel(run_dir / "dist")
+    if not wheel.is_file() or wheel.suffix != ".whl":
+        raise ClusterError(f"--wheel {wheel}: not a wheel file")
+    cluster = remote.RemoteCluster(config, run_dir)
+    code = remote.run(cluster.up(wheel=wheel, wheelhouse=args.wheelhouse, system_site_packages=args.system_site_packages,
+                                 timeout=args.timeout, follow=args.follow))
+    if code:
+        return code
+    hosts = remote.unique(cluster.hosts)
+    print(f"cluster up: {len(config.nodes)} nodes on {len(hosts)} host(s), wheel {wheel.name}; state in {run_dir}/")
+    for name, spec in config.nodes.items():
+        metrics = f"http://{spec.host}:{spec.metrics_port}/metrics" if spec.metrics_port else "(no metrics_port)"
+        print(f"  {name:<10} {spec.ssh.destination:<24} {metrics}   log {cluster.hosts[name].path('logs', name + '.log')}")
+    host, port = config.mqtt_address()
+    print(f"  watch:   mosquitto_sub -h {host} -p {port} -t 'replicast/out/#' -v")
+    print(f"  status:  replicast cluster status --run-dir {run_dir}")
+    print(f"  stop:    replicast cluster down --run-dir {run_dir}")
+    return 0
+
+
+def build_wheel(out: Path) -> Path:
+    """The wheel of this checkout, built with ``python -m build --wheel`` (an installed replicast
+    has no sources to build from: then ``--wheel`` is needed)."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "pyproject.toml").is_file() or not (root / "setup.cfg").is_file():
+        raise ClusterError("cluster up on ssh hosts installs a wheel there: give --wheel dist/replicast-….whl "
+                           "(this replicast is not a checkout to build one from)")
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("replicast-*.whl"):
+        old.unlink()
+    result = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(root)],
+                            capture_output=True, text=True)
+    wheels = sorted(out.glob("replicast-*.whl"))
+    if result.returncode != 0 or not wheels:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        raise ClusterError(f"cannot build the wheel (python -m build --wheel {root}): {lines[-1] if lines else '?'}; "
+                           f"or give --wheel")
+    return wheels[-1]
+
+
+def run_init(args: argparse.Namespace) -> int:
+    from replicast.cluster.init_file import cluster_document, write_cluster_file
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    if not hosts:
+        raise ClusterError("--hosts: give at least one host")
+    doc = cluster_document(hosts, args.query, args.out, kmax=args.kmax, placement=args.placement,
+                           base_port=args.base_port, key=args.key, broker_port=args.broker_port)
+    write_cluster_file(args.out, doc)
+    print(f"wrote {args.out}: {len(hosts)} node(s), kmax {args.kmax}, placement {args.placement}; "
+          f"export REPLICAST_SECRET, then: replicast cluster up {args.out}")
     return 0

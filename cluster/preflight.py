@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 
+from replicast.cluster.host_agent import bind_problem
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.cluster.processes import ClusterError
 
@@ -46,7 +47,7 @@ def check_ports(config: ClusterConfig, *, bind: bool = True) -> None:
         seen.append((address, port, f"{owner}'s {key}" if not owner.startswith("the ") else f"{owner}'s port"))
     if bind:
         for owner, key, host, port in listeners(config):
-            problem = _bind_test(host, port)
+            problem = bind_problem(host, port)
             if problem is not None:
                 raise ClusterError(f"{where}: {owner}: {key} {port} on {host} cannot be used: {problem}")
 
@@ -58,16 +59,3 @@ def _address(host: str, where: str, owner: str) -> str:
         return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
     except OSError as error:
         raise ClusterError(f"{where}: {owner}: host {host!r} does not resolve ({error})") from None
-
-
-def _bind_test(host: str, port: int) -> str | None:
-    """None if a listener could bind ``host:port`` now, else the reason."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as error:
-        return error.strerror or str(error)
-    return None

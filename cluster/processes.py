@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from replicast.cluster import host_agent
 from replicast.operators.errors import ReplicastError
 
 #: Processes started by this command, by pid: right after fork /proc still shows our own command line.
@@ -54,23 +55,8 @@ def exit_status(process: dict) -> int | None:
 
 
 def last_log_line(process: dict) -> str:
-    """The last non-empty line of the process's log; for a JSON log line its message (and
-    exception's last line), so a node that died says why in one line."""
-    try:
-        lines = Path(process["log"]).read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return "(no log)"
-    if not lines:
-        return "(no output)"
-    line = lines[-1].strip()
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return line
-    if isinstance(entry, dict) and "message" in entry:
-        exception = str(entry.get("exception", "")).strip().splitlines()
-        return str(entry["message"]) + (f": {exception[-1]}" if exception else "")
-    return line
+    """The last line of the process's log, a JSON line as its message (:func:`cluster.host_agent.last_line`)."""
+    return host_agent.last_line(process["log"])
 
 
 def blame_dead(processes: dict[str, dict]) -> None:
@@ -85,12 +71,7 @@ def blame_dead(processes: dict[str, dict]) -> None:
 
 def alive(process: dict) -> bool:
     """Whether ``process`` still runs *and* is the process we started (pids are reused)."""
-    try:
-        cmdline = Path(f"/proc/{process['pid']}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{process['pid']}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z" and [c.decode() for c in cmdline if c] == process["command"]
+    return host_agent.alive(process["pid"], process["command"])
 
 
 def stop(processes: list[dict], grace: float) -> int:

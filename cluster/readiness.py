@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import sys
 import time
-import urllib.request
+
+from replicast.cluster import host_agent
 
 
 def node_ready(host: str, metrics_port: int) -> bool:
     """Whether the node whose metrics are at ``host:metrics_port`` reports ``replicast_ready 1``."""
-    try:
-        with urllib.request.urlopen(f"http://{host}:{metrics_port}/metrics", timeout=1) as page:
-            return b"\nreplicast_ready 1.0" in page.read()
-    except OSError:
-        return False
+    return host_agent.ready(host, metrics_port)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,27 @@ class ClusterConfigError(ReplicastError):
 
 
 @dataclass(frozen=True)
+class SshSpec:
+    """Where ``replicast cluster up`` reaches a node's host over ssh (``ssh = {…}`` in ``[[nodes]]``,
+    docs/cluster.md).  The node itself never reads this."""
+    host: str
+    user: str | None = None
+    port: int = 22
+    #: Private key file (None: the ssh agent and ~/.ssh's default keys).
+    key: Path | None = None
+    #: known_hosts file checked against the host's key (None: ~/.ssh/known_hosts).
+    known_hosts: Path | None = None
+    #: The host's Python (≥ 3.11), which makes the venv.
+    python: str = "python3"
+    #: The directory on the host holding the venv, the cluster file, logs and state (relative: to the login's home).
+    dir: str = ".replicast-cluster"
+
+    @property
+    def destination(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     name: str
     host: str
@@ -42,6 +63,8 @@ class NodeSpec:
     metrics_port: int | None
     #: TCP port where external sources may connect and send ``STREAM PAYLOAD`` lines (optional).
     source_port: int | None = None
+    #: The node's host is reached over ssh by ``cluster up`` (None: a local node).
+    ssh: SshSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -120,8 +143,9 @@ _TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_time
         "secret_env", "entry_mode", "entry_modes", "mode", "mqtt", "nodes", "placement", "outputs", "sources", "tls",
         "name", "coordinator", "source_connections"}
 #: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
-_TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port"}, "[mqtt]": MQTT_KEYS,
-               "[outputs.*]": {"file", "mqtt", "brokers"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"}}
+_TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port", "ssh"}, "[mqtt]": MQTT_KEYS,
+               "[outputs.*]": {"file", "mqtt", "brokers"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"},
+               "ssh": {"host", "user", "port", "key", "known_hosts", "python", "dir"}}     # a node's ssh = {…}
 #: Placeholders a source command may use (expanded by ``cluster up``, see docs/node.md).
 SOURCE_PLACEHOLDERS = ("python", "dir", "node", "nodes", "broker_host", "broker_port", "punctuation_ms")
 
@@ -179,8 +203,10 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         if name in nodes:
             raise ClusterConfigError(f"{w}: node name {name!r} is used twice")
         owner = f"{where}: node {name}"
-        nodes[name] = NodeSpec(name, _get(table, "host", str, w, "127.0.0.1"), _port(table, "port", w, owner=owner),
-                               _port(table, "metrics_port", w, None, owner), _port(table, "source_port", w, None, owner))
+        host = _get(table, "host", str, w, "127.0.0.1")
+        nodes[name] = NodeSpec(name, host, _port(table, "port", w, owner=owner),
+                               _port(table, "metrics_port", w, None, owner), _port(table, "source_port", w, None, owner),
+                               _ssh(table, host, base, f"{owner}: ssh"))
     placement = {}
     placed = _get(doc, "placement", (dict, str), where)
     if isinstance(placed, str) and placed != "min-cost":
@@ -268,6 +294,18 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         if app not in query.applications:
             raise ClusterConfigError(f"{where}: [outputs.{app}]: no such application")
     return config
+
+
+def _ssh(table: dict, host: str, base: Path, where: str) -> SshSpec | None:
+    """A node's ``ssh = { host, user, port, key, known_hosts, python, dir }`` (all optional: ``ssh = {}``
+    reaches the node's own ``host`` on port 22 as the current user); key files are relative to the file."""
+    if "ssh" not in table:
+        return None
+    ssh = _keys(table["ssh"], "ssh", where)
+    files = {k: base / Path(_get(ssh, k, str, where)).expanduser() for k in ("key", "known_hosts") if k in ssh}
+    return SshSpec(host=_get(ssh, "host", str, where, host), user=_get(ssh, "user", str, where, None),
+                   port=_port(ssh, "port", where, 22), python=_get(ssh, "python", str, where, "python3"),
+                   dir=_get(ssh, "dir", str, where, ".replicast-cluster"), **files)
 
 
 def _check_placeholders(arg: str, where: str) -> None:
