@@ -1,0 +1,173 @@
+"""Real sshd "hosts" for the tests of ``cluster up`` on ssh hosts (tests/cluster/test_remote*.py).
+
+Each host is an OpenSSH ``sshd`` started by the test, with its own config, a host key and an
+authorized key generated here; as root, each runs in its own network namespace (a veth pair to a
+bridge in the test's namespace, addresses 10.X.Y.10+i: separate IP stacks, as separate machines
+have), else on its own loopback address (127.0.Y.10+i).  The hosts share this machine's
+filesystem and Python: each gets its own directory (``ssh.dir``).  Everything made here carries
+the ``sshc`` prefix and is removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import free_ports
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+@dataclass
+class SshHost:
+    address: str
+    port: int
+    namespace: str | None
+    dir: Path
+    process: subprocess.Popen
+
+    def ssh(self, **extra) -> dict:
+        """The ``ssh = {…}`` table reaching this host."""
+        return {"host": self.address, "port": self.port, "user": os.environ.get("USER") or _user(),
+                "dir": str(self.dir), **extra}
+
+    def run(self, command: list[str], **kwargs) -> subprocess.Popen:
+        """A process on this host (inside its namespace)."""
+        prefix = ["ip", "netns", "exec", self.namespace] if self.namespace else []
+        return subprocess.Popen([*prefix, *command], **kwargs)
+
+
+def _user() -> str:
+    import pwd
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _run(*command: str) -> None:
+    subprocess.run(command, check=True, capture_output=True, timeout=30)
+
+
+def namespaces_work() -> bool:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    probe = f"sshc-probe-{os.getpid()}"
+    try:
+        _run("ip", "netns", "add", probe)
+        return True
+    except (subprocess.CalledProcessError, OSError):
+        return False
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+@contextmanager
+def sshd_hosts(tmp: Path, count: int):
+    """``count`` sshd hosts; yields ``(hosts, key, wrong_key, known_hosts)``."""
+    if not os.path.exists(SSHD):
+        pytest.skip("sshd is not installed (scripts/setup.sh installs openssh-server)")
+    keys = tmp / "keys"
+    keys.mkdir()
+    for name in ("host_key", "client_key", "wrong_key"):
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"sshcluster-test-{name}", "-f", str(keys / name))
+    (keys / "authorized_keys").write_text((keys / "client_key.pub").read_text())
+    host_public = " ".join((keys / "host_key.pub").read_text().split()[:2])
+    tag = f"{os.getpid() % 10000}"
+    use_ns = namespaces_work()
+    subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
+    bridge = f"sshc{tag}br"
+    hosts: list[SshHost] = []
+    made_ns: list[str] = []
+    try:
+        if use_ns:
+            Path("/run/sshd").mkdir(exist_ok=True)            # sshd's privilege separation directory
+            _run("ip", "link", "add", bridge, "type", "bridge")
+            _run("ip", "addr", "add", f"{subnet}.1/24", "dev", bridge)
+            _run("ip", "link", "set", bridge, "up")
+            ports = [22] * count
+        else:
+            ports = free_ports(count)
+        for i in range(count):
+            address = f"{subnet}.{10 + i}" if use_ns else f"127.0.{os.getpid() % 250}.{10 + i}"
+            namespace = None
+            if use_ns:
+                namespace, veth = f"sshcluster-{tag}-{i}", f"sshc{tag}h{i}"
+                _run("ip", "netns", "add", namespace)
+                made_ns.append(namespace)
+                _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+                _run("ip", "link", "set", veth, "master", bridge, "up")
+                _run("ip", "-n", namespace, "link", "set", "lo", "up")
+                _run("ip", "-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
+                _run("ip", "-n", namespace, "link", "set", "eth0", "up")
+            directory = tmp / f"host{i}"
+            directory.mkdir()
+            config = tmp / f"sshd{i}.conf"
+            config.write_text(f"Port {ports[i]}\nListenAddress {address}\nHostKey {keys / 'host_key'}\n"
+                              f"PidFile {tmp / f'sshd{i}.pid'}\nAuthorizedKeysFile {keys / 'authorized_keys'}\n"
+                              "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
+                              "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nUseDNS no\n"
+                              "Subsystem sftp internal-sftp\nMaxStartups 100\nMaxSessions 100\nLogLevel ERROR\n")
+            log = open(tmp / f"sshd{i}.log", "wb")
+            prefix = ["ip", "netns", "exec", namespace] if namespace else []
+            process = subprocess.Popen([*prefix, SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+            hosts.append(SshHost(address, ports[i], namespace, directory, process))
+        (keys / "known_hosts").write_text("".join(
+            f"{h.address if h.port == 22 else f'[{h.address}]:{h.port}'} {host_public}\n" for h in hosts))
+        for host in hosts:
+            _wait_listening(host)
+        yield hosts, keys / "client_key", keys / "wrong_key", keys / "known_hosts"
+    finally:
+        for host in hosts:
+            host.process.terminate()
+        for host in hosts:
+            try:
+                host.process.wait(10)
+            except subprocess.TimeoutExpired:
+                host.process.kill()
+        for namespace in made_ns:
+            pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+            for pid in pids:                         # whatever a failed test left there
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        if use_ns:
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+def _wait_listening(host: SshHost, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if host.process.poll() is not None:
+            raise RuntimeError(f"sshd on {host.address} exited with status {host.process.returncode}")
+        probe = host.run(["python3", "-c", f"import socket; socket.create_connection(('{host.address}', {host.port}), 1)"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if probe.wait(5) == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"sshd on {host.address}:{host.port} did not listen within {timeout:.0f} s")
+
+
+def processes_under(*directories: Path) -> list[str]:
+    """The command lines of running processes naming any of ``directories`` (what a cluster on these
+    hosts started: every node, broker and source command names its host's directory)."""
+    found = []
+    marks = [str(d).encode() for d in directories]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(m in cmdline for m in marks):
+            found.append(f"{entry.name}: {cmdline.replace(bytes(1), b' ').decode(errors='replace')}")
+    return found
