@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import shlex
 from pathlib import Path
 
@@ -45,6 +47,7 @@ class Host:
         return HostError(f"{self.label}: {what}")
 
     async def connect(self) -> None:
+        asyncssh.set_log_level(logging.WARNING)      # its INFO lines (every channel opened) are not the user's news
         options = {"port": self.ssh.port, "connect_timeout": CONNECT_TIMEOUT_S}
         if self.ssh.user:
             options["username"] = self.ssh.user
@@ -60,8 +63,11 @@ class Host:
             raise self.fail(f"the host's ssh key is not the one in known_hosts ({error.reason})") from None
         except asyncssh.KeyImportError as error:
             raise self.fail(f"cannot read the key {self.ssh.key}: {error}") from None
-        except (OSError, asyncssh.Error) as error:
-            raise self.fail(f"cannot connect: {getattr(error, 'strerror', None) or error}") from None
+        except OSError as error:              # refused, no route, a name that does not resolve
+            reason = os.strerror(error.errno) if isinstance(error.errno, int) and error.errno > 0 else None
+            raise self.fail(f"cannot connect: {reason or error.strerror or error}") from None
+        except asyncssh.Error as error:
+            raise self.fail(f"cannot connect: {error}") from None
         except asyncio.TimeoutError:
             raise self.fail(f"cannot connect: no answer within {CONNECT_TIMEOUT_S:.0f} s") from None
         done = await self.run(f"mkdir -p {shlex.quote(self.ssh.dir)} && cd {shlex.quote(self.ssh.dir)} && pwd",

@@ -106,7 +106,7 @@ def test_up_status_down_on_two_hosts(tmp_path, hosts, wheel):
 def test_an_unreachable_host_is_named_and_nothing_starts(tmp_path, hosts, wheel):
     bad_port = {"b": {"port": 1}}                     # nothing listens there: connection refused
     line = one_line(up(two_node_cluster(tmp_path, hosts, ssh=bad_port), tmp_path / "run", wheel))
-    assert f"host {hosts[0][1].address}" in line and ":1 (node b): cannot connect" in line, line
+    assert f"@{hosts[0][1].address}:1 (node b): cannot connect: Connection refused" in line, line
     unknown = {"b": {"host": "no-such-host.invalid"}}
     line = one_line(up(two_node_cluster(tmp_path, hosts, ssh=unknown), tmp_path / "run", wheel))
     assert "no-such-host.invalid:22 (node b): cannot connect" in line, line
