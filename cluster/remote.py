@@ -372,6 +372,11 @@ def _hosts_from_state(processes: list[dict]) -> dict[str, Host]:
     return hosts
 
 
+def _save_state(run_dir: Path, state: dict, remote: list[dict]) -> None:
+    extra = {k: v for k, v in state.items() if k not in ("processes", "remote")}
+    write_state(run_dir / "state.json", state.get("processes", []), **extra, remote=remote)
+
+
 def load_remote_state(run_dir: Path) -> dict:
     state_file = run_dir / "state.json"
     if not state_file.exists():
@@ -394,7 +399,7 @@ async def down(run_dir: Path, state: dict, grace: float, out=print) -> int:
         host.close()
     left = [p for p in processes if p not in reachable]
     if left:
-        write_state(run_dir / "state.json", [], **{**state, "remote": left})
+        _save_state(run_dir, state, left)
         raise ClusterError(f"stopped {stopped} process(es); {failed[0]} (its processes stay in {run_dir}/state.json)")
     (run_dir / "state.json").unlink()
     out(f"cluster down: stopped {stopped} process(es) on {len(unique(hosts))} host(s)")
@@ -435,7 +440,7 @@ async def restart(run_dir: Path, state: dict, node: str, timeout: float, grace: 
         new = await launch(host, node, old["argv"], kind="node", secret_env=state.get("secret_env"), node=node)
         new.update(address=old["address"], metrics_port=old["metrics_port"])
         processes[processes.index(old)] = new
-        write_state(run_dir / "state.json", [], **{**state, "remote": processes})
+        _save_state(run_dir, state, processes)
         follower = asyncio.create_task(follow_log(host, new, out))
         await wait_ready({node: host}, [new], timeout)
     finally:

@@ -73,7 +73,7 @@ def sshd_hosts(tmp: Path, count: int):
     if not os.path.exists(SSHD):
         pytest.skip("sshd is not installed (scripts/setup.sh installs openssh-server)")
     keys = tmp / "keys"
-    keys.mkdir()
+    keys.mkdir(parents=True)
     for name in ("host_key", "client_key", "wrong_key"):
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"sshcluster-test-{name}", "-f", str(keys / name))
     (keys / "authorized_keys").write_text((keys / "client_key.pub").read_text())

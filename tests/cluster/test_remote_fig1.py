@@ -1,0 +1,132 @@
+"""The Fig. 1 cluster of examples/cluster-fig1-ssh.toml on seven real sshd hosts (tests/cluster/sshd_hosts.py):
+``cluster up`` installs the wheel on every host and starts the nodes there; n3 is killed with
+SIGKILL on its host, ``cluster restart n3`` starts it again (it rejoins by snapshot,
+docs/lifecycle.md), and every application receives exactly `replay`'s reference of what was
+published; ``cluster down`` leaves no process on any host.
+
+The example file is used as written except where these hosts differ from its 10.0.0.10-16: the
+addresses, the test's ssh key, known_hosts and per-host directories (the hosts share one
+filesystem), ports where the hosts share loopback, and no ``[[sources]]`` (the test publishes, and
+records what it published, as tests/integration/test_restart.py does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+import tomllib
+from collections import Counter
+
+import aiomqtt
+import pytest
+import tomli_w
+
+from replicast.engine.replay import replay
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
+from tests.cluster.sshd_hosts import processes_under, sshd_hosts
+from tests.cluster.test_remote_failures import replicast, up, wheel  # noqa: F401  (the wheel fixture)
+from tests.integration.helpers import ROOT, collect_outputs, free_ports, publish_fig1_round
+
+PUNCTUATION_MS = 100
+TICK_S = 0.1
+KILL_AT, RESTART_AT, AFTER_READY = 10, 15, 10
+VICTIM = "n3"
+SERVERS = [f"n{i}" for i in range(1, 7)]
+
+
+def cluster_file(tmp_path, hosts, key, known_hosts):
+    doc = tomllib.loads((ROOT / "examples/cluster-fig1-ssh.toml").read_text())
+    doc["query"] = str(ROOT / "examples/cluster-fig1-query.toml")
+    doc.pop("sources")
+    address = {f"10.0.0.{10 + i}": h for i, h in enumerate(hosts)}
+    loopback = hosts[0].namespace is None
+    ports = iter(free_ports(15)) if loopback else None
+    for node in doc["nodes"]:
+        host = address[node["host"]]
+        node["host"] = host.address
+        node["ssh"] = host.ssh(key=str(key), known_hosts=str(known_hosts))
+        if loopback:
+            node["port"], node["metrics_port"] = next(ports), next(ports)
+    doc["mqtt"]["host"] = hosts[0].address
+    if loopback:
+        doc["mqtt"]["port"] = next(ports)
+    doc["punctuation_ms"] = PUNCTUATION_MS
+    (tmp_path / "cluster.toml").write_text(tomli_w.dumps(doc))
+    return tmp_path / "cluster.toml", doc
+
+
+async def drive(doc: dict, run_dir) -> tuple[dict, dict, str]:
+    """Publish Fig. 1 rounds; kill -9 the victim, then 'cluster restart' it while publishing goes on."""
+    host, port = doc["mqtt"]["host"], doc["mqtt"]["port"]
+    published = {f"{kind}_{s}": [] for s in SERVERS for kind in ("cpu", "ping")}
+    arrivals: dict[str, list] = {}
+    async with aiomqtt.Client(host, port, identifier="test-sub") as sub, \
+            aiomqtt.Client(host, port, identifier="test-pub") as pub:
+        await sub.subscribe("replicast/out/#", qos=1)
+        collector = asyncio.create_task(collect_outputs(
+            sub, lambda app, items: arrivals.setdefault(app, []).extend(i for i in items if "ts" in i), applications=3))
+        tick, restart, restarted_at = 0, None, None
+        while restarted_at is None or tick < restarted_at + AFTER_READY:
+            if tick == KILL_AT:
+                state = json.loads((run_dir / "state.json").read_text())
+                os.kill(next(p["pid"] for p in state["remote"] if p["name"] == VICTIM), signal.SIGKILL)
+            if tick == RESTART_AT:
+                restart = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "replicast.engine.cli", "cluster", "restart", VICTIM, "--run-dir", str(run_dir),
+                    "--timeout", "60", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            if restart is not None and restarted_at is None and restart.returncode is not None:
+                restarted_at = tick
+            if restart is not None and restart.returncode is None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(restart.wait()), 0.001)
+                except asyncio.TimeoutError:
+                    pass
+            await publish_fig1_round(pub, SERVERS, tick, published)
+            await asyncio.sleep(TICK_S)
+            tick += 1
+            assert tick < 1200, "cluster restart did not finish"
+        output = (await restart.stdout.read()).decode()
+        assert restart.returncode == 0, output
+        for stream in published:
+            await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": CLOSED}), qos=1)
+        await asyncio.wait_for(collector, 90)
+    return published, arrivals, output
+
+
+@pytest.mark.slow
+def test_fig1_on_ssh_hosts_survives_a_kill_and_a_restart(tmp_path, wheel):  # noqa: F811
+    with sshd_hosts(tmp_path / "hosts", 7) as (hosts, key, _, known_hosts):
+        path, doc = cluster_file(tmp_path, hosts, key, known_hosts)
+        run_dir = tmp_path / "run"
+        started = up(path, run_dir, wheel)
+        try:
+            assert started.returncode == 0, started.stdout[-3000:] + started.stderr
+            assert all(f"[{n}] node {n} ready" in started.stdout for n in ["app", *SERVERS]), started.stdout
+            published, arrivals, restart_output = asyncio.run(drive(doc, run_dir))
+            print(restart_output)
+            assert f"[{VICTIM}] " in restart_output and f"cluster restart: {VICTIM} started again" in restart_output
+            status = replicast("cluster", "status", "--run-dir", str(run_dir))
+            assert status.returncode == 0 and status.stdout.count(" ready ") == 7, status.stdout + status.stderr
+        finally:
+            down = replicast("cluster", "down", "--run-dir", str(run_dir), "--grace", "5")
+        assert down.returncode == 0 and "stopped 8 process(es) on 7 host(s)" in down.stdout, down.stdout + down.stderr
+        deadline = time.monotonic() + 5
+        while processes_under(*(h.dir for h in hosts)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_under(*(h.dir for h in hosts)) == []
+    query = load_query(ROOT / "examples/cluster-fig1-query.toml")
+    streams = {name: [(r["ts"], *[v for k, v in r.items() if k != "ts"]) for r in records]
+               for name, records in published.items()}
+    reference = replay(query, streams, replicas=1, punctuation_us=PUNCTUATION_MS * 1000).outputs
+    for app, spec in query.applications.items():
+        names = query.schemas[spec.input].names
+        got = [(i["ts"], *[i[n] for n in names]) for i in arrivals.get(app, [])]
+        assert len(reference[app]) > 0, app
+        assert Counter(got) == Counter(reference[app]), f"{app}: {len(got)} records vs {len(reference[app])}"
+        if spec.ordered:
+            assert got == reference[app], app
