@@ -290,10 +290,10 @@ async def launch(host: Host, name: str, argv: list[str], *, kind: str, node: str
             "ssh": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(host.ssh).items()}}
 
 
-async def follow_log(host: Host, process: dict, out) -> None:
-    """Print each line of a remote process's log as it comes, prefixed by its name."""
+async def follow_log(host: Host, process: dict, out, *, from_byte: int = 0) -> None:
+    """Print each line of a remote process's log from ``from_byte`` on, as it comes, prefixed by its name."""
     try:
-        async for line in host.lines(f"tail -n +1 -F {shlex.quote(process['log'])} 2>/dev/null"):
+        async for line in host.lines(f"tail -c +{from_byte + 1} -F {shlex.quote(process['log'])} 2>/dev/null"):
             out(f"[{process['name']}] {_readable(line)}")
     except Exception as error:               # a broken ssh channel ends following, never the command
         out(f"[{process['name']}] (log no longer followed: {error})")
@@ -437,11 +437,12 @@ async def restart(run_dir: Path, state: dict, node: str, timeout: float, grace: 
     follower = None
     try:
         stopped = (await host.agent("stop", {"processes": [old], "grace": grace}))["stopped"]
+        size = await host.run(f"stat -c %s {shlex.quote(old['log'])} 2>/dev/null || echo 0", what="reading the log")
         new = await launch(host, node, old["argv"], kind="node", secret_env=state.get("secret_env"), node=node)
         new.update(address=old["address"], metrics_port=old["metrics_port"])
         processes[processes.index(old)] = new
         _save_state(run_dir, state, processes)
-        follower = asyncio.create_task(follow_log(host, new, out))
+        follower = asyncio.create_task(follow_log(host, new, out, from_byte=int(size)))
         await wait_ready({node: host}, [new], timeout)
     finally:
         if follower is not None:

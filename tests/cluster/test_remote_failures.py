@@ -5,6 +5,7 @@ two-host cluster going up, reporting its state, and down; and ``cluster init``."
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -80,8 +81,11 @@ def one_line(result: subprocess.CompletedProcess) -> str:
 
 
 def test_up_status_down_on_two_hosts(tmp_path, hosts, wheel):
+    """Installed from a wheelhouse with pip --no-index: hosts need no internet."""
     cluster = two_node_cluster(tmp_path, hosts)
-    started = up(cluster, tmp_path / "run", wheel)
+    (tmp_path / "wheelhouse").mkdir()
+    shutil.copy(wheel, tmp_path / "wheelhouse")
+    started = up(cluster, tmp_path / "run", wheel, "--wheelhouse", str(tmp_path / "wheelhouse"))
     try:
         assert started.returncode == 0, started.stdout[-3000:] + started.stderr
         print(started.stdout)
