@@ -134,6 +134,7 @@ def test_a_port_in_use_on_a_host_is_named(tmp_path, hosts, wheel):
     cluster = two_node_cluster(tmp_path, hosts)
     spec = tomllib.loads(cluster.read_text())["nodes"][1]
     holder = hosts[0][1].run(["python3", "-c", "import socket, time; s = socket.socket(); "
+                              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
                               f"s.bind(({spec['host']!r}, {spec['metrics_port']})); s.listen(); print('bound', flush=True); "
                               "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
     try:
