@@ -113,7 +113,7 @@ def test_an_unreachable_host_is_named_and_nothing_starts(tmp_path, hosts, wheel)
     assert f"@{hosts[0][1].address}:1 (node b): cannot connect: Connection refused" in line, line
     unknown = {"b": {"host": "no-such-host.invalid"}}
     line = one_line(up(two_node_cluster(tmp_path, hosts, ssh=unknown), tmp_path / "run", wheel))
-    assert "no-such-host.invalid:22 (node b): cannot connect" in line, line
+    assert f"no-such-host.invalid:{hosts[0][1].port} (node b): cannot connect" in line, line
     assert_nothing_left(hosts)
 
 
