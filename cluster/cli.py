@@ -247,9 +247,10 @@ def run_down(args: argparse.Namespace) -> int:
 
 # -- ssh hosts ------------------------------------------------------------------------------------
 def run_remote_up(config: ClusterConfig, args: argparse.Namespace) -> int:
+    wan = None
     if args.emulate_wan is not None:
-        raise ClusterError(f"{config.path}: --emulate-wan is for clusters on this machine; nodes on ssh hosts "
-                           f"see the real network between them")
+        from replicast.cluster.remote_relays import remote_wan
+        wan = remote_wan(config, args.emulate_wan, args.trace_time, args.trace_nodes, args.wan_via)
     run_dir: Path = args.run_dir
     if (run_dir / "state.json").exists():
         raise ClusterError(f"{run_dir}: a cluster was started from here; run 'replicast cluster down' first")
@@ -258,7 +259,7 @@ def run_remote_up(config: ClusterConfig, args: argparse.Namespace) -> int:
         raise ClusterError(f"--wheel {wheel}: not a wheel file")
     cluster = remote.RemoteCluster(config, run_dir)
     code = remote.run(cluster.up(wheel=wheel, wheelhouse=args.wheelhouse, system_site_packages=args.system_site_packages,
-                                 timeout=args.timeout, follow=args.follow))
+                                 timeout=args.timeout, follow=args.follow, wan=wan))
     if code:
         return code
     hosts = remote.unique(cluster.hosts)
@@ -267,6 +268,9 @@ def run_remote_up(config: ClusterConfig, args: argparse.Namespace) -> int:
         metrics = f"http://{spec.host}:{spec.metrics_port}/metrics" if spec.metrics_port else "(no metrics_port)"
         print(f"  {name:<10} {spec.ssh.destination:<24} {metrics}   log {cluster.hosts[name].path('logs', name + '.log')}")
     host, port = config.mqtt_address()
+    if wan is not None:
+        print(f"  wide-area emulation ({args.emulate_wan} via relays on the hosts, from trace time {args.trace_time:g} s): "
+              + ", ".join(f"{name} = trace node {i}" for name, i in wan.indexes.items()))
     print(f"  watch:   mosquitto_sub -h {host} -p {port} -t 'replicast/out/#' -v")
     print(f"  status:  replicast cluster status --run-dir {run_dir}")
     print(f"  stop:    replicast cluster down --run-dir {run_dir}")

@@ -35,6 +35,7 @@ from pathlib import Path
 import tomli_w
 
 from replicast.cluster.processes import ClusterError, read_state, write_state
+from replicast.cluster.remote_relays import RemoteWan, start_host_relays
 from replicast.cluster.ssh_hosts import AGENT, Host, HostError, connect_all
 from replicast.engine.cluster_config import ClusterConfig, SshSpec
 
@@ -96,26 +97,33 @@ class RemoteCluster:
         self.followers: list[asyncio.Task] = []
 
     async def up(self, *, wheel: Path, wheelhouse: Path | None, system_site_packages: bool, timeout: float,
-                 follow: bool = False) -> None:
+                 follow: bool = False, wan: RemoteWan | None = None) -> None:
         hosts = unique(self.hosts)
         try:
             await connect_all(hosts)
             await _each(hosts, lambda h: self._check(h))
             derived = self._derived_files()
             await _each(hosts, lambda h: self._install(h, wheel, wheelhouse, system_site_packages, derived))
+            files: dict[str, str] = {}
+            if wan is not None:                 # delay relays on every host; each node its own cluster file
+                for found in await _each(hosts, lambda h: start_host_relays(self, h, wan, derived[REMOTE_CLUSTER_FILE],
+                                                                             timeout)):
+                    files.update(found)
             if self.config.broker == "embedded":
                 await self._start_broker()
             for name in self.config.nodes:
-                await self._start(self.hosts[name], name, _node_argv(self.hosts[name], name), kind="node", node=name)
+                host = self.hosts[name]
+                argv = _node_argv(host, name, files.get(name, host.path(REMOTE_CLUSTER_FILE)))
+                await self.start(host, name, argv, kind="node", node=name)
             self._save()
             await self.wait_ready([p for p in self.processes if p["kind"] == "node"], timeout)
             for i, source in enumerate(self.config.sources):
                 host = self.hosts[source.node]
-                await self._start(host, f"source-{source.node}-{i}", self._source_argv(host, source.node, source.command),
+                await self.start(host, f"source-{source.node}-{i}", self._source_argv(host, source.node, source.command),
                                   kind="source", node=source.node)
             self._save()
             await asyncio.sleep(1.0)            # a source that dies at once (a typo) fails 'up', as locally
-            await self._blame_exited([p for p in self.processes if p["kind"] == "source"], "exited at start")
+            await self.blame_exited([p for p in self.processes if p["kind"] == "source"], "exited at start")
             if follow:
                 self.out("following the nodes' logs; Ctrl-C stops following (the cluster keeps running)")
                 await asyncio.gather(*self.followers)
@@ -224,7 +232,7 @@ class RemoteCluster:
         host = self.hosts[node]
         argv = [host.path("venv", "bin", "python"), "-m", "replicast.engine.aio.broker", "--host",
                 self.config.broker_host, "--port", str(self.config.broker_port)]
-        await self._start(host, "broker", argv, kind="broker", node=node)
+        await self.start(host, "broker", argv, kind="broker", node=node)
 
     def _source_argv(self, host: Host, node: str, command: list[str]) -> list[str]:
         """A source's command with its placeholders (docs/node.md) as they are on ``host``."""
@@ -234,7 +242,7 @@ class RemoteCluster:
                            nodes=nodes, broker_host=config.broker_host, broker_port=config.broker_port,
                            punctuation_ms=config.punctuation_ms) for arg in command]
 
-    async def _start(self, host: Host, name: str, argv: list[str], *, kind: str, node: str) -> dict:
+    async def start(self, host: Host, name: str, argv: list[str], *, kind: str, node: str) -> dict:
         process = await launch(host, name, argv, kind=kind, node=node, config=self.config)
         self.processes.append(process)
         self.followers.append(asyncio.create_task(follow_log(host, process, self.out)))
@@ -250,7 +258,7 @@ class RemoteCluster:
     def hosts_by_process(self, processes: list[dict]) -> dict[str, Host]:
         return {p["name"]: self.hosts[p["node"]] for p in processes}
 
-    async def _blame_exited(self, processes: list[dict], what: str) -> None:
+    async def blame_exited(self, processes: list[dict], what: str) -> None:
         hosts = self.hosts_by_process(processes)
         for process, state in zip(processes, await probe(hosts, processes)):
             if state["state"] == NodeState.EXITED.value:
@@ -266,9 +274,9 @@ class RemoteCluster:
                                if host.connection is not None), return_exceptions=True)
 
 
-def _node_argv(host: Host, name: str) -> list[str]:
-    return [host.path("venv", "bin", "python"), "-m", "replicast.engine.cli", "node", "--config",
-            host.path(REMOTE_CLUSTER_FILE), "--name", name, "--log-json", "--state-dir", host.path("state")]
+def _node_argv(host: Host, name: str, cluster_file: str) -> list[str]:
+    return [host.path("venv", "bin", "python"), "-m", "replicast.engine.cli", "node", "--config", cluster_file,
+            "--name", name, "--log-json", "--state-dir", host.path("state")]
 
 
 def _secret_env(config: ClusterConfig) -> str | None:
@@ -348,12 +356,13 @@ async def wait_ready(hosts: dict[str, Host], nodes: list[dict], timeout: float) 
         await asyncio.sleep(0.3)
 
 
-async def _each(hosts: list[Host], step) -> None:
+async def _each(hosts: list[Host], step) -> list:
     """Run ``step(host)`` on every host at once; raise the first failure once all have finished."""
     results = await asyncio.gather(*(step(h) for h in hosts), return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
             raise result
+    return results
 
 
 # -- down, status, restart ------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """The Fig. 1 cluster of examples/cluster-fig1-ssh.toml on seven real sshd hosts (tests/cluster/sshd_hosts.py):
-``cluster up`` installs the wheel on every host and starts the nodes there; n3 is killed with
+``cluster up`` installs the wheel on every host and starts the nodes there, with the wide-area delays of
+the seattle trace between them (the project's delay relays, run on the hosts: cluster/remote_relays.py;
+every node measures at least the trace's RTT to each peer); n3 is killed with
 SIGKILL on its host, ``cluster restart n3`` starts it again (it rejoins by snapshot,
 docs/lifecycle.md), and every application receives exactly `replay`'s reference of what was
 published; ``cluster down`` leaves no process on any host.
@@ -19,15 +21,18 @@ import signal
 import sys
 import time
 import tomllib
+import urllib.request
 from collections import Counter
 
 import aiomqtt
 import pytest
 import tomli_w
+from prometheus_client.parser import text_string_to_metric_families
 
 from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
+from replicast.traces.store import TraceStore
 from tests.cluster.sshd_hosts import processes_under, sshd_hosts
 from tests.cluster.test_remote_failures import replicast, up, wheel  # noqa: F401  (the wheel fixture)
 from tests.integration.helpers import ROOT, collect_outputs, free_ports, publish_fig1_round
@@ -37,6 +42,9 @@ TICK_S = 0.1
 KILL_AT, RESTART_AT, AFTER_READY = 10, 15, 10
 VICTIM = "n3"
 SERVERS = [f"n{i}" for i in range(1, 7)]
+#: Seven seattle nodes with no outage and one-way delays of 5-220 ms (RTTs of 10 ms or more) over the
+#: first 200 s of the trace.
+TRACE_NODES = ["seattle-1", "seattle-27", "seattle-32", "seattle-52", "seattle-60", "seattle-56", "seattle-66"]
 
 
 def cluster_file(tmp_path, hosts, key, known_hosts):
@@ -58,6 +66,30 @@ def cluster_file(tmp_path, hosts, key, known_hosts):
     doc["punctuation_ms"] = PUNCTUATION_MS
     (tmp_path / "cluster.toml").write_text(tomli_w.dumps(doc))
     return tmp_path / "cluster.toml", doc
+
+
+def check_delays(doc: dict) -> None:
+    """Every node's heartbeat RTT to every peer is at least the trace's smallest RTT for that pair over
+    the test's span (each host's relays keep their own origin, so the exact trace time is not known
+    here); loopback veths alone give well under a millisecond."""
+    trace = TraceStore.open("seattle")
+    index = {node["name"]: trace.nodes.index(TRACE_NODES[i]) for i, node in enumerate(doc["nodes"])}
+    floor = {(a, b): min(trace.one_way_us(index[a], index[b], t) + trace.one_way_us(index[b], index[a], t)
+                         for t in range(0, 200_000_000, 10_000_000)) / 1e6 for a in index for b in index if a != b}
+    time.sleep(1.5)                                         # a few heartbeats
+    for node in doc["nodes"]:
+        rtts = peer_rtts(node["host"], node["metrics_port"])
+        assert set(rtts) == set(index) - {node["name"]}, rtts
+        for peer, rtt in rtts.items():
+            assert rtt >= floor[(node["name"], peer)] - 0.002, (node["name"], peer, rtt, floor[(node["name"], peer)])
+    assert min(floor.values()) >= 0.01                     # every pair: 10 ms or more
+
+
+def peer_rtts(host: str, metrics_port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://{host}:{metrics_port}/metrics", timeout=5) as page:
+        text = page.read().decode()
+    return {s.labels["peer"]: s.value for family in text_string_to_metric_families(text)
+            if family.name == "replicast_peer_rtt_seconds" for s in family.samples}
 
 
 async def drive(doc: dict, run_dir) -> tuple[dict, dict, str]:
@@ -103,10 +135,12 @@ def test_fig1_on_ssh_hosts_survives_a_kill_and_a_restart(tmp_path, wheel):  # no
     with sshd_hosts(tmp_path / "hosts", 7) as (hosts, key, _, known_hosts):
         path, doc = cluster_file(tmp_path, hosts, key, known_hosts)
         run_dir = tmp_path / "run"
-        started = up(path, run_dir, wheel)
+        started = up(path, run_dir, wheel, "--emulate-wan", "seattle", "--trace-nodes", ",".join(TRACE_NODES))
         try:
             assert started.returncode == 0, started.stdout[-3000:] + started.stderr
             assert all(f"[{n}] node {n} ready" in started.stdout for n in ["app", *SERVERS]), started.stdout
+            assert "wide-area emulation (seattle via relays on the hosts" in started.stdout
+            check_delays(doc)
             published, arrivals, restart_output = asyncio.run(drive(doc, run_dir))
             print(restart_output)
             assert f"cluster restart: {VICTIM} started again" in restart_output
@@ -118,7 +152,8 @@ def test_fig1_on_ssh_hosts_survives_a_kill_and_a_restart(tmp_path, wheel):  # no
             assert status.returncode == 0 and status.stdout.count(" ready ") == 7, status.stdout + status.stderr
         finally:
             down = replicast("cluster", "down", "--run-dir", str(run_dir), "--grace", "5")
-        assert down.returncode == 0 and "stopped 8 process(es) on 7 host(s)" in down.stdout, down.stdout + down.stderr
+        # the broker, 7 nodes and 7 relay processes
+        assert down.returncode == 0 and "stopped 15 process(es) on 7 host(s)" in down.stdout, down.stdout + down.stderr
         deadline = time.monotonic() + 5
         while processes_under(*(h.dir for h in hosts)) and time.monotonic() < deadline:
             time.sleep(0.1)
