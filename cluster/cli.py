@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from replicast.cluster import netem, remote
+from replicast.cluster import netem, remote, remote_ops
 from replicast.cluster.emulation import VIAS, Emulation, NetemEmulation, RelayEmulation, choose, open_trace, trace_nodes
 from replicast.cluster.preflight import check_ports
 from replicast.cluster.processes import (ClusterError, alive, blame_dead, exit_status, last_log_line, read_state, running,
@@ -70,15 +70,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.set_defaults(run=run_down)
     status = commands.add_parser("status", help="each process of an ssh cluster: its state, host, pid, metrics")
     status.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
-    status.set_defaults(run=lambda args: remote.run(remote.status(remote.load_remote_state(args.run_dir))))
+    status.set_defaults(run=lambda args: remote.run(remote_ops.status(remote_ops.load_remote_state(args.run_dir))))
     restart = commands.add_parser("restart", help="stop one node of an ssh cluster and start it again: it rejoins "
                                   "by snapshot (docs/lifecycle.md)")
     restart.add_argument("node", help="the node's name")
     restart.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
     restart.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the node to be ready")
     restart.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
-    restart.set_defaults(run=lambda args: remote.run(remote.restart(
-        args.run_dir, remote.load_remote_state(args.run_dir), args.node, args.timeout, args.grace)))
+    restart.set_defaults(run=lambda args: remote.run(remote_ops.restart(
+        args.run_dir, remote_ops.load_remote_state(args.run_dir), args.node, args.timeout, args.grace)))
     init = commands.add_parser("init", help="write a cluster file for a list of ssh hosts")
     init.add_argument("--hosts", required=True, help="[user@]host[:sshport],… one node per host")
     init.add_argument("--query", required=True, type=Path, help="query file (TOML)")
@@ -234,10 +234,10 @@ def _check_sources_started(sources: list[dict]) -> None:
 
 # -- down -----------------------------------------------------------------------------------------
 def run_down(args: argparse.Namespace) -> int:
-    state = remote.load_remote_state(args.run_dir)
+    state = remote_ops.load_remote_state(args.run_dir)
     state_file = args.run_dir / "state.json"
     if "remote" in state:
-        return remote.run(remote.down(args.run_dir, state, args.grace))
+        return remote.run(remote_ops.down(args.run_dir, state, args.grace))
     stopped = stop(state["processes"], args.grace)
     deleted = netem.teardown(netem.WanPlan.from_json(state["wan"])) if "wan" in state else []
     state_file.unlink()

@@ -15,7 +15,8 @@
 
 A failure on any host is one line naming the host and what failed, and everything already started
 on any host is stopped.  ``RUN_DIR/state.json`` (on the machine running ``cluster up``) records
-each process and how to reach its host, for ``down``, ``status`` and ``restart``.  See docs/cluster.md.
+each process and how to reach its host, for ``down``, ``status`` and ``restart``
+(:mod:`cluster.remote_ops`).  See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from pathlib import Path
 
 import tomli_w
 
-from replicast.cluster.processes import ClusterError, read_state, write_state
+from replicast.cluster.processes import ClusterError, write_state
 from replicast.cluster.remote_relays import RemoteWan, start_host_relays
 from replicast.cluster.ssh_hosts import AGENT, Host, HostError, connect_all
-from replicast.engine.cluster_config import ClusterConfig, SshSpec
+from replicast.engine.cluster_config import ClusterConfig
 
 #: replicast needs this Python on every host (tomllib).
 MIN_PYTHON = (3, 11)
@@ -363,104 +364,6 @@ async def _each(hosts: list[Host], step) -> list:
         if isinstance(result, BaseException):
             raise result
     return results
-
-
-# -- down, status, restart ------------------------------------------------------------------------
-def _hosts_from_state(processes: list[dict]) -> dict[str, Host]:
-    """A :class:`Host` per process name, rebuilt from what ``up`` recorded (one per destination and dir)."""
-    by_key: dict[tuple, Host] = {}
-    hosts = {}
-    for p in processes:
-        ssh = SshSpec(**{k: (Path(v) if k in ("key", "known_hosts") and v is not None else v)
-                         for k, v in p["ssh"].items()})
-        key = (ssh.destination, ssh.dir)
-        host = by_key.setdefault(key, Host(ssh, []))
-        if p["node"] not in host.nodes:
-            host.nodes.append(p["node"])
-        hosts[p["name"]] = host
-    return hosts
-
-
-def _save_state(run_dir: Path, state: dict, remote: list[dict]) -> None:
-    extra = {k: v for k, v in state.items() if k not in ("processes", "remote")}
-    write_state(run_dir / "state.json", state.get("processes", []), **extra, remote=remote)
-
-
-def load_remote_state(run_dir: Path) -> dict:
-    state_file = run_dir / "state.json"
-    if not state_file.exists():
-        raise ClusterError(f"{run_dir}: no cluster state here (was 'replicast cluster up' run with this --run-dir?)")
-    return read_state(state_file)
-
-
-async def down(run_dir: Path, state: dict, grace: float, out=print) -> int:
-    """Stop every recorded process on every host; hosts that cannot be reached are named, and kept."""
-    processes = state["remote"]
-    hosts = _hosts_from_state(processes)
-    results = await asyncio.gather(*(h.connect() for h in unique(hosts)), return_exceptions=True)
-    failed = [r for r in results if isinstance(r, BaseException)]
-    reachable = [p for p in processes if hosts[p["name"]].connection is not None]
-    stopped = 0
-    for host in unique(hosts):
-        mine = [p for p in reachable if hosts[p["name"]] is host]
-        if mine:
-            stopped += (await host.agent("stop", {"processes": mine, "grace": grace}))["stopped"]
-        host.close()
-    left = [p for p in processes if p not in reachable]
-    if left:
-        _save_state(run_dir, state, left)
-        raise ClusterError(f"stopped {stopped} process(es); {failed[0]} (its processes stay in {run_dir}/state.json)")
-    (run_dir / "state.json").unlink()
-    out(f"cluster down: stopped {stopped} process(es) on {len(unique(hosts))} host(s)")
-    return 0
-
-
-async def status(state: dict, out=print) -> int:
-    """One line per process: name, state, host, pid and where its metrics are."""
-    processes = state["remote"]
-    hosts = _hosts_from_state(processes)
-    try:
-        await connect_all(unique(hosts))
-        states = await probe(hosts, processes)
-    finally:
-        for host in unique(hosts):
-            host.close()
-    for p, s in zip(processes, states):
-        where = f"http://{p['address']}:{p['metrics_port']}/metrics" if p["metrics_port"] else ""
-        last = f"  last log line: {s['last']}" if s["state"] == NodeState.EXITED.value else ""
-        out(f"{p['name']:<16} {s['state']:<9} {hosts[p['name']].ssh.destination:<24} pid {p['pid']:<8} {where}{last}")
-    return 0 if all(s["state"] != NodeState.EXITED.value for s in states) else 1
-
-
-async def restart(run_dir: Path, state: dict, node: str, timeout: float, grace: float, out=print) -> int:
-    """Stop node ``node`` if it runs, start it again with the same command and state directory (its
-    replicas rejoin by snapshot, docs/lifecycle.md) and wait until it is ready."""
-    processes = state["remote"]
-    matches = [p for p in processes if p["name"] == node and p["kind"] == "node"]
-    if not matches:
-        names = [p["name"] for p in processes if p["kind"] == "node"]
-        raise ClusterError(f"no node {node!r} in {run_dir}/state.json (nodes: {', '.join(names)})")
-    old = matches[0]
-    host = _hosts_from_state([old])[node]
-    await host.connect()
-    follower = None
-    try:
-        stopped = (await host.agent("stop", {"processes": [old], "grace": grace}))["stopped"]
-        size = await host.run(f"stat -c %s {shlex.quote(old['log'])} 2>/dev/null || echo 0", what="reading the log")
-        new = await launch(host, node, old["argv"], kind="node", secret_env=state.get("secret_env"), node=node)
-        new.update(address=old["address"], metrics_port=old["metrics_port"])
-        processes[processes.index(old)] = new
-        _save_state(run_dir, state, processes)
-        follower = asyncio.create_task(follow_log(host, new, out, from_byte=int(size)))
-        await wait_ready({node: host}, [new], timeout)
-    finally:
-        if follower is not None:
-            follower.cancel()
-            await asyncio.gather(follower, return_exceptions=True)
-        host.close()
-    out(f"cluster restart: {node} {'stopped and ' if stopped else ''}started again on {host.ssh.destination} "
-        f"(pid {new['pid']}), ready")
-    return 0
 
 
 def run(coroutine) -> int:
