@@ -1,4 +1,6 @@
-"""``replicast cluster up|down``: a local cluster of node processes on loopback, for trying things out.
+"""``replicast cluster up|down|status|restart|init``: a local cluster of node processes on loopback, for
+trying things out, or — for cluster files whose nodes name an ssh destination — a cluster on remote
+hosts (:mod:`cluster.remote`, :mod:`cluster.remote_ops`, docs/cluster.md).  What follows is the local case.
 
 ``up`` checks the whole cluster file and every port first (:mod:`cluster.preflight`), then starts
 the embedded amqtt broker (unless the cluster file names a broker URL), one ``replicast node``
@@ -68,17 +70,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
     down.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     down.set_defaults(run=run_down)
-    status = commands.add_parser("status", help="each process of an ssh cluster: its state, host, pid, metrics")
+    status = commands.add_parser("status", help="each process of the cluster: its state and pid (on ssh hosts: "
+                                 "also its host and metrics)")
     status.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
-    status.set_defaults(run=lambda args: remote.run(remote_ops.status(remote_ops.load_remote_state(args.run_dir))))
+    status.set_defaults(run=run_status)
     restart = commands.add_parser("restart", help="stop one node of an ssh cluster and start it again: it rejoins "
                                   "by snapshot (docs/lifecycle.md)")
     restart.add_argument("node", help="the node's name")
     restart.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
     restart.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the node to be ready")
     restart.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
-    restart.set_defaults(run=lambda args: remote.run(remote_ops.restart(
-        args.run_dir, remote_ops.load_remote_state(args.run_dir), args.node, args.timeout, args.grace)))
+    restart.set_defaults(run=run_restart)
     init = commands.add_parser("init", help="write a cluster file for a list of ssh hosts")
     init.add_argument("--hosts", required=True, help="[user@]host[:sshport],… one node per host")
     init.add_argument("--query", required=True, type=Path, help="query file (TOML)")
@@ -243,6 +245,25 @@ def run_down(args: argparse.Namespace) -> int:
     state_file.unlink()
     print(f"cluster down: stopped {stopped} process(es)" + (f", deleted {len(deleted)} namespace(s)" if deleted else ""))
     return 0
+
+
+# -- status, restart ------------------------------------------------------------------------------
+def run_status(args: argparse.Namespace) -> int:
+    state = remote_ops.load_remote_state(args.run_dir)
+    if "remote" in state:
+        return remote.run(remote_ops.status(state))
+    for process in state["processes"]:
+        print(f"{process['name']:<16} {'running' if alive(process) else 'exited':<9} pid {process['pid']:<8} "
+              f"log {process['log']}")
+    return 0 if all(alive(p) for p in state["processes"]) else 1
+
+
+def run_restart(args: argparse.Namespace) -> int:
+    state = remote_ops.load_remote_state(args.run_dir)
+    if "remote" not in state:
+        raise ClusterError(f"{args.run_dir}: 'cluster restart' is for clusters on ssh hosts; here, start the node "
+                           f"again with its command in {args.run_dir}/state.json (docs/deploy.md, 'Restarting a node')")
+    return remote.run(remote_ops.restart(args.run_dir, state, args.node, args.timeout, args.grace))
 
 
 # -- ssh hosts ------------------------------------------------------------------------------------
