@@ -172,7 +172,8 @@ class RemoteCluster:
 
     def _derived_files(self) -> dict[str, Path]:
         """The files every host gets under its ``cluster/``: the cluster file as the nodes read it
-        there (no ``ssh`` tables; the query, TLS files and source files beside it), by remote name."""
+        there (no ``ssh`` tables; the query, TLS files and the files here that sources name as
+        ``{dir}/…`` beside it), by remote name."""
         config = self.config
         doc = tomllib.loads(config.path.read_text(encoding="utf-8"))
         files = {"cluster/query.toml": config.query_path}
@@ -184,10 +185,11 @@ class RemoteCluster:
             for node in config.nodes:
                 local = config.tls_files(node)[key]
                 files[f"cluster/tls/{local.name}"] = local
-        for source in config.sources:
+        for source in config.sources:          # its script and input files; a path that is not here may be an output
             for arg in source.command:
-                if arg.startswith("{dir}/"):
-                    files[f"cluster/{arg[len('{dir}/'):]}"] = config.path.parent / arg[len("{dir}/"):]
+                local = config.path.parent / arg[len("{dir}/"):]
+                if arg.startswith("{dir}/") and local.is_file():
+                    files[f"cluster/{arg[len('{dir}/'):]}"] = local
         missing = [str(p) for p in files.values() if not p.is_file()]
         if missing:
             raise ClusterError(f"{config.path}: cannot push {missing[0]} to the hosts: no such file")

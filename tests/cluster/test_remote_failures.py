@@ -82,7 +82,9 @@ def one_line(result: subprocess.CompletedProcess) -> str:
 
 def test_up_status_down_on_two_hosts(tmp_path, hosts, wheel):
     """Installed from a wheelhouse with pip --no-index: hosts need no internet."""
-    cluster = two_node_cluster(tmp_path, hosts)
+    (tmp_path / "source.py").write_text("import sys, time\nopen(sys.argv[1], 'w').write(sys.executable)\ntime.sleep(300)\n")
+    source = {"node": "b", "command": ["{python}", "{dir}/source.py", "{dir}/source-ran-with"]}
+    cluster = two_node_cluster(tmp_path, hosts, sources=[source])
     (tmp_path / "wheelhouse").mkdir()
     shutil.copy(wheel, tmp_path / "wheelhouse")
     started = up(cluster, tmp_path / "run", wheel, "--wheelhouse", str(tmp_path / "wheelhouse"))
@@ -97,13 +99,16 @@ def test_up_status_down_on_two_hosts(tmp_path, hosts, wheel):
         assert pushed.stat().st_mode & 0o777 == 0o600 and "ssh" not in tomllib.loads(pushed.read_text())["nodes"][0]
         status = replicast("cluster", "status", "--run-dir", str(tmp_path / "run"))
         assert status.returncode == 0, status.stdout + status.stderr
-        assert [line.split()[:2] for line in status.stdout.splitlines()] == [["broker", "running"], ["a", "ready"],
-                                                                            ["b", "ready"]]
+        assert [line.split()[:2] for line in status.stdout.splitlines()] == [
+            ["broker", "running"], ["a", "ready"], ["b", "ready"], ["source-b-0", "running"]]
+        # The source ran on b's host, from the pushed file, with the venv's Python.
+        ran_with = hosts[0][1].dir / "cluster" / "source-ran-with"
+        assert ran_with.read_text() == str(hosts[0][1].dir / "venv" / "bin" / "python")
         # The secret reached the nodes through the environment, never a command line.
         assert not any("a-secret-from-the-environment" in p for p in processes_under(hosts[0][0].dir, hosts[0][1].dir))
     finally:
         down = replicast("cluster", "down", "--run-dir", str(tmp_path / "run"), "--grace", "5")
-    assert down.returncode == 0 and "stopped 3 process(es) on 2 host(s)" in down.stdout, down.stdout + down.stderr
+    assert down.returncode == 0 and "stopped 4 process(es) on 2 host(s)" in down.stdout, down.stdout + down.stderr
     assert_nothing_left(hosts)
 
 
@@ -120,6 +125,12 @@ def test_an_unreachable_host_is_named_and_nothing_starts(tmp_path, hosts, wheel)
 def test_a_wrong_key_is_named(tmp_path, hosts, wheel):
     line = one_line(up(two_node_cluster(tmp_path, hosts, ssh={"a": {"key": str(hosts[2])}}), tmp_path / "run", wheel))
     assert "(node a): ssh refused the login (permission denied" in line, line
+    # A host whose key is not the one known_hosts holds for it: refused before logging in.
+    impostor = tmp_path / "known_hosts"
+    impostor.write_text(hosts[3].read_text().split()[0] + " " + " ".join(Path(f"{hosts[2]}.pub").read_text().split()[:2]))
+    line = one_line(up(two_node_cluster(tmp_path, hosts, ssh={"a": {"known_hosts": str(impostor)}}), tmp_path / "run",
+                       wheel))
+    assert "(node a): the host's ssh key is not the one in known_hosts" in line, line
     assert_nothing_left(hosts)
 
 
