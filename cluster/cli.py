@@ -81,6 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     restart.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the node to be ready")
     restart.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     restart.set_defaults(run=run_restart)
+    logs = commands.add_parser("logs", help="print the new log lines of every process of an ssh cluster, prefixed "
+                               "by its name, until Ctrl-C")
+    logs.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"as given to 'up' (default {DEFAULT_RUN_DIR})")
+    logs.set_defaults(run=lambda args: remote.run(remote_ops.follow(_remote_state(args.run_dir, "logs"))))
     init = commands.add_parser("init", help="write a cluster file for a list of ssh hosts")
     init.add_argument("--hosts", required=True, help="[user@]host[:sshport],… one node per host")
     init.add_argument("--query", required=True, type=Path, help="query file (TOML)")
@@ -259,11 +263,16 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_restart(args: argparse.Namespace) -> int:
-    state = remote_ops.load_remote_state(args.run_dir)
-    if "remote" not in state:
-        raise ClusterError(f"{args.run_dir}: 'cluster restart' is for clusters on ssh hosts; here, start the node "
-                           f"again with its command in {args.run_dir}/state.json (docs/deploy.md, 'Restarting a node')")
+    state = _remote_state(args.run_dir, "restart", "; here, start the node again with its command in "
+                          f"{args.run_dir}/state.json (docs/deploy.md, 'Restarting a node')")
     return remote.run(remote_ops.restart(args.run_dir, state, args.node, args.timeout, args.grace))
+
+
+def _remote_state(run_dir: Path, command: str, local_hint: str = "; a local cluster's logs are in the run dir") -> dict:
+    state = remote_ops.load_remote_state(run_dir)
+    if "remote" not in state:
+        raise ClusterError(f"{run_dir}: 'cluster {command}' is for clusters on ssh hosts{local_hint}")
+    return state
 
 
 # -- ssh hosts ------------------------------------------------------------------------------------
@@ -280,7 +289,7 @@ def run_remote_up(config: ClusterConfig, args: argparse.Namespace) -> int:
         raise ClusterError(f"--wheel {wheel}: not a wheel file")
     cluster = remote.RemoteCluster(config, run_dir)
     code = remote.run(cluster.up(wheel=wheel, wheelhouse=args.wheelhouse, system_site_packages=args.system_site_packages,
-                                 timeout=args.timeout, follow=args.follow, wan=wan))
+                                 timeout=args.timeout, wan=wan))
     if code:
         return code
     hosts = remote.unique(cluster.hosts)
@@ -295,6 +304,8 @@ def run_remote_up(config: ClusterConfig, args: argparse.Namespace) -> int:
     print(f"  watch:   mosquitto_sub -h {host} -p {port} -t 'replicast/out/#' -v")
     print(f"  status:  replicast cluster status --run-dir {run_dir}")
     print(f"  stop:    replicast cluster down --run-dir {run_dir}")
+    if args.follow:
+        return remote.run(remote_ops.follow(remote_ops.load_remote_state(run_dir)))
     return 0
 
 

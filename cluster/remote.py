@@ -98,7 +98,7 @@ class RemoteCluster:
         self.followers: list[asyncio.Task] = []
 
     async def up(self, *, wheel: Path, wheelhouse: Path | None, system_site_packages: bool, timeout: float,
-                 follow: bool = False, wan: RemoteWan | None = None) -> None:
+                 wan: RemoteWan | None = None) -> None:
         hosts = unique(self.hosts)
         try:
             await connect_all(hosts)
@@ -125,9 +125,6 @@ class RemoteCluster:
             self._save()
             await asyncio.sleep(1.0)            # a source that dies at once (a typo) fails 'up', as locally
             await self.blame_exited([p for p in self.processes if p["kind"] == "source"], "exited at start")
-            if follow:
-                self.out("following the nodes' logs; Ctrl-C stops following (the cluster keeps running)")
-                await asyncio.gather(*self.followers)
         except BaseException:
             await self.stop_all()
             (self.run_dir / "state.json").unlink(missing_ok=True)
@@ -301,10 +298,12 @@ async def launch(host: Host, name: str, argv: list[str], *, kind: str, node: str
             "ssh": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(host.ssh).items()}}
 
 
-async def follow_log(host: Host, process: dict, out, *, from_byte: int = 0) -> None:
-    """Print each line of a remote process's log from ``from_byte`` on, as it comes, prefixed by its name."""
+async def follow_log(host: Host, process: dict, out, *, from_byte: int | None = 0) -> None:
+    """Print each line of a remote process's log from ``from_byte`` on (None: from its end), as it
+    comes, prefixed by its name."""
+    start = "-n 0" if from_byte is None else f"-c +{from_byte + 1}"
     try:
-        async for line in host.lines(f"tail -c +{from_byte + 1} -F {shlex.quote(process['log'])} 2>/dev/null"):
+        async for line in host.lines(f"tail {start} -F {shlex.quote(process['log'])} 2>/dev/null"):
             out(f"[{process['name']}] {_readable(line)}")
     except Exception as error:               # a broken ssh channel ends following, never the command
         out(f"[{process['name']}] (log no longer followed: {error})")

@@ -112,3 +112,18 @@ async def restart(run_dir: Path, state: dict, node: str, timeout: float, grace: 
     return 0
 
 
+
+
+async def follow(state: dict, out=print) -> int:
+    """Print every remote process's new log lines, prefixed by its name, until Ctrl-C (which stops
+    following, not the cluster)."""
+    processes = state["remote"]
+    hosts = _hosts_from_state(processes)
+    await connect_all(unique(hosts))
+    out("following the logs; Ctrl-C stops following (the cluster keeps running)")
+    try:
+        await asyncio.gather(*(follow_log(hosts[p["name"]], p, out, from_byte=None) for p in processes))
+    finally:
+        for host in unique(hosts):
+            host.close()
+    return 0

@@ -6,6 +6,7 @@ two-host cluster going up, reporting its state, and down; and ``cluster init``."
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -104,6 +105,15 @@ def test_up_status_down_on_two_hosts(tmp_path, hosts, wheel):
         # The source ran on b's host, from the pushed file, with the venv's Python.
         ran_with = hosts[0][1].dir / "cluster" / "source-ran-with"
         assert ran_with.read_text() == str(hosts[0][1].dir / "venv" / "bin" / "python")
+        # 'cluster logs' follows every process's new lines until Ctrl-C, which leaves the cluster running.
+        logs = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "cluster", "logs", "--run-dir",
+                                 str(tmp_path / "run")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert "following the logs" in logs.stdout.readline()
+        time.sleep(1.0)
+        logs.send_signal(signal.SIGINT)
+        assert logs.wait(20) == 130
+        again = replicast("cluster", "status", "--run-dir", str(tmp_path / "run"))
+        assert again.returncode == 0 and again.stdout.count(" ready ") == 2, again.stdout
         # The secret reached the nodes through the environment, never a command line.
         assert not any("a-secret-from-the-environment" in p for p in processes_under(hosts[0][0].dir, hosts[0][1].dir))
     finally:
