@@ -123,8 +123,10 @@ class RemoteCluster:
                 await self.start(host, f"source-{source.node}-{i}", self._source_argv(host, source.node, source.command),
                                   kind="source", node=source.node)
             self._save()
-            await asyncio.sleep(1.0)            # a source that dies at once (a typo) fails 'up', as locally
-            await self.blame_exited([p for p in self.processes if p["kind"] == "source"], "exited at start")
+            sources = [p for p in self.processes if p["kind"] == "source"]
+            if sources:                         # a source that dies at once (a typo) fails 'up', as locally
+                await asyncio.sleep(1.0)
+                await self.blame_exited(sources, "exited at start")
         except BaseException:
             await self.stop_all()
             (self.run_dir / "state.json").unlink(missing_ok=True)
@@ -199,7 +201,8 @@ class RemoteCluster:
     async def _install(self, host: Host, wheel: Path, wheelhouse: Path | None, system_site: bool,
                        derived: dict[str, Path]) -> None:
         """The venv with ``wheel`` installed (skipped when this very wheel is installed already), then
-        the cluster's files; the host's state directory is emptied: a new cluster, no node rejoins."""
+        the cluster's files; the host's state directory is emptied (a new cluster: no node rejoins)
+        and the last cluster's logs are kept in ``logs.previous``."""
         venv_python = shlex.quote(host.path("venv", "bin", "python"))
         stamp = hashlib.sha256(wheel.read_bytes()).hexdigest() + (" system-site-packages" if system_site else "")
         stamp_file = shlex.quote(host.path("venv", "replicast-wheel"))
@@ -225,7 +228,9 @@ class RemoteCluster:
             await host.run(f"echo {shlex.quote(stamp)} > {stamp_file}", what="writing the venv's stamp")
         await host.put({k: v for k, v in derived.items() if k != REMOTE_CLUSTER_FILE})
         await host.put({REMOTE_CLUSTER_FILE: derived[REMOTE_CLUSTER_FILE]}, mode=0o600)   # it may hold the secret
-        await host.run(f"rm -rf {shlex.quote(host.path('state'))}", what="cannot empty the state directory")
+        state, logs = shlex.quote(host.path("state")), shlex.quote(host.path("logs"))
+        await host.run(f"rm -rf {state} {logs}.previous && if [ -d {logs} ]; then mv {logs} {logs}.previous; fi",
+                       what="cannot empty the state directory and set the last logs aside")
 
     async def _start_broker(self) -> None:
         node = self._broker_node()
