@@ -4,8 +4,8 @@ Each host is an OpenSSH ``sshd`` started by the test, with its own config, a hos
 authorized key generated here; as root, each runs in its own network namespace (a veth pair to a
 bridge in the test's namespace, addresses 10.X.Y.10+i: separate IP stacks, as separate machines
 have), else on its own loopback address (127.0.Y.10+i).  The hosts share this machine's
-filesystem and Python: each gets its own directory (``ssh.dir``).  Everything made here carries
-the ``sshc`` prefix and is removed at the end.
+filesystem and Python: each gets its own directory (``ssh.dir``).  Every namespace and interface
+made here is named ``sshcluster…`` and removed at the end.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import free_ports
+from tests.integration.helpers import ROOT, free_ports
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -58,7 +59,7 @@ def namespaces_work() -> bool:
     """Root, ``ip`` and network namespaces; ``REPLICAST_TEST_SSH_LOOPBACK=1`` forces loopback hosts."""
     if os.environ.get("REPLICAST_TEST_SSH_LOOPBACK") == "1" or os.geteuid() != 0 or shutil.which("ip") is None:
         return False
-    probe = f"sshc-probe-{os.getpid()}"
+    probe = f"sshcluster-probe-{os.getpid()}"
     try:
         _run("ip", "netns", "add", probe)
         return True
@@ -66,6 +67,20 @@ def namespaces_work() -> bool:
         return False
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The replicast wheel of this checkout, built once (``python -m build --wheel``)."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], check=True,
+                   capture_output=True, timeout=300)
+    return next(out.glob("replicast-*.whl"))
+
+
+def replicast(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "replicast.engine.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 @contextmanager
@@ -79,10 +94,10 @@ def sshd_hosts(tmp: Path, count: int):
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"sshcluster-test-{name}", "-f", str(keys / name))
     (keys / "authorized_keys").write_text((keys / "client_key.pub").read_text())
     host_public = " ".join((keys / "host_key.pub").read_text().split()[:2])
-    tag = f"{os.getpid() % 10000}"
+    tag = f"{os.getpid() % 1000}"                 # interface names: at most 15 characters
     use_ns = namespaces_work()
     subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
-    bridge = f"sshc{tag}br"
+    bridge = f"sshcluster{tag}br"
     hosts: list[SshHost] = []
     made_ns: list[str] = []
     try:
@@ -98,7 +113,7 @@ def sshd_hosts(tmp: Path, count: int):
             address = f"{subnet}.{10 + i}" if use_ns else f"127.0.{os.getpid() % 250}.{10 + i}"
             namespace = None
             if use_ns:
-                namespace, veth = f"sshcluster-{tag}-{i}", f"sshc{tag}h{i}"
+                namespace, veth = f"sshcluster-{tag}-{i}", f"sshcluster{tag}h{i}"
                 _run("ip", "netns", "add", namespace)
                 made_ns.append(namespace)
                 _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)

@@ -16,27 +16,14 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from tests.cluster.sshd_hosts import processes_under, sshd_hosts
+from tests.cluster.sshd_hosts import processes_under, replicast, sshd_hosts, wheel  # noqa: F401  (a fixture)
 from tests.integration.helpers import CPU_FILTER_QUERY, ROOT
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], check=True,
-                   capture_output=True, timeout=300)
-    return next(out.glob("replicast-*.whl"))
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     with sshd_hosts(tmp_path_factory.mktemp("hosts"), 2) as found:
         yield found
-
-
-def replicast(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "replicast.engine.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def two_node_cluster(directory: Path, hosts, *, ssh: dict[str, dict] | None = None, sources: list | None = None,
@@ -148,6 +135,11 @@ def test_a_host_without_python_is_named(tmp_path, hosts, wheel):
     line = one_line(up(two_node_cluster(tmp_path, hosts, ssh={"b": {"python": "/opt/no-python/bin/python3"}}),
                        tmp_path / "run", wheel))
     assert "(node b): no Python: '/opt/no-python/bin/python3' is not a program there" in line, line
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/sh\necho 3 9\n")            # answers the version question as a Python 3.9 would
+    old.chmod(0o755)
+    line = one_line(up(two_node_cluster(tmp_path, hosts, ssh={"a": {"python": str(old)}}), tmp_path / "run", wheel))
+    assert f"(node a): Python 3.9 ({old}) is too old: replicast needs ≥ 3.11" in line, line
     assert_nothing_left(hosts)
 
 

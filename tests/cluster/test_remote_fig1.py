@@ -33,8 +33,8 @@ from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from replicast.traces.store import TraceStore
-from tests.cluster.sshd_hosts import processes_under, sshd_hosts
-from tests.cluster.test_remote_failures import replicast, up, wheel  # noqa: F401  (the wheel fixture)
+from tests.cluster.sshd_hosts import processes_under, replicast, sshd_hosts, wheel  # noqa: F401  (a fixture)
+from tests.cluster.test_remote_failures import up
 from tests.integration.helpers import ROOT, collect_outputs, free_ports, publish_fig1_round
 
 PUNCTUATION_MS = 100
@@ -108,11 +108,13 @@ async def drive(doc: dict, run_dir) -> tuple[dict, dict, str]:
                 state = json.loads((run_dir / "state.json").read_text())
                 os.kill(next(p["pid"] for p in state["remote"] if p["name"] == VICTIM), signal.SIGKILL)
             if tick == RESTART_AT:
+                restart_t0 = time.monotonic()
                 restart = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "replicast.engine.cli", "cluster", "restart", VICTIM, "--run-dir", str(run_dir),
                     "--timeout", "60", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
             if restart is not None and restarted_at is None and restart.returncode is not None:
                 restarted_at = tick
+                print(f"cluster restart {VICTIM}: {time.monotonic() - restart_t0:.1f} s")
             if restart is not None and restart.returncode is None:
                 try:
                     await asyncio.wait_for(asyncio.shield(restart.wait()), 0.001)
@@ -135,7 +137,9 @@ def test_fig1_on_ssh_hosts_survives_a_kill_and_a_restart(tmp_path, wheel):  # no
     with sshd_hosts(tmp_path / "hosts", 7) as (hosts, key, _, known_hosts):
         path, doc = cluster_file(tmp_path, hosts, key, known_hosts)
         run_dir = tmp_path / "run"
+        t0 = time.monotonic()
         started = up(path, run_dir, wheel, "--emulate-wan", "seattle", "--trace-nodes", ",".join(TRACE_NODES))
+        print(f"cluster up on 7 hosts: {time.monotonic() - t0:.1f} s")
         try:
             assert started.returncode == 0, started.stdout[-3000:] + started.stderr
             assert all(f"[{n}] node {n} ready" in started.stdout for n in ["app", *SERVERS]), started.stdout
