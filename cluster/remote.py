@@ -7,7 +7,8 @@
 2. make a venv in the host's directory and install the one wheel (pushed by SFTP; with
    ``--wheelhouse`` its dependencies too, with ``pip --no-index``: hosts need no internet);
 3. push the cluster file (without its ``ssh`` tables; mode 0600), the query and the files sources
-   name as ``{dir}/…``; the secret of ``secret_env`` goes to each node through the agent's stdin;
+   name as ``{dir}/…``; the secrets of ``secret_env`` and ``[mqtt] password_env`` go to each node
+   through the agent's stdin, as its environment;
 4. start the embedded broker (on the host whose node address is ``[mqtt] host``), every node
    detached (``replicast node … --log-json --state-dir DIR/state``, log ``DIR/logs/NODE.log``),
    stream their logs prefixed by node name, wait until every node reports ``replicast_ready 1``,
@@ -179,11 +180,15 @@ class RemoteCluster:
         doc["query"] = "query.toml"
         for table in doc["nodes"]:
             table.pop("ssh", None)
-        for key, value in doc.get("tls", {}).items():
-            doc["tls"][key] = f"tls/{Path(value).name}"
-            for node in config.nodes:
-                local = config.tls_files(node)[key]
-                files[f"cluster/tls/{local.name}"] = local
+        # Certificate files of [tls] and [mqtt] ({node} in a path: each node's own) go to tls/ beside it.
+        for table in (doc.get("tls", {}), doc.get("mqtt", {})):
+            for key in ("ca", "cert", "key"):
+                if isinstance(table.get(key), str):
+                    pattern = table[key]
+                    table[key] = f"tls/{pattern.lstrip('/')}"
+                    for node in config.nodes:
+                        local = config.path.parent / pattern.replace("{node}", node)
+                        files[f"cluster/tls/{pattern.replace('{node}', node).lstrip('/')}"] = local
         for source in config.sources:          # its script and input files; a path that is not here may be an output
             for arg in source.command:
                 local = config.path.parent / arg[len("{dir}/"):]
@@ -255,7 +260,7 @@ class RemoteCluster:
 
     def _save(self) -> None:
         write_state(self.run_dir / "state.json", [], remote=self.processes, cluster=str(self.config.path.resolve()),
-                    secret_env=_secret_env(self.config))
+                    environment=environment_names(self.config))
 
     async def wait_ready(self, nodes: list[dict], timeout: float) -> None:
         await wait_ready(self.hosts_by_process(nodes), nodes, timeout)
@@ -284,17 +289,23 @@ def _node_argv(host: Host, name: str, cluster_file: str) -> list[str]:
             "--name", name, "--log-json", "--state-dir", host.path("state")]
 
 
-def _secret_env(config: ClusterConfig) -> str | None:
+def environment_names(config: ClusterConfig) -> list[str]:
+    """The environment variables the cluster file takes secrets from: ``secret_env``, ``[mqtt] password_env``."""
     doc = tomllib.loads(config.path.read_text(encoding="utf-8"))
-    return doc.get("secret_env")
+    names = [doc.get("secret_env"), doc.get("mqtt", {}).get("password_env")]
+    return [n for n in names if isinstance(n, str)]
 
 
 async def launch(host: Host, name: str, argv: list[str], *, kind: str, node: str, config: ClusterConfig | None = None,
-                 secret_env: str | None = None) -> dict:
-    """Start ``argv`` detached on ``host`` (log ``DIR/logs/NAME.log``); the secret travels in the
-    agent's stdin as an environment variable of the process, never on a command line."""
-    secret_env = secret_env or (_secret_env(config) if config is not None else None)
-    env = {secret_env: os.environ[secret_env]} if secret_env else {}
+                 environment: list[str] | None = None) -> dict:
+    """Start ``argv`` detached on ``host`` (log ``DIR/logs/NAME.log``); the secrets (``environment``,
+    default: the cluster file's) travel in the agent's stdin as environment variables of the
+    process, never on a command line nor in a file."""
+    names = environment if environment is not None else environment_names(config) if config is not None else []
+    missing = [n for n in names if n not in os.environ]
+    if missing:
+        raise ClusterError(f"${missing[0]} is not set here: {name} takes it from this environment, as 'cluster up' did")
+    env = {n: os.environ[n] for n in names}
     log = host.path("logs", f"{name}.log")
     pid = (await host.agent("launch", {"argv": argv, "log": log, "cwd": host.path("cluster"), "env": env}))["pid"]
     spec = config.nodes[node] if config is not None else None

@@ -96,7 +96,7 @@ async def restart(run_dir: Path, state: dict, node: str, timeout: float, grace: 
     try:
         stopped = (await host.agent("stop", {"processes": [old], "grace": grace}))["stopped"]
         size = await host.run(f"stat -c %s {shlex.quote(old['log'])} 2>/dev/null || echo 0", what="reading the log")
-        new = await launch(host, node, old["argv"], kind="node", secret_env=state.get("secret_env"), node=node)
+        new = await launch(host, node, old["argv"], kind="node", environment=state.get("environment", []), node=node)
         new.update(address=old["address"], metrics_port=old["metrics_port"])
         processes[processes.index(old)] = new
         _save_state(run_dir, state, processes)
