@@ -57,3 +57,36 @@ def test_a_cluster_is_all_on_ssh_hosts_or_all_local(tmp_path):
     assert not is_remote(load_cluster(write(tmp_path)))
     with pytest.raises(ClusterError, match="nodes a have no ssh"):
         is_remote(load_cluster(write(tmp_path, b={})))
+
+
+def test_pushed_files_and_secrets_from_the_environment(tmp_path, monkeypatch):
+    """What 'up' pushes: the cluster file without ssh tables, the query, each node's certificate
+    files of [tls] and [mqtt] under tls/ (paths rewritten), and which variables carry the secrets."""
+    from replicast.cluster.remote import RemoteCluster, environment_names
+    import tomllib
+    path = write(tmp_path, a={}, b={})
+    (tmp_path / "certs").mkdir()
+    for name in ("ca.crt", "a.crt", "a.key", "b.crt", "b.key", "mqtt-ca.crt", "client-a.pem", "client-b.pem",
+                 "client-a.key", "client-b.key"):
+        (tmp_path / "certs" / name).write_text(name)
+    text = path.read_text().replace('secret = "a-long-secret"', 'secret_env = "SSHC_SECRET"')
+    text += ('[tls]\nca = "certs/ca.crt"\ncert = "certs/{node}.crt"\nkey = "certs/{node}.key"\n'
+             '[mqtt]\nbroker = "mqtts://broker.example:8883"\nusername = "u"\npassword_env = "SSHC_MQTT_PASSWORD"\n'
+             'ca = "certs/mqtt-ca.crt"\ncert = "certs/client-{node}.pem"\nkey = "certs/client-{node}.key"\n')
+    path.write_text(text)
+    monkeypatch.setenv("SSHC_SECRET", "a-long-secret-value")
+    monkeypatch.setenv("SSHC_MQTT_PASSWORD", "broker-password")
+    config = load_cluster(path)
+    files = RemoteCluster(config, tmp_path / "run")._derived_files()
+    assert {k: v.name for k, v in files.items() if k.startswith("cluster/tls/")} == {
+        "cluster/tls/certs/ca.crt": "ca.crt", "cluster/tls/certs/a.crt": "a.crt", "cluster/tls/certs/b.crt": "b.crt",
+        "cluster/tls/certs/a.key": "a.key", "cluster/tls/certs/b.key": "b.key",
+        "cluster/tls/certs/mqtt-ca.crt": "mqtt-ca.crt", "cluster/tls/certs/client-a.pem": "client-a.pem",
+        "cluster/tls/certs/client-b.pem": "client-b.pem", "cluster/tls/certs/client-a.key": "client-a.key",
+        "cluster/tls/certs/client-b.key": "client-b.key"}
+    pushed = tomllib.loads(files["cluster/cluster.toml"].read_text())
+    assert pushed["query"] == "query.toml" and files["cluster/query.toml"] == config.query_path
+    assert pushed["tls"]["cert"] == "tls/certs/{node}.crt" and pushed["mqtt"]["key"] == "tls/certs/client-{node}.key"
+    assert all("ssh" not in node for node in pushed["nodes"])
+    assert "a-long-secret-value" not in files["cluster/cluster.toml"].read_text()
+    assert environment_names(config) == ["SSHC_SECRET", "SSHC_MQTT_PASSWORD"]
