@@ -96,7 +96,7 @@ def sshd_hosts(tmp: Path, count: int):
     host_public = " ".join((keys / "host_key.pub").read_text().split()[:2])
     tag = f"{os.getpid() % 1000}"                 # interface names: at most 15 characters
     use_ns = namespaces_work()
-    subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
+    subnet = _free_subnet() if use_ns else ""
     bridge = f"sshcluster{tag}br"
     hosts: list[SshHost] = []
     made_ns: list[str] = []
@@ -156,6 +156,17 @@ def sshd_hosts(tmp: Path, count: int):
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         if use_ns:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+def _free_subnet() -> str:
+    """A 10.x.y.0/24 no interface here uses (two test processes must not share one)."""
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    for k in range(250):
+        n = (os.getpid() + k) % 12500
+        subnet = f"10.{200 + n // 250}.{n % 250}"
+        if f" {subnet}." not in used:
+            return subnet
+    raise RuntimeError("no free 10.200-249.x.0/24 subnet for the test hosts")
 
 
 def _wait_listening(host: SshHost, timeout: float = 20) -> None:
