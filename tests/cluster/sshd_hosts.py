@@ -10,6 +10,7 @@ made here is named ``sshcluster…`` and removed at the end.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -71,10 +72,17 @@ def namespaces_work() -> bool:
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
-    """The replicast wheel of this checkout, built once (``python -m build --wheel``)."""
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], check=True,
-                   capture_output=True, timeout=300)
+    """The replicast wheel of this checkout (``python -m build --wheel``), built once per test run:
+    pytest-xdist workers share it, behind a lock (two builds at once share the checkout's build/)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent                       # the run's directory, above every worker's
+    with open(shared / "replicast-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / "replicast-wheel"
+        if not any(out.glob("replicast-*.whl")):
+            subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], check=True,
+                           capture_output=True, timeout=300)
     return next(out.glob("replicast-*.whl"))
 
 
