@@ -1,8 +1,8 @@
 """What ``replicast cluster`` runs on a remote host: start, watch and stop node processes there.
 
-``cluster up`` pushes this file to each host (SFTP) and runs it with the host's own Python, before
-replicast is installed there, then with the host's venv: so it imports nothing but the standard
-library, and parses on any Python 3 (it reports the version that is too old).  One action per run,
+``cluster up`` pushes this file to each host (SFTP) and runs it with the host's own Python (its
+``ssh.python``), before replicast is installed there and after: so it imports nothing but the
+standard library, and ``down`` works even where the venv is gone.  One action per run,
 its input a JSON object on stdin (secrets travel there, never on a command line), its answer one
 JSON object on stdout::
 

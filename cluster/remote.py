@@ -158,7 +158,7 @@ class RemoteCluster:
                      if getattr(self.config.nodes[n], key) is not None]
         if self.config.broker == "embedded" and self.hosts[self._broker_node()] is host:
             listeners.append(["the embedded broker", "[mqtt] port", self.config.broker_host, self.config.broker_port])
-        problems = (await host.agent("check", {"listeners": listeners}, python=host.ssh.python))["problems"]
+        problems = (await host.agent("check", {"listeners": listeners}))["problems"]
         if problems:
             raise host.fail(problems[0])
 

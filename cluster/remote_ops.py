@@ -43,24 +43,29 @@ def load_remote_state(run_dir: Path) -> dict:
 
 
 async def down(run_dir: Path, state: dict, grace: float, out=print) -> int:
-    """Stop every recorded process on every host; hosts that cannot be reached are named, and kept."""
+    """Stop every recorded process on every host; a host that cannot be reached (or whose agent
+    fails) is named, and its processes are kept in ``state.json`` for the next ``down``."""
     processes = state["remote"]
     hosts = _hosts_from_state(processes)
-    results = await asyncio.gather(*(h.connect() for h in unique(hosts)), return_exceptions=True)
-    failed = [r for r in results if isinstance(r, BaseException)]
-    reachable = [p for p in processes if hosts[p["name"]].connection is not None]
-    stopped = 0
-    for host in unique(hosts):
-        mine = [p for p in reachable if hosts[p["name"]] is host]
-        if mine:
-            stopped += (await host.agent("stop", {"processes": mine, "grace": grace}))["stopped"]
-        host.close()
-    left = [p for p in processes if p not in reachable]
-    if left:
-        _save_state(run_dir, state, left)
-        raise ClusterError(f"stopped {stopped} process(es); {failed[0]} (its processes stay in {run_dir}/state.json)")
+
+    async def stop_on(host: Host) -> int:
+        try:
+            await host.connect()
+            mine = [p for p in processes if hosts[p["name"]] is host]
+            return (await host.agent("stop", {"processes": mine, "grace": grace}))["stopped"]
+        finally:
+            host.close()
+
+    every = unique(hosts)
+    results = await asyncio.gather(*(stop_on(h) for h in every), return_exceptions=True)
+    stopped = sum(r for r in results if isinstance(r, int))
+    failed = [(h, r) for h, r in zip(every, results) if isinstance(r, BaseException)]
+    if failed:
+        lost = {id(h) for h, _ in failed}
+        _save_state(run_dir, state, [p for p in processes if id(hosts[p["name"]]) in lost])
+        raise ClusterError(f"stopped {stopped} process(es); {failed[0][1]} (its processes stay in {run_dir}/state.json)")
     (run_dir / "state.json").unlink()
-    out(f"cluster down: stopped {stopped} process(es) on {len(unique(hosts))} host(s)")
+    out(f"cluster down: stopped {stopped} process(es) on {len(every)} host(s)")
     return 0
 
 

@@ -93,10 +93,10 @@ class Host:
             raise self.fail(f"{what}: {output[-1] if output else f'exit status {result.exit_status}'}")
         return str(result.stdout or "")
 
-    async def agent(self, action: str, request: dict, *, python: str | None = None) -> dict:
-        """Run the host agent's ``action`` with ``request`` on stdin (default: with the venv's Python)."""
-        python = python or self.path("venv", "bin", "python")
-        out = await self.run(f"{shlex.quote(python)} {shlex.quote(self.path('host_agent.py'))} {action}",
+    async def agent(self, action: str, request: dict) -> dict:
+        """Run the host agent's ``action`` with ``request`` on stdin, with the host's own Python (the
+        agent needs only the standard library: it works before the venv exists, and after it is gone)."""
+        out = await self.run(f"{shlex.quote(self.ssh.python)} {shlex.quote(self.path('host_agent.py'))} {action}",
                              what=f"the host agent's '{action}' failed", stdin=json.dumps(request))
         return json.loads(out)
 

@@ -5,6 +5,7 @@ two-host cluster going up, reporting its state, and down; and ``cluster init``."
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -186,3 +187,28 @@ def test_init_writes_a_cluster_file_up_accepts(tmp_path):
     too_many = replicast("cluster", "init", "--hosts", "a,b", "--query", str(ROOT / "examples/cluster-fig1-query.toml"),
                          "--kmax", "3", "--out", str(out))
     assert too_many.returncode == 2 and "--kmax 3" in too_many.stderr
+
+
+def test_down_stops_what_it_reaches_and_keeps_what_it_cannot(tmp_path, hosts):
+    """A host that cannot be reached at 'down' is named; its processes stay in state.json, the
+    others are stopped."""
+    (hosts_list, key, _, known_hosts) = hosts
+    argv = [sys.executable, "-c", "import time; time.sleep(300)", str(hosts_list[0].dir / "marker")]
+    sleeper = hosts_list[0].run(argv)
+    reachable = hosts_list[0].ssh(key=str(key), known_hosts=str(known_hosts), python="python3", dir=str(hosts_list[0].dir))
+    lost = {**reachable, "port": 1}
+    (hosts_list[0].dir / "host_agent.py").write_text((ROOT / "cluster/host_agent.py").read_text())
+    records = [{"name": name, "kind": "node", "node": name, "pid": pid, "argv": argv, "log": "/dev/null",
+                "address": hosts_list[0].address, "metrics_port": None, "ssh": ssh}
+               for name, pid, ssh in (("a", sleeper.pid, reachable), ("b", 1, lost))]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "state.json").write_text(json.dumps({"processes": [], "remote": records}))
+    try:
+        down = replicast("cluster", "down", "--run-dir", str(tmp_path / "run"), "--grace", "2")
+        assert sleeper.wait(10) is not None                     # stopped through its host's agent
+    finally:
+        sleeper.kill()
+    line = one_line(down)
+    assert line.startswith("replicast cluster: error: stopped 1 process(es);") and \
+        f"@{hosts_list[0].address}:1 (node b): cannot connect" in line, line
+    assert [p["name"] for p in json.loads((tmp_path / "run" / "state.json").read_text())["remote"]] == ["b"]
