@@ -78,7 +78,7 @@ class Outcome:
     """What ``replicast simulate`` keeps of one run once its ``k<K>/`` files are written."""
 
     summary: dict[str, Any]
-    latency: np.ndarray               # µs, one per delivery: the run's curve in latency.png
+    latency: np.ndarray               # µs, the run's curve in latency.png: a sample read off its histogram
     mismatched: list[str] | None      # with --check: applications that did not get the reference
 
 
@@ -229,16 +229,18 @@ def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: boo
     application's output with the non-replicated ``engine.replay`` of the same input."""
     from replicast.engine.replay import replay
     from replicast.simulator.run import run as simulate
+    from replicast.simulator.sweep_local import curve_sample
 
     log.info("kmax=%d: run started", k)
     wall = time.perf_counter()
-    result = simulate(prepared, k, keep_records=check, progress=progress, on_progress=on_progress)
-    result.recorder.write(out / f"k{k}")
+    # Streamed to out/k<k>/ as it is made (Recorder's sink): memory stays flat whatever the run's length.
+    result = simulate(prepared, k, keep_records=check, progress=progress, on_progress=on_progress,
+                      sink=out / f"k{k}")
     coordinator = prepared.scenario.coordinator
     if coordinator is not None and coordinator.compare_static:
         log.info("kmax=%d: the same deployment without the coordinator, for comparison", k)
-        static = simulate(prepared, k, progress=progress, on_progress=on_progress, coordinator=False)
-        static.recorder.write(out / f"k{k}" / "static")
+        static = simulate(prepared, k, progress=progress, on_progress=on_progress, coordinator=False,
+                          sink=out / f"k{k}" / "static")
         result.summary["static"] = {key: static.summary[key] for key in
                                     ("delivered", "latency_ms", "records_sent", "network_cost", "cost_over_time")}
     mismatched = None
@@ -251,7 +253,7 @@ def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: boo
     (out / f"k{k}" / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8")
     log.info("kmax=%d: run finished in %.1f s wall (%.0f simulated s, %d records delivered)", k,
              time.perf_counter() - wall, result.summary["simulated_s"], result.summary["delivered"])
-    return Outcome(result.summary, result.recorder.deliveries().column("latency_us").to_numpy(), mismatched)
+    return Outcome(result.summary, curve_sample(result.recorder.totals.histogram), mismatched)
 
 
 def _in_workers(scenario: Any, jobs: int, out: Path, check: bool, progress: bool) -> list[Outcome]:
