@@ -69,6 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--spark", nargs="?", const="local[*]", metavar="MASTER",
                         help="run the kmax values, deployments and segments as Spark tasks on MASTER (default "
                              "local[*]; e.g. spark://host:7077) and summarise the dataset with PySpark")
+    parser.add_argument("--tier", choices=("reference", "timing"), default="reference",
+                        help="reference (default): the node cores process every message; timing: only the delivery "
+                             "times of the reference content, over arrays (simulator/timing.py; docs/simulator.md, "
+                             "'The timing tier')")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(run=run, extra="sim")
 
@@ -122,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
     out = args.out or Path("out") / "simulate" / scenario.name
+    if args.tier == "timing":
+        if args.segments is not None or args.spark is not None or args.check:
+            raise ReplicastError("--tier timing runs whole windows in this process; drop --segments, --spark and "
+                                 "--check (the timing tier's content is the reference run's by construction)")
+        return _timing(args, scenario, path, out)
     if args.segments is not None or args.spark is not None or args.deployment:
         if scenario.coordinator is not None:
             raise ReplicastError(f"{path}: a scenario with a [coordinator] runs whole (its replicas change during "
@@ -208,6 +217,40 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
              f"{'/'.join(deployments)} deployment")
     png = sweep_local.write_outputs(out, path, runs, histograms, title)
     sweep_local.print_runs(runs, out, png)
+    return 0
+
+
+def _timing(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> int:
+    """``--tier timing``: every kmax × deployment timed over arrays, written as a plain run's files."""
+    from replicast.experiments.latency import plot_ccdf
+    from replicast.simulator.run import Prepared
+    from replicast.simulator.timing import run_timing
+
+    prepared = Prepared(scenario)
+    deployments = tuple(dict.fromkeys(args.deployment or [scenario.deployment]))
+    log.info("scenario %s: %d servers of trace %s, %.0f s simulated, kmax %s, %s deployment, timing tier",
+             scenario.name, len(prepared.servers), scenario.trace, (prepared.end - prepared.start) / 1e6,
+             ", ".join(map(str, scenario.kmax)), "/".join(deployments))
+    runs, curves = [], []
+    for deployment in deployments:
+        for k in scenario.kmax:
+            result = run_timing(prepared, k, deployment=deployment)
+            directory = out / (f"k{k}" if len(deployments) == 1 else f"{deployment}-k{k}")
+            directory.mkdir(parents=True, exist_ok=True)
+            import pyarrow.parquet as pq
+            pq.write_table(result.deliveries, directory / "deliveries.parquet")
+            (directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8")
+            runs.append(result.summary)
+            label = f"kmax = {k}" + (f", {deployment}" if len(deployments) > 1 else "")
+            curves.append((label, result.deliveries.column("latency_us").to_numpy()))
+            q = result.summary["latency_ms"]
+            print(f"{deployment} kmax={k}: {result.summary['delivered']} records, latency p50 {q.get('p50')} ms, "
+                  f"p99 {q.get('p99')} ms, max {q.get('max')} ms; {result.summary['wall_s']:.1f} s wall")
+    (out / "summary.json").write_text(json.dumps({"scenario": str(path), "tier": "timing", "runs": runs}, indent=2)
+                                      + "\n", encoding="utf-8")
+    png = plot_ccdf(curves, out / "latency.png", f"{scenario.name}: {len(prepared.servers)} servers, trace "
+                    f"{scenario.trace}, timing tier")
+    print(f"wrote {out}/ (deliveries.parquet, summary.json per run), {png}")
     return 0
 
 
