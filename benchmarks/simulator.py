@@ -22,11 +22,18 @@ Two figures:
    the measured per-segment rate and the kmax 1-5 cost ratios of short runs made in the same
    invocation.
 
+5. ``--timing``: the timing tier (``simulator/timing.py``) against the reference tier on the same
+   prepared scenario, in the same invocation: per kmax and deployment (random, min-cost) the CPU
+   seconds of each, their ratio, both latency distributions (p50, p99, p99.9, max) and how many
+   deliveries' times differ by more than 1 ms (default window: the scenario's 1800 s; ``--duration-s
+   3600`` for the 1-hour check).  ``--timing-only`` times the timing tier alone (long traces,
+   ``--trace``), with the rate extrapolated to 30 simulated days, labelled as such.
+
 Each line also gives the run's CPU time (process time: what the run itself used; on the shared
 2-core machine wall time also counts waiting for a core) and the load average after it.
 
 Run: python3 benchmarks/simulator.py [--duration-s S] [--kmax 1 2 3 4 5] [--hops N] [--trace PATH]
-     [--no-network] [--items] [--segments N [--spark MASTER] [--cores C]]
+     [--no-network] [--items] [--segments N [--spark MASTER] [--cores C]] [--timing | --timing-only]
 e.g. the 30-day case, measured over one simulated day:
      replicast trace synth --nodes 30 --duration 30d --out /tmp/synth30-30d
      python3 benchmarks/simulator.py --no-network --trace /tmp/synth30-30d --duration-s 86400 --kmax 3
@@ -180,7 +187,15 @@ def main() -> None:
     parser.add_argument("--segments", type=int, help="time-parallel scaling with N segments (see above)")
     parser.add_argument("--spark", default="local[2]", help="Spark master for --segments (default local[2])")
     parser.add_argument("--cores", type=int, default=2, help="cores the Spark master has, for the efficiency")
+    parser.add_argument("--timing", action="store_true", help="timing tier against the reference tier (see above)")
+    parser.add_argument("--timing-only", action="store_true", help="the timing tier alone, extrapolated to 30 days")
     args = parser.parse_args()
+    if args.timing or args.timing_only:
+        scenario = load_scenario(SCENARIO)
+        scenario.duration_s = args.duration_s or (None if args.trace else scenario.duration_s)
+        scenario.trace = args.trace or scenario.trace
+        timing_tier(Prepared(scenario), args.kmax, reference=args.timing)
+        return
     if args.segments:
         scenario = load_scenario(SCENARIO)
         scenario.duration_s = args.duration_s or scenario.duration_s
@@ -216,6 +231,42 @@ def main() -> None:
         month = f"{30 * 86400 / rate / 3600:.1f} h, {30 * 86400 / cpu_rate / 3600:.1f} h"
         print(f"{k:>4} {s['wall_s']:>8.1f} {cpu:>8.1f} {s['hops']:>10} {s['messages']:>10} {s['hops_per_s']:>9} "
               f"{rate:>12.0f} {cpu_rate:>11.0f} {month:>30}  {_load()}", flush=True)
+
+
+def timing_tier(prepared: Prepared, kmax: list[int], reference: bool) -> None:
+    import numpy as np
+
+    from replicast.simulator.timing import differences, run_timing
+
+    span = (prepared.end - prepared.start) / 1e6
+    print(f"load average at start: {_load()}; sim-fig1, {span:.0f} simulated s of trace {prepared.scenario.trace} "
+          f"({len(prepared.servers)} servers)")
+
+    def q(values) -> str:
+        if not len(values):
+            return "-"
+        p = np.quantile(values, [0.5, 0.99, 0.999], method="inverted_cdf") / 1000
+        return f"{p[0]:.1f}/{p[1]:.1f}/{p[2]:.1f}/{values.max() / 1000:.1f}"
+
+    for deployment in ("random", "min-cost"):
+        for k in kmax:
+            cpu = time.process_time()
+            timing = run_timing(prepared, k, deployment=deployment)
+            timing_cpu = time.process_time() - cpu
+            latency = timing.deliveries.column("latency_us").to_numpy()
+            line = (f"{deployment:>8} kmax={k}: timing {timing_cpu:.2f} cpu s ({span / timing_cpu:,.0f} sim s/cpu s; "
+                    f"30 d extrapolated: {30 * 86400 / (span / timing_cpu) / 60:.1f} cpu min), {len(latency)} deliveries, "
+                    f"ms p50/p99/p99.9/max {q(latency)}")
+            if reference:
+                cpu = time.process_time()
+                exact = run(prepared, k, keep_records=True, deployment=deployment)
+                exact_cpu = time.process_time() - cpu
+                diff, unmatched = differences(exact, timing)
+                ref_latency = exact.recorder.deliveries().column("latency_us").to_numpy()
+                line += (f"; reference {exact_cpu:.1f} cpu s ({exact_cpu / timing_cpu:.0f}x), ms {q(ref_latency)}; "
+                         f"unmatched {unmatched}, |diff| > 1 ms: {int((np.abs(diff) > 1000).sum())} "
+                         f"(timing − reference µs: min {diff.min() if len(diff) else 0}, max {diff.max() if len(diff) else 0})")
+            print(line + f"  load {_load()}", flush=True)
 
 
 def _load() -> str:

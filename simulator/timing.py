@@ -356,3 +356,28 @@ def _summary(kmax: int, scenario: Any, prepared: Any, table: pa.Table, wall: flo
             "simulated_s": (prepared.end - prepared.start) / 1e6, "wall_s": round(wall, 3),
             "delivered": int(len(latency)), "per_app": per_app, "latency_ms": quantiles, "placement": placement}
 
+
+
+# -- checking against the reference tier -----------------------------------------------------------
+
+def arrivals(outputs: dict[str, list[Record]], table: pa.Table) -> dict[tuple[str, Record], list[int]]:
+    """(application, record) → its sorted arrival times, from a deliveries table and the records in
+    the table's row order per application (a reference run with ``keep_records``, or a timing run)."""
+    got: dict[tuple[str, Record], list[int]] = {}
+    position: dict[str, int] = {}
+    for app, arrival in zip(table.column("app").to_pylist(), table.column("arrival").to_numpy().tolist()):
+        i = position.get(app, 0)
+        position[app] = i + 1
+        got.setdefault((app, outputs[app][i]), []).append(arrival)
+    return {key: sorted(value) for key, value in got.items()}
+
+
+def differences(reference: Any, timing: TimingResult) -> tuple[np.ndarray, int]:
+    """Per delivery of both tiers, timing − reference arrival (µs), and how many deliveries one tier
+    has that the other has not (0 when both delivered the same records)."""
+    expected = arrivals(reference.recorder.outputs, reference.recorder.deliveries())
+    got = arrivals(timing.outputs, timing.deliveries)
+    unmatched = sum(abs(len(got.get(key, [])) - len(expected.get(key, []))) for key in expected.keys() | got.keys())
+    diff = [np.subtract(got[key][:n], expected[key][:n]) for key in expected.keys() & got.keys()
+            for n in [min(len(got[key]), len(expected[key]))]]
+    return (np.concatenate(diff) if diff else np.empty(0, np.int64)), unmatched

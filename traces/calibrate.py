@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -141,3 +144,64 @@ def fit_store(store, max_frames: int = 2000) -> SynthParams:
     """Fit on the first ``max_frames`` frames of a :class:`traces.store.TraceStore`."""
     frames = np.stack([store.frame(k) for k in range(min(max_frames, store.n_frames))])
     return fit(frames, like=store.meta.name)
+
+
+# -- "PlanetLab-like": PlanetLab's static structure, Seattle's dynamics ------------------------------
+
+#: ``--like`` name of the composite model: static structure from the shipped PlanetLab frames
+#: (:data:`PLANETLAB_STATIC`), dynamics (jitter, spikes, frame-to-frame memory, outages) from Seattle.
+PLANETLAB_LIKE = "planetlab"
+#: Package data: the PlanetLab frames' static summary (:func:`fit_static`), with its LICENSE and CITATION.
+PLANETLAB_STATIC = Path(__file__).resolve().parent / "data" / "planetlab-static" / "static.json"
+STATIC_KEYS = ("base_log_quantiles", "symmetry")
+
+
+def fit_static(frames: np.ndarray, like: str = "") -> dict[str, Any]:
+    """The static structure of ``frames[t, src, dst]`` (ms, NaN = outage): the distribution of
+    per-pair median RTTs (log, at 1001 evenly spaced levels) and their asymmetry, as :func:`fit`
+    computes them, plus what they were computed from."""
+    n_frames, n, _ = frames.shape
+    off = ~np.eye(n, dtype=bool)
+    with warnings.catch_warnings():         # pairs never measured have no median (NaN, dropped below)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        base = np.nanmedian(frames, axis=0)
+    has_base = off & ~np.isnan(base) & (base > 0)
+    both = has_base & has_base.T
+    symmetry = float(np.corrcoef(np.log(base[both]), np.log(base.T[both]))[0, 1]) if both.sum() > 2 else 1.0
+    return {"like": like, "frames": int(n_frames), "nodes": int(n), "pairs_with_median": int(has_base.sum()),
+            "base_log_quantiles": [round(float(v), 6) for v in
+                                   np.quantile(np.log(base[has_base]), np.linspace(0, 1, 1001))],
+            "symmetry": round(symmetry, 6)}
+
+
+def planetlab_static_from(directory: Path) -> dict[str, Any]:
+    """:func:`fit_static` of the NetLatency PlanetLab frames in ``directory`` (ms, 0 = not measured)."""
+    from replicast.traces.netlatency import frame_files, parse_matrix
+
+    frames = []
+    for path in frame_files(directory):
+        matrix = parse_matrix(path.read_text(encoding="utf-8"), str(path))
+        frames.append(np.where(matrix == 0, np.nan, matrix))
+    return fit_static(np.stack(frames), like="PlanetLab (NetLatency, 490 nodes)")
+
+
+def like_planetlab(dynamics: SynthParams, static: dict[str, Any] | None = None) -> SynthParams:
+    """A model with PlanetLab's static structure and ``dynamics``' jitter, spikes and outages (jitter
+    is relative, ``rtt = base · exp(r)``, with tables per base-rank bin, so it carries over)."""
+    if static is None:
+        try:
+            static = json.loads(PLANETLAB_STATIC.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise TraceError(f"{PLANETLAB_STATIC}: cannot read the PlanetLab calibration ({error}); "
+                             f"reinstall replicast") from None
+    return dataclasses.replace(dynamics, like=f"{PLANETLAB_LIKE} (static: {static['like']}; dynamics: "
+                                              f"{dynamics.like})",
+                               **{key: static[key] for key in STATIC_KEYS})
+
+
+if __name__ == "__main__":      # python -m replicast.traces.calibrate NETLATENCY_PLANETLAB_DIR: rebuild the data file
+    import sys
+
+    PLANETLAB_STATIC.write_text(json.dumps(planetlab_static_from(Path(sys.argv[1])), indent=0) + "\n",
+                                encoding="utf-8")
+    print(f"wrote {PLANETLAB_STATIC}")

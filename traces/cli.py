@@ -185,7 +185,10 @@ def cmd_synth(args) -> int:
     n_frames = -(-duration_us // interval_us)
     out = Path(args.out or f"out/traces/synth-{args.like}-{args.nodes}n-{args.duration}-s{args.seed}")
     build.prepare_out(out, args.overwrite)
-    params = calibrate.fit_store(TraceStore.open(args.like), max_frames=args.fit_frames)
+    if args.like == calibrate.PLANETLAB_LIKE:   # PlanetLab's static structure, Seattle's dynamics
+        params = calibrate.like_planetlab(calibrate.fit_store(TraceStore.open("seattle"), max_frames=args.fit_frames))
+    else:
+        params = calibrate.fit_store(TraceStore.open(args.like), max_frames=args.fit_frames)
     meta = synth.generate(params, out, n_nodes=args.nodes, n_frames=n_frames, interval_us=interval_us,
                           seed=args.seed, progress=not args.quiet)
     rows = meta.n_frames * meta.n_nodes * (meta.n_nodes - 1)
@@ -300,7 +303,9 @@ def register(subparsers) -> None:
     p.add_argument("--nodes", type=int, required=True, help="number of nodes")
     p.add_argument("--duration", required=True, help="e.g. 1d, 30d, 6h")
     p.add_argument("--interval", default="10s", help="sample interval (default 10s)")
-    p.add_argument("--like", default="seattle", help="trace to calibrate on (default seattle)")
+    p.add_argument("--like", default="seattle",
+                   help="trace to calibrate on (default seattle); 'planetlab': the shipped PlanetLab frames' "
+                        "static structure with the Seattle trace's dynamics (docs/traces.md)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", help="output directory (default out/traces/synth-LIKE-Nn-DURATION-sSEED)")
     p.add_argument("--fit-frames", type=int, default=2000, help="frames of --like used for fitting (default 2000)")

@@ -9,38 +9,25 @@ tier"): those are bounded here by what was measured, so a regression fails.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import pytest
 
 from replicast.examples import example_path
 from replicast.simulator.run import Prepared, run
 from replicast.simulator.scenario import Fault, load_scenario
-from replicast.simulator.timing import TimingUnsupported, run_timing
+from replicast.simulator.timing import TimingUnsupported, differences as compare, run_timing
 
 WINDOW_S = 240
-
-
-def arrivals(outputs: dict, table) -> dict:
-    """(application, record) -> sorted arrival times, from a deliveries table and the records."""
-    got, position = defaultdict(list), defaultdict(int)
-    for app, arrival in zip(table.column("app").to_pylist(), table.column("arrival").to_numpy()):
-        got[(app, outputs[app][position[app]])].append(int(arrival))
-        position[app] += 1
-    return {key: sorted(value) for key, value in got.items()}
 
 
 def differences(prepared: Prepared, kmax: int, deployment: str | None = None) -> np.ndarray:
     """timing − reference arrival (µs) of every delivery; asserts both delivered the same records."""
     reference = run(prepared, kmax, keep_records=True, deployment=deployment)
     timing = run_timing(prepared, kmax, deployment=deployment)
-    expected = arrivals(reference.recorder.outputs, reference.recorder.deliveries())
-    got = arrivals(timing.outputs, timing.deliveries)
-    assert got.keys() == expected.keys()
-    assert all(len(got[key]) == len(expected[key]) for key in expected)
-    assert sum(map(len, got.values())) == reference.summary["delivered"] > 0
-    return np.concatenate([np.subtract(got[key], expected[key]) for key in expected])
+    diff, unmatched = compare(reference, timing)
+    assert unmatched == 0
+    assert len(diff) == reference.summary["delivered"] > 0
+    return diff
 
 
 @pytest.fixture(scope="module")
