@@ -221,31 +221,42 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
 
 
 def _timing(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> int:
-    """``--tier timing``: every kmax × deployment timed over arrays, written as a plain run's files."""
+    """``--tier timing``: every kmax × deployment timed over arrays a simulated day at a time (the
+    content of a day is made once for all of them), each streamed to ``k<K>/`` (or
+    ``<deployment>-k<K>/`` with several deployments) as a plain run's ``deliveries.parquet`` and
+    ``summary.json``; then ``summary.json`` and ``latency.png`` for all runs."""
+    from tqdm import tqdm
+
     from replicast.experiments.latency import plot_ccdf
     from replicast.simulator.run import Prepared
-    from replicast.simulator.timing import run_timing
+    from replicast.simulator.sweep_local import curve_sample
+    from replicast.simulator.timing import run_configs
 
     prepared = Prepared(scenario)
     deployments = tuple(dict.fromkeys(args.deployment or [scenario.deployment]))
+    span = (prepared.end - prepared.start) / 1e6
     log.info("scenario %s: %d servers of trace %s, %.0f s simulated, kmax %s, %s deployment, timing tier",
-             scenario.name, len(prepared.servers), scenario.trace, (prepared.end - prepared.start) / 1e6,
-             ", ".join(map(str, scenario.kmax)), "/".join(deployments))
+             scenario.name, len(prepared.servers), scenario.trace, span, ", ".join(map(str, scenario.kmax)),
+             "/".join(deployments))
+
+    def directory(k: int, deployment: str) -> Path:
+        return out / (f"k{k}" if len(deployments) == 1 else f"{deployment}-k{k}")
+
+    configs = [(k, d) for d in deployments for k in scenario.kmax]
+    with tqdm(total=round(span), desc="timing", unit="sim s", disable=args.no_progress) as bar:
+        sinks = run_configs(prepared, configs, out=directory,
+                            on_window=lambda done, total: bar.update(round(done / 1e6) - bar.n))
     runs, curves = [], []
-    for deployment in deployments:
-        for k in scenario.kmax:
-            result = run_timing(prepared, k, deployment=deployment)
-            directory = out / (f"k{k}" if len(deployments) == 1 else f"{deployment}-k{k}")
-            directory.mkdir(parents=True, exist_ok=True)
-            import pyarrow.parquet as pq
-            pq.write_table(result.deliveries, directory / "deliveries.parquet")
-            (directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8")
-            runs.append(result.summary)
-            label = f"kmax = {k}" + (f", {deployment}" if len(deployments) > 1 else "")
-            curves.append((label, result.deliveries.column("latency_us").to_numpy()))
-            q = result.summary["latency_ms"]
-            print(f"{deployment} kmax={k}: {result.summary['delivered']} records, latency p50 {q.get('p50')} ms, "
-                  f"p99 {q.get('p99')} ms, max {q.get('max')} ms; {result.summary['wall_s']:.1f} s wall")
+    for sink in sinks:
+        summary = sink.summary(prepared)
+        k, deployment = sink.config.kmax, sink.config.deployment
+        (directory(k, deployment) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        runs.append(summary)
+        curves.append((f"kmax = {k}" + (f", {deployment}" if len(deployments) > 1 else ""),
+                       curve_sample(sink.totals.histogram)))
+        q = summary["latency_ms"]
+        print(f"{deployment} kmax={k}: {summary['delivered']} records, latency p50 {q['p50']} ms, p99 {q['p99']} ms, "
+              f"p99.9 {q['p99.9']} ms, max {q['max']} ms; {summary['wall_s']:.1f} s wall")
     (out / "summary.json").write_text(json.dumps({"scenario": str(path), "tier": "timing", "runs": runs}, indent=2)
                                       + "\n", encoding="utf-8")
     png = plot_ccdf(curves, out / "latency.png", f"{scenario.name}: {len(prepared.servers)} servers, trace "

@@ -75,33 +75,6 @@ class Rows:
 
 # -- 1. content with lineage ----------------------------------------------------------------------
 
-def source_rows(prepared: Any, begin: int, end: int) -> tuple[dict[str, Rows], dict[str, np.ndarray], dict[str, str]]:
-    """Every source stream's records in ``[begin, end)`` (ts order), when each was published, and
-    the server of each stream's source."""
-    trace, servers, origin = prepared.trace, prepared.servers, prepared.origin
-
-    def rtt(a: str, b: str, t: int) -> float | None:
-        return trace.latency_ms(servers[a], servers[b], max(0, t - origin))
-
-    rows: dict[str, Rows] = {}
-    published: dict[str, np.ndarray] = {}
-    homes: dict[str, str] = {}
-    for source in prepared.sources:
-        if not source.stamped:
-            raise TimingUnsupported(f"{prepared.scenario.path}: the timing tier needs source-stamped streams "
-                                    f"(entry_mode = \"source\"), got entry-stamped {source.stream!r}")
-        schema = prepared.query.streams[source.stream].schema
-        records, sent = [], []
-        for when, items in messages(source, prepared.start, end, rtt, begin=begin, close=False):
-            made = reference_records(schema, items, when, f"source {source.stream}")
-            records.extend(made)
-            sent.extend([when] * len(made))
-        rows[source.stream] = Rows(records, np.array([r[0] for r in records], np.int64), ())
-        published[source.stream] = np.array(sent, np.int64)
-        homes[source.stream] = source.server
-    return rows, published, homes
-
-
 def _tagged(records: list[Record]) -> list[Record]:
     """Each record with its row number appended (operators address fields by position, so a trailing
     field changes nothing they compute and comes back in their outputs)."""
@@ -146,27 +119,29 @@ def operator_rows(query: Any, name: str, inputs: list[Rows]) -> Rows:
 # -- 2. the network over arrays --------------------------------------------------------------------
 
 class Links:
-    """One-way delays of the links among the run's servers, frame by frame, as int64 arrays."""
+    """One-way delays of the links a deployment uses, frame by frame (int64 µs; -1 = outage), for the
+    frames ``[first, last]``; ``pairs`` are the (server, server) links needed."""
 
-    def __init__(self, trace: Any, servers: dict[str, int], origin: int, first: int, last: int):
+    def __init__(self, trace: Any, servers: dict[str, int], origin: int, first: int, last: int,
+                 pairs: list[tuple[str, str]] | None = None):
         self.interval = trace.interval_us
         self.origin = origin
         self.last_frame = trace.n_frames - 1
-        self.first = first                  # frames [first, last] are loaded
-        self.names = list(servers)
-        self.index = {name: i for i, name in enumerate(self.names)}
-        nodes = np.array([servers[n] for n in self.names], np.intp)
+        self.first = first
+        if pairs is None:
+            pairs = [(a, b) for a in servers for b in servers if a != b]
+        self.column = {pair: i for i, pair in enumerate(pairs)}
+        src = np.array([servers[a] for a, _ in pairs], np.intp)
+        dst = np.array([servers[b] for _, b in pairs], np.intp)
         count = last - first + 1
-        delays = np.empty((count, len(nodes), len(nodes)), np.int64)
+        rtt = np.empty((count, len(pairs)), np.float64)
         for f in range(first, last + 1):
-            rtt = trace.frame(f)[nodes[:, None], nodes].astype(np.float64)
-            # round(rtt * 500) as TraceStore.one_way_us and Network._frame_delays; -1 = outage
-            delays[f - first] = np.where(np.isnan(rtt), -1, np.rint(np.nan_to_num(rtt) * 500.0)).astype(np.int64)
-        self.delays = delays
+            rtt[f - first] = trace.frame(f)[src, dst]
+        # round(rtt * 500) as TraceStore.one_way_us and Network._frame_delays do
+        self.delays = np.where(np.isnan(rtt), -1, np.rint(np.nan_to_num(rtt) * 500.0)).astype(np.int64)
         # Hold mode: for each frame, the first frame at or after it in which the pair is measured.
-        valid = delays >= 0
-        ahead = np.where(valid, np.arange(count)[:, None, None], count)
-        self.recovers = np.minimum.accumulate(ahead[::-1], axis=0)[::-1]   # == count: never again
+        ahead = np.where(self.delays >= 0, np.arange(count)[:, None], count)
+        self.recovers = np.minimum.accumulate(ahead[::-1], axis=0)[::-1]   # == count: not in these frames
 
     def frames(self, t: np.ndarray) -> np.ndarray:
         frame = np.clip((t - self.origin) // self.interval, 0, self.last_frame)
@@ -174,20 +149,20 @@ class Links:
 
     def arrive(self, a: str, b: str, sent: np.ndarray) -> np.ndarray:
         """Arrival at ``b`` of messages leaving ``a`` at ``sent`` (NEVER: not sent), FIFO on the link."""
-        i, j = self.index[a], self.index[b]
+        column = self.column[(a, b)]
         live = sent < NEVER
         t = np.where(live, sent, self.origin)
         frame = self.frames(t)
-        delay = self.delays[frame, i, j]
+        delays = self.delays[:, column]
+        delay = delays[frame]
         held = delay < 0
         arrival = t + delay
         if held.any():
-            recover = self.recovers[frame[held], i, j]
-            never = recover >= len(self.delays)
-            recover = np.minimum(recover, len(self.delays) - 1)
+            recover = self.recovers[frame[held], column]
+            never = recover >= len(delays)
+            recover = np.minimum(recover, len(delays) - 1)
             until = self.origin + (recover + self.first) * self.interval
-            back = until + self.delays[recover, i, j]
-            arrival[held] = np.where(never, NEVER, back)
+            arrival[held] = np.where(never, NEVER, until + delays[recover])
         arrival[~live] = NEVER
         return fifo(sent, arrival)
 
@@ -200,12 +175,178 @@ def fifo(sent: np.ndarray, arrival: np.ndarray) -> np.ndarray:
     ordered = arrival[order]
     finite = ordered < NEVER
     running = np.maximum.accumulate(np.where(finite, ordered, -1))
+    if np.array_equal(running, ordered) or not finite.any():
+        return arrival                         # nothing overtook anything (the common case)
     out = np.empty_like(arrival)
     out[order] = np.where(finite, running, NEVER)
     return out
 
 
-# -- 3. one run --------------------------------------------------------------------------------------
+# -- 3. runs -------------------------------------------------------------------------------------------
+
+@dataclass
+class Deployed:
+    """One configuration (kmax × deployment) of a prepared scenario, ready to be timed window by window."""
+
+    kmax: int
+    deployment: str
+    placement: dict[str, list[str]]
+    physical: Any
+    cost: dict[str, float]
+    crashes: dict[str, int]
+    pairs: list[tuple[str, str]]
+
+
+def deployed(prepared: Any, kmax: int, deployment: str | None = None) -> Deployed:
+    from replicast.simulator.run import replica_server
+
+    scenario, query = prepared.scenario, prepared.query
+    if deployment is not None and deployment != scenario.deployment:
+        scenario = replace(scenario, deployment=deployment)
+    check_supported(scenario, query)
+    placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax, prepared.placement_network)
+    physical = plan(query, {name: len(nodes) for name, nodes in placement.items()})
+    cost_us = scenario.processing_us
+    cost = {name: cost_us.get("entry", 0.0) for name in query.streams}
+    cost.update({name: cost_us.get(spec.kind, 0.0) for name, spec in query.operators.items()})
+    cost.update({name: cost_us.get("application", 0.0) for name in query.applications})
+    crashes: dict[str, int] = {}
+    for i, fault in enumerate(scenario.faults, start=1):
+        server = replica_server(placement, fault.target[0], f"{scenario.path}: [[faults]] #{i}")
+        crashes[server] = min(crashes.get(server, NEVER), prepared.start + fault.from_us)
+    homes = {source.stream: source.server for source in prepared.sources}
+    pairs = {(homes[stream], server) for stream in query.streams for server in placement[stream]}
+    pairs |= {(placement[s.source.name][s.source.index], placement[s.target.name][s.target.index])
+              for s in physical.stream_replicas}
+    return Deployed(kmax, scenario.deployment, placement, physical, cost, crashes,
+                    sorted((a, b) for a, b in pairs if a != b))
+
+
+def time_window(prepared: Any, config: Deployed, window: "Window", links: Links) -> dict[str, np.ndarray]:
+    """Per application, the arrival time of each row of its input in ``window`` (NEVER: not delivered)."""
+    query, placement, physical, cost, crashes = (prepared.query, config.placement, config.physical, config.cost,
+                                                 config.crashes)
+    rows = window.rows
+    emitted: dict[str, np.ndarray] = {}        # name -> [rows, replicas] emission times
+
+    def alive(server: str, t: np.ndarray) -> np.ndarray:
+        crash = crashes.get(server)
+        return t if crash is None else np.where(t >= crash, NEVER, t)
+
+    def hop(a: str, b: str, sent: np.ndarray) -> np.ndarray:
+        if a == b:
+            return sent
+        arrival = links.arrive(a, b, sent)
+        for server in (a, b):          # in flight when either end crashed: lost with the connection
+            crash = crashes.get(server)
+            if crash is not None:
+                arrival = np.where(arrival >= crash, NEVER, arrival)
+        return arrival
+
+    def ready(name: str, index: int, port: int, upstream: str) -> np.ndarray:
+        """When replica ``name#index`` has processed each row of its input ``port`` (first copy)."""
+        target = placement[name][index]
+        times = emitted[upstream]
+        best = None
+        for source in physical.upstreams(physical.replicas[name][index], port):
+            at = hop(placement[upstream][source.index], target, times[:, source.index])
+            best = at if best is None else np.minimum(best, at)
+        return alive(target, _plus(best, cost[name]))
+
+    for stream in query.streams:
+        times = np.empty((len(rows[stream].ts), len(placement[stream])), np.int64)
+        for e, server in enumerate(placement[stream]):
+            times[:, e] = alive(server, _plus(hop(window.homes[stream], server, window.published[stream]),
+                                              cost[stream]))
+        emitted[stream] = times
+    for name, spec in query.operators.items():
+        out = rows[name]
+        times = np.empty((len(out.ts), len(placement[name])), np.int64)
+        for r in range(len(placement[name])):
+            ports = [ready(name, r, p, upstream) for p, upstream in enumerate(spec.inputs)]
+            if spec.kind == "union":
+                stacked = np.empty(len(out.ts), np.int64)
+                for p, at in enumerate(ports):
+                    mine = out.port == p
+                    stacked[mine] = at[out.parents[0][mine]]
+                times[:, r] = stacked
+            elif spec.kind == "join":
+                times[:, r] = np.maximum(ports[0][out.parents[0]], ports[1][out.parents[1]])
+            else:
+                times[:, r] = ports[0][out.parents[0]]
+        emitted[name] = times
+    return {app: ready(app, 0, 0, spec.input) for app, spec in query.applications.items()}
+
+
+@dataclass
+class Window:
+    """The content of one window of the run: rows with ts in ``[warm, end)``; deliveries are kept for
+    ts in ``[begin, end)`` (the rows before ``begin`` are there for Joins and FIFO links)."""
+
+    warm: int
+    begin: int
+    end: int
+    rows: dict[str, Rows]
+    published: dict[str, np.ndarray]
+    homes: dict[str, str]
+
+
+def warmup_us(query: Any) -> int:
+    """How far before a window its rows must start: the longest Join window (a pair's rows lie
+    within one window of its ``ts``, the later of the two)."""
+    windows = [query.new_operator(name).window_us for name, spec in query.operators.items() if spec.kind == "join"]
+    return max(windows, default=0) + 1
+
+
+def windows(prepared: Any, window_us: int) -> Any:
+    """The run's content, a window of ``window_us`` simulated µs at a time (memory: one window)."""
+    trace, servers, origin, query = prepared.trace, prepared.servers, prepared.origin, prepared.query
+
+    def rtt(a: str, b: str, t: int) -> float | None:
+        return trace.latency_ms(servers[a], servers[b], max(0, t - origin))
+
+    for source in prepared.sources:
+        if not source.stamped:
+            raise TimingUnsupported(f"{prepared.scenario.path}: the timing tier needs source-stamped streams "
+                                    f"(entry_mode = \"source\"), got entry-stamped {source.stream!r}")
+    warm = warmup_us(query)
+    feeds = {s.stream: messages(s, prepared.start, prepared.end, rtt, close=False) for s in prepared.sources}
+    homes = {s.stream: s.server for s in prepared.sources}
+    pending: dict[str, Any] = {stream: next(feed, None) for stream, feed in feeds.items()}
+    carried: dict[str, tuple[list, list]] = {stream: ([], []) for stream in feeds}
+    begin = prepared.start
+    while begin < prepared.end:
+        end = min(prepared.end, begin + window_us)
+        rows, published = {}, {}
+        for source in prepared.sources:
+            stream = source.stream
+            schema = query.streams[stream].schema
+            records, sent = carried[stream]
+            item = pending[stream]
+            while item is not None and item[0] < end:
+                made = reference_records(schema, item[1], item[0], f"source {stream}")
+                records.extend(made)
+                sent.extend([item[0]] * len(made))
+                item = next(feeds[stream], None)
+            pending[stream] = item
+            ts = np.array([r[0] for r in records], np.int64)
+            rows[stream] = Rows(records, ts, ())
+            published[stream] = np.array(sent, np.int64)
+            tail = int(np.searchsorted(ts, end - warm)) if len(ts) else 0
+            carried[stream] = (records[tail:], sent[tail:])
+        for name in query.operators:
+            rows[name] = operator_rows(query, name, [rows[i] for i in query.operators[name].inputs])
+        yield Window(begin - warm, begin, end, rows, published, homes)
+        begin = end
+
+
+def window_links(prepared: Any, config: Deployed, window: Window, lookahead_us: int) -> Links:
+    interval, origin = prepared.trace.interval_us, prepared.origin
+    limit = window.end + lookahead_us + (round(prepared.scenario.drain_s * 1e6) if window.end >= prepared.end else 0)
+    first = max(0, (window.warm - origin) // interval)
+    last = min(prepared.trace.n_frames - 1, max(first, (limit - origin) // interval + 1))
+    return Links(prepared.trace, prepared.servers, origin, first, last, config.pairs)
+
 
 @dataclass
 class TimingResult:
@@ -235,104 +376,126 @@ def check_supported(scenario: Any, query: Any) -> None:
     if ordered:
         raise TimingUnsupported(f"{where}: application {ordered[0]!r} is ordered (it waits for punctuations); the "
                                 f"timing tier does not time sorters")
-
-
-def run_timing(prepared: Any, kmax: int, *, deployment: str | None = None) -> TimingResult:
-    """Delivery times of ``prepared`` at degree ``kmax``; see the module docstring."""
-    from replicast.simulator.run import replica_server
-
-    wall = time.perf_counter()
-    scenario, query = prepared.scenario, prepared.query
-    if deployment is not None and deployment != scenario.deployment:
-        scenario = replace(scenario, deployment=deployment)
-    check_supported(scenario, query)
-    placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax, prepared.placement_network)
-    physical = plan(query, {name: len(nodes) for name, nodes in placement.items()})
-    cost_us = scenario.processing_us
-    cost = {name: cost_us.get("entry", 0.0) for name in query.streams}
-    cost.update({name: cost_us.get(spec.kind, 0.0) for name, spec in query.operators.items()})
-    cost.update({name: cost_us.get("application", 0.0) for name in query.applications})
-    crashes: dict[str, int] = {}
-    for i, fault in enumerate(scenario.faults, start=1):
-        server = replica_server(placement, fault.target[0], f"{scenario.path}: [[faults]] #{i}")
-        crashes[server] = min(crashes.get(server, NEVER), prepared.start + fault.from_us)
-
-    limit = prepared.end + round(scenario.drain_s * 1e6)
-    interval, origin = prepared.trace.interval_us, prepared.origin
-    first = max(0, (prepared.start - origin) // interval)
-    last = min(prepared.trace.n_frames - 1, max(first, (limit - origin) // interval + 1))
-    links = Links(prepared.trace, prepared.servers, origin, first, last)
-
-    rows, published, homes = source_rows(prepared, prepared.start, prepared.end)
-    emitted: dict[str, np.ndarray] = {}        # name -> [rows, replicas] emission times
-
-    def server_of(name: str, index: int) -> str:
-        return placement[name][index]
-
-    def alive(server: str, t: np.ndarray) -> np.ndarray:
-        crash = crashes.get(server)
-        return t if crash is None else np.where(t >= crash, NEVER, t)
-
-    def hop(a: str, b: str, sent: np.ndarray) -> np.ndarray:
-        if a == b:
-            return sent
-        arrival = links.arrive(a, b, sent)
-        for server in (a, b):          # in flight when either end crashed: lost with the connection
-            crash = crashes.get(server)
-            if crash is not None:
-                arrival = np.where(arrival >= crash, NEVER, arrival)
-        return arrival
-
-    def ready(name: str, index: int, port: int, upstream: str) -> np.ndarray:
-        """When replica ``name#index`` has processed each row of its input ``port`` (first copy)."""
-        target = server_of(name, index)
-        times = emitted[upstream]
-        best = np.full(times.shape[0], NEVER, np.int64)
-        for source in physical.upstreams(physical.replicas[name][index], port):
-            best = np.minimum(best, hop(server_of(upstream, source.index), target, times[:, source.index]))
-        return alive(target, _plus(best, cost[name]))
-
-    for stream in query.streams:
-        home = homes[stream]
-        times = np.empty((len(rows[stream].records), len(placement[stream])), np.int64)
-        for e, server in enumerate(placement[stream]):
-            times[:, e] = alive(server, _plus(hop(home, server, published[stream]), cost[stream]))
-        emitted[stream] = times
-
     for name, spec in query.operators.items():
-        inputs = [rows[i] for i in spec.inputs]
-        out = rows[name] = operator_rows(query, name, inputs)
-        times = np.empty((len(out.records), len(placement[name])), np.int64)
-        for r in range(len(placement[name])):
-            ports = [ready(name, r, p, upstream) for p, upstream in enumerate(spec.inputs)]
-            if spec.kind == "union":
-                stacked = np.full(len(out.records), NEVER, np.int64)
-                for p, at in enumerate(ports):
-                    mine = out.port == p
-                    stacked[mine] = at[out.parents[0][mine]]
-                times[:, r] = stacked
-            elif spec.kind == "join":
-                times[:, r] = np.maximum(ports[0][out.parents[0]], ports[1][out.parents[1]])
-            else:
-                times[:, r] = ports[0][out.parents[0]]
-        emitted[name] = times
+        if spec.kind not in TIMED_KINDS:
+            raise TimingUnsupported(f"{query.source}: operator {name!r} is a {spec.kind}; the timing tier times "
+                                    f"{', '.join(TIMED_KINDS)} (its outputs wait for punctuations); use the "
+                                    f"reference tier")
 
-    apps, ts_col, arrival_col, outputs = [], [], [], {}
-    for app, spec in query.applications.items():
-        feed = rows[spec.input]
-        arrival = ready(app, 0, 0, spec.input)
-        got = arrival < NEVER
-        outputs[app] = [r for r, ok in zip(feed.records, got) if ok]
-        apps.append(np.full(int(got.sum()), app, object))
-        ts_col.append(feed.ts[got])
-        arrival_col.append(arrival[got])
-    ts = np.concatenate(ts_col) if ts_col else np.empty(0, np.int64)
-    arrival = np.concatenate(arrival_col) if arrival_col else np.empty(0, np.int64)
-    table = pa.table({"app": pa.array(np.concatenate(apps) if apps else [], pa.string()).dictionary_encode(),
-                      "ts": pa.array(ts), "arrival": pa.array(arrival), "latency_us": pa.array(arrival - ts)})
-    wall = time.perf_counter() - wall
-    summary = _summary(kmax, scenario, prepared, table, wall, placement)
-    return TimingResult(kmax, placement, table, outputs, summary)
+
+DELIVERY_SCHEMA = pa.schema([("app", pa.dictionary(pa.int32(), pa.string())), ("ts", pa.int64()),
+                             ("arrival", pa.int64()), ("latency_us", pa.int64())])
+#: Default window: a simulated day (memory holds one day's rows whatever the run's length).
+DAY_US = 86_400_000_000
+#: How far past a window the trace is read for a held link's recovery (a longer outage is never).
+LOOKAHEAD_US = 6 * 3_600_000_000
+
+
+class Sink:
+    """One configuration's deliveries: streamed to ``directory/deliveries.parquet`` (or kept, for
+    tests and checks), counted in a :class:`~simulator.recorder.Totals` for the summary."""
+
+    def __init__(self, config: Deployed, directory: Any = None, keep_records: bool = False):
+        from replicast.simulator.recorder import Totals
+
+        self.config, self.directory, self.keep_records = config, directory, keep_records
+        self.totals = Totals()
+        self.tables: list[pa.Table] = []
+        self.outputs: dict[str, list[Record]] = {}
+        self.wall = 0.0
+        self._writer = None
+        if directory is not None:
+            import pyarrow.parquet as pq
+
+            directory.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(directory / "deliveries.parquet", DELIVERY_SCHEMA, compression="zstd")
+
+    def add(self, query: Any, window: Window, arrivals: dict[str, np.ndarray]) -> None:
+        parts = []
+        for app, arrival in arrivals.items():
+            feed = window.rows[query.applications[app].input]
+            got = (arrival < NEVER) & (feed.ts >= window.begin) & (feed.ts < window.end)
+            if self.keep_records:
+                self.outputs.setdefault(app, []).extend(r for r, ok in zip(feed.records, got.tolist()) if ok)
+            ts = feed.ts[got]
+            parts.append(pa.table({"app": pa.DictionaryArray.from_arrays(np.zeros(len(ts), np.int32), [app]),
+                                   "ts": ts, "arrival": arrival[got], "latency_us": arrival[got] - ts}))
+        table = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks() \
+            if parts else DELIVERY_SCHEMA.empty_table()
+        self.totals.add_deliveries(table)
+        if self._writer is not None:
+            self._writer.write_table(table.cast(DELIVERY_SCHEMA))
+        else:
+            self.tables.append(table)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def deliveries(self) -> pa.Table:
+        if self.directory is not None:
+            import pyarrow.parquet as pq
+
+            return pq.read_table(self.directory / "deliveries.parquet")
+        return pa.concat_tables([t.cast(DELIVERY_SCHEMA) for t in self.tables]) if self.tables \
+            else DELIVERY_SCHEMA.empty_table()
+
+    def latency_columns(self):
+        if self.directory is None:
+            yield self.deliveries().column("latency_us").to_numpy()
+            return
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(self.directory / "deliveries.parquet") as file:
+            for group in range(file.num_row_groups):
+                yield file.read_row_group(group, columns=["latency_us"]).column(0).to_numpy()
+
+    def summary(self, prepared: Any) -> dict[str, Any]:
+        from replicast.simulator.run import latency_summary
+
+        totals = self.totals
+        return {"kmax": self.config.kmax, "tier": "timing", "deployment": self.config.deployment,
+                "simulated_s": (prepared.end - prepared.start) / 1e6, "wall_s": round(self.wall, 3),
+                "delivered": totals.delivered, "per_app": dict(sorted(totals.per_app.items())),
+                "latency_ms": latency_summary(totals, self.latency_columns()), "placement": self.config.placement}
+
+
+def run_configs(prepared: Any, configs: list[tuple[int, str | None]], *, out: Any = None, keep_records: bool = False,
+                window_us: int = DAY_US, on_window: Any = None) -> list[Sink]:
+    """Time every ``(kmax, deployment)`` of ``configs`` over ``prepared``'s window, a window of
+    ``window_us`` at a time: the content of a window is made once and timed for every configuration.
+    With ``out``, each configuration's deliveries stream to ``out(kmax, deployment)/deliveries.parquet``.
+    ``on_window(done_us, total_us)`` is called after each window."""
+    sinks = []
+    for k, deployment in configs:
+        wall = time.perf_counter()
+        config = deployed(prepared, k, deployment)
+        sink = Sink(config, out(config.kmax, config.deployment) if out is not None else None, keep_records)
+        sink.wall += time.perf_counter() - wall
+        sinks.append(sink)
+    try:
+        for window in windows(prepared, window_us):
+            for sink in sinks:
+                wall = time.perf_counter()
+                links = window_links(prepared, sink.config, window, LOOKAHEAD_US)
+                sink.add(prepared.query, window, time_window(prepared, sink.config, window, links))
+                sink.wall += time.perf_counter() - wall
+            if on_window is not None:
+                on_window(window.end - prepared.start, prepared.end - prepared.start)
+    finally:
+        for sink in sinks:
+            sink.close()
+    return sinks
+
+
+def run_timing(prepared: Any, kmax: int, *, deployment: str | None = None, keep_records: bool = True,
+               window_us: int = DAY_US) -> TimingResult:
+    """Delivery times of ``prepared`` at degree ``kmax`` (in memory; see :func:`run_configs`)."""
+    wall = time.perf_counter()
+    (sink,) = run_configs(prepared, [(kmax, deployment)], keep_records=keep_records, window_us=window_us)
+    sink.wall = time.perf_counter() - wall
+    return TimingResult(kmax, sink.config.placement, sink.deliveries(), sink.outputs, sink.summary(prepared))
 
 
 def _plus(t: np.ndarray, cost_us: float) -> np.ndarray:
@@ -340,22 +503,6 @@ def _plus(t: np.ndarray, cost_us: float) -> np.ndarray:
     if not cost_us:
         return t
     return np.where(t < NEVER, t + round(cost_us), NEVER)
-
-
-def _summary(kmax: int, scenario: Any, prepared: Any, table: pa.Table, wall: float,
-             placement: dict[str, list[str]]) -> dict[str, Any]:
-    latency = table.column("latency_us").to_numpy()
-    per_app = {row["values"]: row["counts"] for row in pc.value_counts(table.column("app")).to_pylist()}
-    quantiles = {}
-    if len(latency):
-        for q in (0.5, 0.9, 0.99, 0.999):
-            quantiles[f"p{q * 100:g}"] = round(float(np.quantile(latency, q, method="inverted_cdf")) / 1000.0, 3)
-        quantiles["mean"] = round(float(latency.mean()) / 1000.0, 3)
-        quantiles["max"] = round(float(latency.max()) / 1000.0, 3)
-    return {"kmax": kmax, "tier": "timing", "deployment": scenario.deployment,
-            "simulated_s": (prepared.end - prepared.start) / 1e6, "wall_s": round(wall, 3),
-            "delivered": int(len(latency)), "per_app": per_app, "latency_ms": quantiles, "placement": placement}
-
 
 
 # -- checking against the reference tier -----------------------------------------------------------
