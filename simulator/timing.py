@@ -134,13 +134,14 @@ class Links:
         src = np.array([servers[a] for a, _ in pairs], np.intp)
         dst = np.array([servers[b] for _, b in pairs], np.intp)
         count = last - first + 1
-        rtt = np.empty((count, len(pairs)), np.float64)
+        # int32 (µs up to 35 min; frame numbers): a day of 10-s frames over 3000 links is 100 MB each
+        self.delays = np.empty((count, len(pairs)), np.int32)
         for f in range(first, last + 1):
-            rtt[f - first] = trace.frame(f)[src, dst]
-        # round(rtt * 500) as TraceStore.one_way_us and Network._frame_delays do
-        self.delays = np.where(np.isnan(rtt), -1, np.rint(np.nan_to_num(rtt) * 500.0)).astype(np.int64)
+            rtt = trace.frame(f)[src, dst].astype(np.float64)
+            # round(rtt * 500) as TraceStore.one_way_us and Network._frame_delays do
+            self.delays[f - first] = np.where(np.isnan(rtt), -1, np.rint(np.nan_to_num(rtt) * 500.0))
         # Hold mode: for each frame, the first frame at or after it in which the pair is measured.
-        ahead = np.where(self.delays >= 0, np.arange(count)[:, None], count)
+        ahead = np.where(self.delays >= 0, np.arange(count, dtype=np.int32)[:, None], np.int32(count))
         self.recovers = np.minimum.accumulate(ahead[::-1], axis=0)[::-1]   # == count: not in these frames
 
     def frames(self, t: np.ndarray) -> np.ndarray:
@@ -153,7 +154,7 @@ class Links:
         live = sent < NEVER
         t = np.where(live, sent, self.origin)
         frame = self.frames(t)
-        delays = self.delays[:, column]
+        delays = self.delays[:, column].astype(np.int64)
         delay = delays[frame]
         held = delay < 0
         arrival = t + delay
@@ -164,22 +165,29 @@ class Links:
             until = self.origin + (recover + self.first) * self.interval
             arrival[held] = np.where(never, NEVER, until + delays[recover])
         arrival[~live] = NEVER
-        return fifo(sent, arrival)
+        return fifo(frame, arrival, len(delays))
 
 
-def fifo(sent: np.ndarray, arrival: np.ndarray) -> np.ndarray:
-    """Rule 2 of :mod:`simulator.network`: no message overtakes one sent earlier on its link."""
-    if len(sent) < 2:
+def fifo(frame: np.ndarray, arrival: np.ndarray, frames: int) -> np.ndarray:
+    """Rule 2 of :mod:`simulator.network`: no message overtakes one sent earlier on its link.
+
+    Within one frame a link's arrival is a non-decreasing function of the send time (``t + d``, or
+    one recovery time for a whole held outage), so the running maximum over sends in time order is
+    ``max(arrival, the largest arrival of the sends of earlier frames)``: a maximum per frame and a
+    prefix maximum over frames, without sorting the sends.  (NEVER, a lost message, holds nothing up.)
+    """
+    if len(arrival) < 2:
         return arrival
-    order = np.argsort(sent, kind="stable")
-    ordered = arrival[order]
-    finite = ordered < NEVER
-    running = np.maximum.accumulate(np.where(finite, ordered, -1))
-    if np.array_equal(running, ordered) or not finite.any():
-        return arrival                         # nothing overtook anything (the common case)
-    out = np.empty_like(arrival)
-    out[order] = np.where(finite, running, NEVER)
-    return out
+    finite = arrival < NEVER
+    latest = np.full(frames, -1, np.int64)
+    np.maximum.at(latest, frame[finite], arrival[finite])
+    before = np.empty(frames, np.int64)            # the largest arrival of the frames before each one
+    before[0] = -1
+    np.maximum.accumulate(latest[:-1], out=before[1:])
+    bound = before[frame]
+    if not (finite & (bound > arrival)).any():
+        return arrival                             # nothing overtook anything (the common case)
+    return np.where(finite, np.maximum(arrival, bound), NEVER)
 
 
 # -- 3. runs -------------------------------------------------------------------------------------------
@@ -195,6 +203,7 @@ class Deployed:
     cost: dict[str, float]
     crashes: dict[str, int]
     pairs: list[tuple[str, str]]
+    upstreams: dict[tuple[Any, int], list[Any]]   # (replica, port) -> the replicas feeding it
 
 
 def deployed(prepared: Any, kmax: int, deployment: str | None = None) -> Deployed:
@@ -218,8 +227,11 @@ def deployed(prepared: Any, kmax: int, deployment: str | None = None) -> Deploye
     pairs = {(homes[stream], server) for stream in query.streams for server in placement[stream]}
     pairs |= {(placement[s.source.name][s.source.index], placement[s.target.name][s.target.index])
               for s in physical.stream_replicas}
+    upstreams: dict[tuple[Any, int], list[Any]] = {}
+    for s in physical.stream_replicas:              # in plan order: the duplicate filter's
+        upstreams.setdefault((s.target, s.port), []).append(s.source)
     return Deployed(kmax, scenario.deployment, placement, physical, cost, crashes,
-                    sorted((a, b) for a, b in pairs if a != b))
+                    sorted((a, b) for a, b in pairs if a != b), upstreams)
 
 
 def time_window(prepared: Any, config: Deployed, window: "Window", links: Links) -> dict[str, np.ndarray]:
@@ -248,7 +260,7 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
         target = placement[name][index]
         times = emitted[upstream]
         best = None
-        for source in physical.upstreams(physical.replicas[name][index], port):
+        for source in config.upstreams.get((physical.replicas[name][index], port), ()):
             at = hop(placement[upstream][source.index], target, times[:, source.index])
             best = at if best is None else np.minimum(best, at)
         return alive(target, _plus(best, cost[name]))
@@ -340,12 +352,12 @@ def windows(prepared: Any, window_us: int) -> Any:
         begin = end
 
 
-def window_links(prepared: Any, config: Deployed, window: Window, lookahead_us: int) -> Links:
+def window_links(prepared: Any, pairs: list[tuple[str, str]], window: Window, lookahead_us: int) -> Links:
     interval, origin = prepared.trace.interval_us, prepared.origin
     limit = window.end + lookahead_us + (round(prepared.scenario.drain_s * 1e6) if window.end >= prepared.end else 0)
     first = max(0, (window.warm - origin) // interval)
     last = min(prepared.trace.n_frames - 1, max(first, (limit - origin) // interval + 1))
-    return Links(prepared.trace, prepared.servers, origin, first, last, config.pairs)
+    return Links(prepared.trace, prepared.servers, origin, first, last, pairs)
 
 
 @dataclass
@@ -474,11 +486,12 @@ def run_configs(prepared: Any, configs: list[tuple[int, str | None]], *, out: An
         sink = Sink(config, out(config.kmax, config.deployment) if out is not None else None, keep_records)
         sink.wall += time.perf_counter() - wall
         sinks.append(sink)
+    pairs = sorted({pair for sink in sinks for pair in sink.config.pairs})
     try:
         for window in windows(prepared, window_us):
+            links = window_links(prepared, pairs, window, LOOKAHEAD_US)     # read once for every configuration
             for sink in sinks:
                 wall = time.perf_counter()
-                links = window_links(prepared, sink.config, window, LOOKAHEAD_US)
                 sink.add(prepared.query, window, time_window(prepared, sink.config, window, links))
                 sink.wall += time.perf_counter() - wall
             if on_window is not None:
