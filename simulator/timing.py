@@ -63,14 +63,33 @@ class TimingUnsupported(ScenarioError):
     """The scenario uses something the timing tier does not time (the reference tier does)."""
 
 
-@dataclass
 class Rows:
-    """The rows of one logical stream (a source stream, an operator's or an application's output)."""
+    """The rows of one logical stream (a source stream, an operator's or an application's output).
 
-    records: list[Record]           # the rows' content, as the reference run makes them
-    ts: np.ndarray                  # int64 µs
-    parents: tuple[np.ndarray, ...]  # per input port (Join: left, right; Union: see port), row numbers
-    port: np.ndarray | None = None   # Union: which input each row came from
+    ``parents`` holds, per input port, the input row of each row (Join: left and right; Union: the
+    row in the input ``port`` says).  A Filter's rows are its input's rows: their records are made
+    only when asked for (an application's input needs only times), and so is the tagged copy an
+    operator reads (:func:`_tagged`, made once for every consumer)."""
+
+    def __init__(self, records: list[Record] | None, ts: np.ndarray, parents: tuple[np.ndarray, ...] = (),
+                 port: np.ndarray | None = None, of: "Rows | None" = None):
+        self._records, self.ts, self.parents, self.port, self._of = records, ts, parents, port, of
+        self._tagged: list[Record] | None = None
+
+    @property
+    def records(self) -> list[Record]:
+        if self._records is None:
+            source = self._of.records
+            self._records = [source[i] for i in self.parents[0].tolist()]
+        return self._records
+
+    def tagged(self) -> list[Record]:
+        if self._tagged is None:
+            self._tagged = _tagged(self.records)
+        return self._tagged
+
+    def __len__(self) -> int:
+        return len(self.ts)
 
 
 # -- 1. content with lineage ----------------------------------------------------------------------
@@ -90,15 +109,16 @@ def operator_rows(query: Any, name: str, inputs: list[Rows]) -> Rows:
                                 f"reference tier")
     if spec.kind == "union":
         records = [r for rows in inputs for r in rows.records]
-        port = np.concatenate([np.full(len(rows.records), p, np.int32) for p, rows in enumerate(inputs)]
+        port = np.concatenate([np.full(len(rows), p, np.int32) for p, rows in enumerate(inputs)]
                               or [np.empty(0, np.int32)])
-        row = np.concatenate([np.arange(len(rows.records)) for rows in inputs] or [np.empty(0, np.int64)])
-        return Rows(records, np.array([r[0] for r in records], np.int64), (row,), port)
+        row = np.concatenate([np.arange(len(rows)) for rows in inputs] or [np.empty(0, np.int64)])
+        ts = np.concatenate([rows.ts for rows in inputs] or [np.empty(0, np.int64)])
+        return Rows(records, ts, (row,), port)
     operator = query.new_operator(name)
     if spec.kind == "filter":
-        out = operator.on_batch(0, _tagged(inputs[0].records))
-        return Rows([r[:-1] for r in out], np.array([r[0] for r in out], np.int64),
-                    (np.array([r[-1] for r in out], np.int64),))
+        out = operator.on_batch(0, inputs[0].tagged())
+        parent = np.array([r[-1] for r in out], np.int64)
+        return Rows(None, inputs[0].ts[parent], (parent,), of=inputs[0])
     if spec.kind == "map":          # a new record per input: one call per record keeps the lineage
         records, parent = [], []
         for i, record in enumerate(inputs[0].records):
@@ -108,8 +128,8 @@ def operator_rows(query: Any, name: str, inputs: list[Rows]) -> Rows:
         return Rows(records, np.array([r[0] for r in records], np.int64), (np.array(parent, np.int64),))
     # Join: every left row buffered, then every right row probes them: each pair once (Alg. 2).
     width = len(query.schemas[spec.inputs[0]].names) + 1        # ts, left fields (then the tag)
-    pairs = operator.on_batch(0, _tagged(inputs[0].records))
-    pairs += operator.on_batch(1, _tagged(inputs[1].records))
+    pairs = operator.on_batch(0, inputs[0].tagged())
+    pairs += operator.on_batch(1, inputs[1].tagged())
     records = [(p[0], *p[1:width], *p[width + 1:-1]) for p in pairs]
     left = np.array([p[width] for p in pairs], np.int64)
     right = np.array([p[-1] for p in pairs], np.int64)
