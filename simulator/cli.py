@@ -221,8 +221,8 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
 
 
 def _timing(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> int:
-    """``--tier timing``: every kmax × deployment timed over arrays a simulated day at a time (the
-    content of a day is made once for all of them), each streamed to ``k<K>/`` (or
+    """``--tier timing``: every kmax × deployment timed over arrays a simulated hour at a time (the
+    content of an hour is made once for all of them), each streamed to ``k<K>/`` (or
     ``<deployment>-k<K>/`` with several deployments) as a plain run's ``deliveries.parquet`` and
     ``summary.json``; then ``summary.json`` and ``latency.png`` for all runs."""
     from tqdm import tqdm

@@ -153,8 +153,9 @@ class Links:
         self.column = {pair: i for i, pair in enumerate(pairs)}
         src = np.array([servers[a] for a, _ in pairs], np.intp)
         dst = np.array([servers[b] for _, b in pairs], np.intp)
+        self._trace, self._pairs, self._beyond = trace, list(zip(src.tolist(), dst.tolist())), {}
         count = last - first + 1
-        # int32 (µs up to 35 min; frame numbers): a day of 10-s frames over 3000 links is 100 MB each
+        # int32 (µs up to 35 min; frame numbers): an hour of 10-s frames over 3000 links is 5 MB each
         self.delays = np.empty((count, len(pairs)), np.int32)
         for f in range(first, last + 1):
             rtt = trace.frame(f)[src, dst].astype(np.float64)
@@ -164,28 +165,68 @@ class Links:
         ahead = np.where(self.delays >= 0, np.arange(count, dtype=np.int32)[:, None], np.int32(count))
         self.recovers = np.minimum.accumulate(ahead[::-1], axis=0)[::-1]   # == count: not in these frames
 
-    def frames(self, t: np.ndarray) -> np.ndarray:
-        frame = np.clip((t - self.origin) // self.interval, 0, self.last_frame)
-        return np.clip(frame - self.first, 0, len(self.delays) - 1)
+    def _delay(self, column: int, frame: int) -> int:
+        """Link ``column``'s one-way delay in any frame of the trace (-1: an outage)."""
+        a, b = self._pairs[column]
+        rtt = float(self._trace.frame(frame)[a, b])
+        return -1 if rtt != rtt else round(rtt * 500.0)
+
+    def _recovery(self, column: int, frame: int) -> int:
+        """The first frame at or after ``frame`` in which link ``column`` is measured (NEVER: none)."""
+        loaded = self.first + len(self.delays)
+        if self.first <= frame < loaded:
+            found = int(self.recovers[frame - self.first, column]) + self.first
+            if found < loaded:
+                return found
+            frame = loaded
+        key = (column, frame)
+        if key not in self._beyond:          # an outage past the frames read at once: rare, scalar
+            self._beyond[key] = next((f for f in range(frame, self.last_frame + 1) if self._delay(column, f) >= 0),
+                                     int(NEVER))
+        return self._beyond[key]
 
     def arrive(self, a: str, b: str, sent: np.ndarray) -> np.ndarray:
         """Arrival at ``b`` of messages leaving ``a`` at ``sent`` (NEVER: not sent), FIFO on the link."""
         column = self.column[(a, b)]
         live = sent < NEVER
         t = np.where(live, sent, self.origin)
-        frame = self.frames(t)
-        delays = self.delays[:, column].astype(np.int64)
-        delay = delays[frame]
+        frame = np.clip((t - self.origin) // self.interval, 0, self.last_frame)
+        relative = frame - self.first
+        inside = (relative >= 0) & (relative < len(self.delays))
+        delay = np.empty(len(t), np.int64)
+        delay[inside] = self.delays[relative[inside], column]
+        if not inside.all():                 # sent after the frames read (a long hold upstream)
+            delay[~inside] = [self._delay(column, f) for f in frame[~inside].tolist()]
         held = delay < 0
         arrival = t + delay
         if held.any():
-            recover = self.recovers[frame[held], column]
-            never = recover >= len(delays)
-            recover = np.minimum(recover, len(delays) - 1)
-            until = self.origin + (recover + self.first) * self.interval
-            arrival[held] = np.where(never, NEVER, until + delays[recover])
+            recover = self._recoveries(column, frame[held])
+            never = recover >= NEVER
+            recover = np.where(never, self.first, recover)
+            until = self.origin + recover * self.interval
+            arrival[held] = np.where(never, NEVER, until + self._delays_at(column, recover))
         arrival[~live] = NEVER
-        return fifo(frame, arrival, len(delays))
+        return fifo(frame - frame.min(), arrival, int(frame.max() - frame.min()) + 1)
+
+    def _recoveries(self, column: int, frames: np.ndarray) -> np.ndarray:
+        """:meth:`_recovery` for many frames: from the table where it answers, else one by one."""
+        relative = frames - self.first
+        inside = (relative >= 0) & (relative < len(self.delays))
+        out = np.empty(len(frames), np.int64)
+        out[inside] = self.recovers[relative[inside], column].astype(np.int64) + self.first
+        redo = ~inside | (out >= self.first + len(self.delays))
+        if redo.any():
+            out[redo] = [self._recovery(column, f) for f in frames[redo].tolist()]
+        return out
+
+    def _delays_at(self, column: int, frames: np.ndarray) -> np.ndarray:
+        relative = frames - self.first
+        inside = (relative >= 0) & (relative < len(self.delays))
+        out = np.empty(len(frames), np.int64)
+        out[inside] = self.delays[relative[inside], column]
+        if not inside.all():
+            out[~inside] = [self._delay(column, f) for f in frames[~inside].tolist()]
+        return out
 
 
 def fifo(frame: np.ndarray, arrival: np.ndarray, frames: int) -> np.ndarray:
@@ -417,10 +458,11 @@ def check_supported(scenario: Any, query: Any) -> None:
 
 DELIVERY_SCHEMA = pa.schema([("app", pa.dictionary(pa.int32(), pa.string())), ("ts", pa.int64()),
                              ("arrival", pa.int64()), ("latency_us", pa.int64())])
-#: Default window: a simulated day (memory holds one day's rows whatever the run's length).
-DAY_US = 86_400_000_000
-#: How far past a window the trace is read for a held link's recovery (a longer outage is never).
-LOOKAHEAD_US = 6 * 3_600_000_000
+#: Default window: a simulated hour (memory holds one hour's rows and delays whatever the run's
+#: length: ~0.7 GB for 100 servers and ten configurations).
+WINDOW_US = 3_600_000_000
+#: How far past a window the trace is read at once (a held link's recovery beyond it is looked up).
+LOOKAHEAD_US = 600_000_000
 
 
 class Sink:
@@ -494,7 +536,7 @@ class Sink:
 
 
 def run_configs(prepared: Any, configs: list[tuple[int, str | None]], *, out: Any = None, keep_records: bool = False,
-                window_us: int = DAY_US, on_window: Any = None) -> list[Sink]:
+                window_us: int = WINDOW_US, on_window: Any = None) -> list[Sink]:
     """Time every ``(kmax, deployment)`` of ``configs`` over ``prepared``'s window, a window of
     ``window_us`` at a time: the content of a window is made once and timed for every configuration.
     With ``out``, each configuration's deliveries stream to ``out(kmax, deployment)/deliveries.parquet``.
@@ -523,7 +565,7 @@ def run_configs(prepared: Any, configs: list[tuple[int, str | None]], *, out: An
 
 
 def run_timing(prepared: Any, kmax: int, *, deployment: str | None = None, keep_records: bool = True,
-               window_us: int = DAY_US) -> TimingResult:
+               window_us: int = WINDOW_US) -> TimingResult:
     """Delivery times of ``prepared`` at degree ``kmax`` (in memory; see :func:`run_configs`)."""
     wall = time.perf_counter()
     (sink,) = run_configs(prepared, [(kmax, deployment)], keep_records=keep_records, window_us=window_us)

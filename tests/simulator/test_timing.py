@@ -99,9 +99,11 @@ class FrameTrace:
         return self.frames[index]
 
 
-def test_links_arrive_as_the_network_delivers():
+@pytest.mark.parametrize("loaded", [9, 2])
+def test_links_arrive_as_the_network_delivers(loaded):
     """Links.arrive (arrays) against simulator.network.Network (one send at a time): delays falling
-    from frame to frame (FIFO binds), and outages of one and of several frames (held)."""
+    from frame to frame (FIFO binds), and outages of one and of several frames (held); with every
+    frame read at once, and with only the first three (later sends and recoveries looked up)."""
     from replicast.simulator.network import LinkEnvironment, Network
     from replicast.simulator.timing import Links
 
@@ -119,5 +121,5 @@ def test_links_arrive_as_the_network_delivers():
     expected = np.empty(len(sent), np.int64)
     for when, i in got:
         expected[i] = when
-    links = Links(trace, servers, 0, 0, trace.n_frames - 1)
+    links = Links(trace, servers, 0, 0, loaded)
     assert np.array_equal(links.arrive("a", "b", sent), expected)
