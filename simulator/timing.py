@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from replicast.engine.core.modes import Mode
 from replicast.operators.plan import plan
