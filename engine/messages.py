@@ -25,7 +25,8 @@ Rules of this module:
 6. Stream positioning is receiver-driven: a sender sends nothing on a stream replica until its
    receiver said where to start (:class:`Resume`) or asked it to keep its log (:class:`Hold`, while
    the receiving replica joins).  The sender answers a Resume with a :class:`StreamHead` and then
-   the items from there on.
+   the items from there on.  A node that does not host the sending replica answers
+   :class:`NotHosted`.
 7. In the failover modes (:mod:`engine.core.modes`) a receiver follows one upstream replica per
    port and keeps the others on standby (:class:`Standby`).  In mode ``synchronization`` a
    process-pair primary sends its backup a :class:`Determinant` per step of its operator's input
@@ -103,6 +104,16 @@ class Standby:
 
     stream: StreamReplica
     punctuation: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotHosted:
+    """Sender → receiver (rule 6): this node does not host ``stream.source`` — it was never deployed
+    here, or the node restarted without it (a coordinator had placed it).  The receiver stops
+    waiting for the stream replica (``docs/lifecycle.md``: inputs that vanish); a stream head that
+    comes later (the replica is deployed after all) positions it again."""
+
+    stream: StreamReplica
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +363,7 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | Resume | Hold | Standby | Determinant | DeterminantAck | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
+Message = (Batch | Ack | Resume | Hold | Standby | NotHosted | Determinant | DeterminantAck | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
            | ViewBallot | ViewReply | ViewDecided | Stamped | StampAck | Committed | JoinStamping
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Report | Hello | Proof)

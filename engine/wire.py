@@ -30,7 +30,7 @@ from typing import Any, Callable
 import msgpack
 
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
-                             DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, Proof,
+                             DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, NotHosted, Proof,
                              RemoveReplica, Report, Resume, Snapshot, SnapshotRequest, StampAck, Stamped, Standby,
                              Statistics, StatisticsRequest, StreamHead, View, ViewBallot, ViewDecided, ViewReply)
 from replicast.operators.errors import ReplicastError
@@ -264,6 +264,7 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
     (23, Determinant, lambda m: [*_replica_fields(m.backup), m.seq, m.port, _records_bytes(m.records), m.punctuation],
      lambda f: Determinant(_replica(f[0], f[1]), _int(f[2], "seq"), _port(f[3]),
                            PackedRecords(_bytes(f[4], "determinant records")), _int(f[5], "punctuation", True)), 6),
+    (25, NotHosted, lambda m: _stream_fields(m.stream), lambda f: NotHosted(_stream(f)), 5),
     (24, DeterminantAck, lambda m: [*_replica_fields(m.primary), m.seq],
      lambda f: DeterminantAck(_replica(f[0], f[1]), _int(f[2], "seq")), 3),
     (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],

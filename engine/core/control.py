@@ -15,6 +15,10 @@ Rules of this module:
 5. Only the node itself and the cluster's coordinator may deploy, remove or connect; a peer may
    only disconnect a stream replica whose other end it is (:mod:`engine.core.control_policy`).
    Refusals are counted and reported like rule 4's.
+6. Disconnecting an input changes what its port can hear: the port is checked at once (lifecycle
+   rule 4), so a port left with only inputs complete above it rejoins — garbage collection that
+   takes a port's last whole input after a revival based above it (§V-B, §V-C) left it stalled
+   for good before.
 """
 
 from __future__ import annotations
@@ -153,8 +157,13 @@ class Control:
                 if hosted is not None and hosted.stamp is not None:
                     core.stamper.disconnect_peer(hosted, other.index, now)
             return
-        if core.inbound.pop(stream, None) is not None and core.failover is not None:
-            core.failover.disconnected(stream)
+        if core.inbound.pop(stream, None) is not None:
+            if core.failover is not None:
+                core.failover.disconnected(stream)
+            target = core.hosted.get(stream.target)
+            if target is not None and target.logic is not None \
+                    and target.state in (ReplicaState.LIVE, ReplicaState.REBUILDING):
+                core.lifecycle.check_port(target, stream.port, now)   # rule 6: its port's inputs changed
         source = core.hosted.get(stream.source)
         if source is not None and source.routes.pop(stream, None) is not None:
             source.parked.pop(stream, None)

@@ -26,9 +26,11 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    It is ``LIVE`` once its frontier passes the horizon.
 4. A replica whose port can no longer advance — every input it can hear is complete only above where
    the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.  This
-   is checked at every stream head, and a join time-out after an input's node goes down (and, in
-   the failover modes, when a port has nothing left to switch to: failover rule 4).  A standby
-   counts by what its head said when the port followed it.
+   is checked at every event that changes a port's inputs: a stream head, a disconnected input
+   (control rule 6), an input whose node says it does not host it (receiver rule 6: ``VANISHED``,
+   waited for like an input whose node is down), a join time-out after an input's node goes down
+   (and, in the failover modes, when a port has nothing left to switch to: failover rule 4).  A
+   standby counts by what its head said when the port followed it.
 5. Entry points have no input to resume: while joining, one keeps what its source sends.  With a
    live peer it takes the peer's retained log (lineage, as in rule 2) and then emits what it kept,
    less what that log carries — every record at or below the peer's punctuation, and the copied
@@ -385,6 +387,9 @@ class Lifecycle:
         waiting = silent = False
         for stream, inbound in core.inbound.items():
             if stream.target != hosted.replica or stream.port != port:
+                continue
+            if inbound.state is InboundState.VANISHED:
+                silent = True                         # its node may yet deploy it (receiver rule 6)
                 continue
             reachable = inbound.node == core.name or inbound.node in core.connected
             if inbound.state in _KNOWN and inbound.index is not None and dedup.waiting(inbound.index):

@@ -45,7 +45,7 @@ from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.core.stats import COUNTERS, Latency, statistics
 from replicast.engine.core.views import Voter
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
-                             DisconnectStream, Heartbeat, Hold, JoinStamping, Mark, Message, NoSnapshot, RemoveReplica,
+                             DisconnectStream, Heartbeat, Hold, JoinStamping, Mark, Message, NoSnapshot, NotHosted, RemoveReplica,
                              Report, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
                              ViewBallot, ViewDecided, ViewReply)
@@ -102,7 +102,7 @@ class NodeCore:
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
-            Standby: self.sender.on_standby,
+            Standby: self.sender.on_standby, NotHosted: self.receiver.on_not_hosted,
         }
         if self.pairs is not None:
             self._handlers.update({Determinant: self.pairs.on_determinant, DeterminantAck: self.pairs.on_ack})

@@ -26,6 +26,12 @@ Rules of this module:
    away) and equal records from distinct events keep their multiplicity.  Otherwise — also when
    the donor's stream had a gap here whose base the port has not reached (its counts there miss
    what the gap lost) — the head's frontier applies (rule 2).
+6. A sender whose node does not host the sending replica says so (:class:`~engine.messages.NotHosted`:
+   the node restarted without a replica a coordinator had placed there).  The stream replica is
+   then ``VANISHED``: its port no longer waits for it, and a port left with only inputs complete
+   above it rejoins (lifecycle rule 4) — before, it followed the vanished stream replica for ever
+   and the application never closed.  A later stream head (the replica deployed there after all)
+   positions it again as a new incarnation.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import TYPE_CHECKING
 from replicast.engine.core.events import ProtocolError
 from replicast.engine.core.hosted import Hosted, Inbound
 from replicast.engine.core.states import InboundState, ReplicaState, advance
-from replicast.engine.messages import Batch, Hold, Mark, Resume, StreamHead
+from replicast.engine.messages import Batch, Hold, Mark, NotHosted, Resume, StreamHead
 from replicast.engine.wire import EncodedRecords, PackedRecords, WireError
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import StreamReplica
@@ -93,6 +99,20 @@ class Receiver:
                 if inbound.state is InboundState.HOLDING:
                     inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)   # ask again
                 self.request(stream, inbound, hosted)
+
+    def on_not_hosted(self, src: str, message: NotHosted, now: int) -> None:
+        """Rule 6: the sender's node does not host the sending replica; stop waiting for it."""
+        core = self.core
+        inbound = core.inbound.get(message.stream)
+        if inbound is None or inbound.node != src or inbound.state is InboundState.VANISHED:
+            return
+        inbound.state = advance(inbound.state, InboundState.VANISHED)
+        core.counters["vanished_streams"] += 1
+        hosted = core.hosted[message.stream.target]
+        if core.failover is not None:
+            core.failover.disconnected(message.stream)     # a port that followed it takes its next preference
+        if hosted.logic is not None and hosted.state in _TAKING:
+            core.lifecycle.check_port(hosted, message.stream.port, now)
 
     # -- stream heads (rule 2) --------------------------------------------------------------------
     def on_head(self, src: str, head: StreamHead, now: int) -> None:

@@ -20,6 +20,10 @@ Rules of this module:
 5. A process-pair primary (mode ``synchronization``, :mod:`engine.core.pairs`) holds its output:
    items from its ``gate`` on are appended to the log but neither sent nor trimmed until
    :meth:`Sender.release` lets them go, once its backup acknowledged the steps that made them.
+6. A request for a replica this node does not host (it restarted without a replica a coordinator
+   had placed here) is answered :class:`~engine.messages.NotHosted` — and still kept as rule 4
+   says, for a deployment that may yet come: the receiver stops waiting for the stream replica
+   (receiver rule 6) and a later stream head positions it again.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING
 from replicast.engine.core.events import StreamCutOff
 from replicast.engine.core.hosted import Hosted, Route
 from replicast.engine.core.states import ReplicaState, RouteState, advance
-from replicast.engine.messages import Ack, Batch, Hold, Resume, Standby, StreamHead
+from replicast.engine.messages import Ack, Batch, Hold, NotHosted, Resume, Standby, StreamHead
 from replicast.engine.wire import EncodedRecords
 from replicast.operators.plan import StreamReplica
 from replicast.operators.record import Record
@@ -186,6 +190,8 @@ class Sender:
         route = hosted.routes.get(stream) if hosted is not None else None
         if route is None or route.node != src:
             self.core.counters["stale_requests"] += 1     # removed, or not connected here (yet: rule 4)
+            if hosted is None:
+                self.core.send(src, NotHosted(stream))     # rule 6: the receiver must not wait for it
             if route is None:
                 early = self.early
                 early.pop(stream, None)

@@ -57,6 +57,10 @@ class InboundState(Enum):
     #: Failover modes: a backup upstream replica this port does not follow; it sends nothing and keeps
     #: what a switch to it would need (engine.core.failover).
     STANDBY = "standby"
+    #: The sender's node said it does not host the sending replica (a node restarted without a replica
+    #: a coordinator had placed there): nothing will come; the port does not wait for it.  A stream
+    #: head positions it again if the replica is deployed there after all (docs/lifecycle.md).
+    VANISHED = "vanished"
 
 
 class StamperRole(Enum):
@@ -115,10 +119,16 @@ _ROUTE = {
     RouteState.DETACHED: {RouteState.ACTIVE, RouteState.PENDING},
 }
 _INBOUND = {
-    InboundState.UNPOSITIONED: {InboundState.FOLLOWING, InboundState.HOLDING, InboundState.STANDBY},
-    InboundState.HOLDING: {InboundState.FOLLOWING, InboundState.UNPOSITIONED, InboundState.STANDBY},
-    InboundState.FOLLOWING: {InboundState.HOLDING, InboundState.UNPOSITIONED, InboundState.STANDBY},
-    InboundState.STANDBY: {InboundState.UNPOSITIONED, InboundState.HOLDING, InboundState.FOLLOWING},
+    InboundState.UNPOSITIONED: {InboundState.FOLLOWING, InboundState.HOLDING, InboundState.STANDBY,
+                                InboundState.VANISHED},
+    InboundState.HOLDING: {InboundState.FOLLOWING, InboundState.UNPOSITIONED, InboundState.STANDBY,
+                           InboundState.VANISHED},
+    InboundState.FOLLOWING: {InboundState.HOLDING, InboundState.UNPOSITIONED, InboundState.STANDBY,
+                             InboundState.VANISHED},
+    InboundState.STANDBY: {InboundState.UNPOSITIONED, InboundState.HOLDING, InboundState.FOLLOWING,
+                           InboundState.VANISHED},
+    InboundState.VANISHED: {InboundState.UNPOSITIONED, InboundState.HOLDING, InboundState.FOLLOWING,
+                            InboundState.STANDBY},
 }
 _STAMPER = {
     StamperRole.OUTSIDE: {StamperRole.MEMBER, StamperRole.STAMPING},

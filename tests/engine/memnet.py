@@ -7,7 +7,7 @@ Each ``step`` delivers one message chosen by a seeded RNG among the heads of all
 so interleavings differ across links while every link stays FIFO (TCP).  Links can be cut
 (in-flight messages are lost, both ends are told ``on_peer_down``) and restored (``on_peer_up``);
 nodes can be killed (their state is lost) and restarted with a fresh core, as ``replicast node``
-after ``kill -9``; control messages (a coordinator's) can be applied at any node mid-stream.
+after ``kill -9``; links can be congested (messages wait on them); control messages (a coordinator's) can be applied at any node mid-stream.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class MemoryNetwork:
         self.links: dict[tuple[str, str], deque] = defaultdict(deque)
         self.dead: set[str] = set()
         self.cut: set[frozenset] = set()
+        self.slow: set[tuple[str, str]] = set()      # congested links: messages wait on them, in order
         self.delivered: dict[str, list] = defaultdict(list)
         self.events: list = []
         for name, core in self.cores.items():
@@ -96,7 +97,7 @@ class MemoryNetwork:
         self.flush()
 
     def step(self) -> bool:
-        busy = [link for link, queue in self.links.items() if queue]
+        busy = [link for link, queue in self.links.items() if queue and link not in self.slow]
         if not busy:
             return False
         self.deliver_one(*self.rng.choice(busy))
@@ -138,6 +139,13 @@ class MemoryNetwork:
         self.cores[a].on_peer_down(b, now=self.now)
         self.cores[b].on_peer_down(a, now=self.now)
         self.flush()
+
+    def congest(self, a: str, b: str) -> None:
+        """Messages ``a`` → ``b`` wait (in order, none lost, the link stays up) until :meth:`decongest`."""
+        self.slow.add((a, b))
+
+    def decongest(self, a: str, b: str) -> None:
+        self.slow.discard((a, b))
 
     def restore_link(self, a: str, b: str) -> None:
         self.cut.discard(frozenset((a, b)))
