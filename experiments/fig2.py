@@ -77,8 +77,8 @@ COLUMNS = ("mode", "t_s", "latency_ms", "record")
 #: Seconds before the crash the "before" latency is averaged over and the plot shows (40–60 s in the paper).
 WINDOW_S = 20.0
 SUMMARY_COLUMNS = ("mode", "records", "records_before_crash", "records_after_crash", "mean_latency_before_ms",
-                   "mean_latency_after_ms", "median_latency_after_ms", "max_latency_after_ms", "longest_gap_before_s",
-                   "longest_gap_after_s", "newest_t_s")
+                   "mean_latency_after_ms", "median_latency_before_ms", "median_latency_after_ms",
+                   "max_latency_after_ms", "longest_gap_before_s", "longest_gap_after_s", "newest_t_s")
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def deliveries(ts_us: np.ndarray, arrival_us: np.ndarray, fields: list[tuple], s
 
 
 def summarise(frame: pd.DataFrame, settings: Settings) -> list[dict]:
-    """Per mode: what it delivered before and after the crash, its mean latency over the
+    """Per mode: what it delivered before and after the crash, its mean and median latency over the
     :data:`WINDOW_S` before the crash (the paper's plot starts there) and after it, its longest
     pause in each span (before the crash: from its first delivery at the earliest), and the
     timestamp of the newest record it delivered."""
@@ -193,6 +193,7 @@ def summarise(frame: pd.DataFrame, settings: Settings) -> list[dict]:
             "mode": mode, "records": len(mine), "records_before_crash": len(before), "records_after_crash": len(after),
             "mean_latency_before_ms": _round(recent["latency_ms"].mean()),
             "mean_latency_after_ms": _round(after["latency_ms"].mean()),
+            "median_latency_before_ms": _round(recent["latency_ms"].median()),
             "median_latency_after_ms": _round(after["latency_ms"].median()),
             "max_latency_after_ms": _round(after["latency_ms"].max()),
             "longest_gap_before_s": _gap(before["arrival_s"], _steady(before["arrival_s"], settings.crash_s),
@@ -220,14 +221,26 @@ def _round(value: Any) -> float | str:
 
 
 def plot(frame: pd.DataFrame, settings: Settings, path: Path, title: str) -> Path:
-    """Latency of every record against its timestamp, one colour per mode, the crash marked."""
+    """Latency of every record against its timestamp, one colour per mode, the crash marked.
+
+    Before the crash the modes' curves overlap (no replication is as fast as the fastest path, like
+    replication): "no replication" is drawn last, on top, in a dashed black line with open markers,
+    and the others in decreasing width, so every curve stays visible where they coincide."""
     from replicast.experiments.figures import panels
 
     with panels(path, title, 1, width=6.4, height=4.4) as (ax,):
-        for i, mode in enumerate(settings.modes):
+        order = [m for m in settings.modes if m != "none"] + [m for m in settings.modes if m == "none"]
+        for rank, mode in enumerate(order):
+            i = settings.modes.index(mode)
             mine = frame[frame["mode"] == mode].sort_values("t_s", kind="stable")
-            ax.plot(mine["t_s"], mine["latency_ms"] / 1e3, ".-", markersize=2, linewidth=0.6, color=f"C{i}",
-                    label="no replication" if mode == "none" else mode)
+            if mode == "none":
+                style = dict(marker="o", markersize=3, markerfacecolor="none", linestyle="--", linewidth=1.0,
+                             color="k", zorder=10)
+            else:
+                style = dict(marker=".", markersize=2, linestyle="-", linewidth=max(0.6, 2.4 - 0.45 * rank),
+                             color=f"C{i}", alpha=0.85, zorder=2 + rank)
+            ax.plot(mine["t_s"], mine["latency_ms"] / 1e3, label="no replication" if mode == "none" else mode,
+                    **style)
         ax.axvline(settings.crash_s, color="k", linestyle=":", linewidth=1)
         ax.annotate("failure", (settings.crash_s, 0), xytext=(3, 3), textcoords="offset points", fontsize=8)
         ax.set_xlim(max(0.0, settings.crash_s - WINDOW_S), settings.duration_s)

@@ -106,3 +106,46 @@ def test_fig2_tcp_clusters(tmp_path):
 def test_fig2_bad_options(tmp_path, capsys, argv, message):
     assert main(["experiment", "fig2", "--simulate", "--out", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_synchronization_row_compares_medians_and_no_replication_is_drawn_on_top(tmp_path):
+    """The report's synchronization row compares the median after the crash with the median before
+    it (not with a mean: one take-over pause drags a mean up), and the "no replication" curve, which
+    coincides with the others before the crash, is drawn last (on top) so it stays visible."""
+    from replicast.experiments.report import fig2_rows
+
+    settings = fig2.Settings(modes=("replication", "none", "synchronization"), duration_s=20.0, crash_s=10.0)
+    rows = []
+    for mode, latency in (("replication", 50.0), ("none", 50.0), ("synchronization", 80.0)):
+        for t in range(1, 20):
+            if mode == "none" and t >= 10:
+                break
+            after = t >= 10
+            # synchronization: a 2-s take-over pause right after the crash, then faster than before
+            ms = (2000.0 if t == 10 else 60.0) if mode == "synchronization" and after else latency
+            rows.append({"mode": mode, "t_s": float(t), "arrival_s": t + ms / 1e3, "latency_ms": ms, "record": "r"})
+    frame = pd.DataFrame(rows)
+    summary = fig2.summarise(frame, settings)
+    sync = next(r for r in summary if r["mode"] == "synchronization")
+    assert sync["median_latency_before_ms"] == 80.0 and sync["median_latency_after_ms"] == 60.0
+    assert sync["mean_latency_after_ms"] > sync["mean_latency_before_ms"]     # the mean hides the drop
+    row = next(r for r in fig2_rows({"rows": summary, "settings": settings, "runtime": "simulated"})
+               if "synchronization after the crash" in r)
+    assert "median latency 80.0 ms before, 60.0 ms after" in row and "Same:" in row
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    drawn = []
+    original = pyplot.Axes.plot
+
+    def spy(self, *args, **kwargs):
+        drawn.append((kwargs.get("label"), kwargs.get("zorder", 0)))
+        return original(self, *args, **kwargs)
+
+    pyplot.Axes.plot = spy
+    try:
+        fig2.plot(frame, settings, tmp_path / "fig2.png", "test")
+    finally:
+        pyplot.Axes.plot = original
+    assert drawn[-1][0] == "no replication" and drawn[-1][1] > max(z for _, z in drawn[:-1])
