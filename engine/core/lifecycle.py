@@ -50,7 +50,7 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,7 @@ class Joining:
     not_before: int = 0                             # ask again no sooner (rule 5: its donor was behind)
     source_wait: int = 0                            # an entry point: ask no sooner unless it holds something (rule 5)
     behind_since: int | None = None                 # when a donor was first found behind
+    rebuilding: list[ReplicaId] = field(default_factory=list)   # peers that refused: they rebuild (rule 3)
 
 
 class Lifecycle:
@@ -132,7 +133,7 @@ class Lifecycle:
             if not reachable:
                 if now < join.deadline and join.donors:
                     return                            # a peer's node may still connect
-                self.rebuild(hosted, now, "no live peer replica answered")
+                self.rebuild(hosted, now, self._no_peer(hosted, join))
                 return
             join.asked = reachable[0]
             join.donors.remove(join.asked)
@@ -300,7 +301,20 @@ class Lifecycle:
         join = hosted.joining if hosted is not None else None
         if join is not None and join.asked is not None and join.asked[0] == message.donor:
             join.asked = None
+            if message.reason == f"it is {ReplicaState.REBUILDING.value}":
+                join.rebuilding.append(message.donor)
             self.step(hosted, now)
+
+    def _no_peer(self, hosted: Hosted, join: Joining) -> str:
+        """Why ``hosted`` rebuilds (rule 3).  If peers answered that they rebuild themselves, it is
+        counted and said apart (``peers_rebuilding``): no replica of the operator is exact, so a
+        count-window aggregate downstream will stay silent — an operator must learn it."""
+        if not join.rebuilding:
+            return "no live peer replica answered"
+        self.core.counters["peers_rebuilding"] += 1
+        peers = ", ".join(map(str, join.rebuilding))
+        return (f"no live peer replica answered; {peers} rebuilding too: no replica of {hosted.replica.name} "
+                f"is exact (what was lost is said once the ports' frontiers are known)")
 
     # -- rebuilding without a peer (rule 3) -------------------------------------------------------
     def rebuild(self, hosted: Hosted, now: int, reason: str) -> None:

@@ -127,3 +127,39 @@ def test_a_port_whose_last_whole_input_is_collected_rejoins():
                    2 * n // 3: peer_dies}, tick_us=20_000)
     assert_reference(net)
     assert net.cores[dst].counters["rejoins"] >= 1
+
+
+def test_a_replica_whose_peers_are_all_rebuilding_is_reported():
+    """Both nodes of the count-window aggregate ``load_trend`` die (beyond kmax − 1 failures) and
+    start again one after the other: the first rebuilds (no peer), the second finds its only peer
+    REBUILDING — never exact since — and rebuilds too.  Neither will ever emit a count window again
+    (docs/lifecycle.md); that must be said — an event naming the peers, the ``peers_rebuilding``
+    counter (``replicast_peers_rebuilding_total``) — instead of a silent downstream window.  And
+    nothing wrong is delivered."""
+    place = own_nodes_placement()
+    first, second = place["load_trend"]
+    net = MemoryNetwork(FIG1, place, seed=2, options=NodeOptions(join_timeout_us=300_000))
+    n = len(fig1_messages())
+
+    def kill_both(net):
+        net.run()
+        net.kill(first)
+        net.kill(second)
+
+    def restart(node):
+        def action(net):
+            net.run()
+            net.restart(node)
+            for _ in range(10):
+                net.run()
+                net.tick(100_000)
+        return action
+
+    run_fig1(net, {n // 3: kill_both, n // 3 + 2: restart(first), n // 3 + 4: restart(second)}, tick_us=20_000)
+    assert net.cores[second].counters["peers_rebuilding"] == 1
+    reports = [e for node, e in net.events if node == second and "rebuilding" in getattr(e, "reason", "")
+               and "load_trend#0" in getattr(e, "reason", "")]
+    assert reports, "no event names the rebuilding peer"
+    assert net.cores[first].counters["peers_rebuilding"] == 0       # it had no live peer at all: plain rebuild
+    expected = replay(FIG1, FIG1_STREAMS, replicas=1, punctuation_us=P).outputs
+    assert not Counter(net.delivered["load_trends"]) - Counter(expected["load_trends"])
