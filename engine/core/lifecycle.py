@@ -23,7 +23,9 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    and the operator says above which horizon its outputs are complete, suppressing what it cannot
    vouch for (:meth:`operators.base.Operator.rebuild`).  Its stream's frontier is that horizon.  At
    a cluster's start every log is whole, the frontiers are −∞, and rebuilding is simply starting.
-   It is ``LIVE`` once its frontier passes the horizon.
+   It is ``LIVE`` once its frontier passes the horizon.  One that lost input asks its peers again
+   every join time-out (and when a peer's node comes back) and rejoins from the first live one;
+   one that rebuilt because its peers were rebuilding too is reported (``peers_rebuilding``).
 4. A replica whose port can no longer advance — every input it can hear is complete only above where
    the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.  This
    is checked at every event that changes a port's inputs: a stream head, a disconnected input
@@ -96,6 +98,8 @@ class Lifecycle:
         self.core = core
         self.joining: set[ReplicaId] = set()          # hosted replicas in JOINING (timers are theirs)
         self.checks: dict[ReplicaId, int] = {}        # replica -> when to check its ports (rule 4)
+        self.probes: dict[ReplicaId, int] = {}        # rebuilding replica -> when to ask its peers again (rule 3)
+        self.beside: dict[ReplicaId, list[ReplicaId]] = {}   # rebuilding replica -> its peers that rebuild too
 
     # -- starting ---------------------------------------------------------------------------------
     def start(self, hosted: Hosted, now: int) -> None:
@@ -144,6 +148,9 @@ class Lifecycle:
             self.step(hosted, now)
 
     def on_peer_change(self, node: str, now: int) -> None:
+        if node in self.core.connected:
+            for replica in self.probes:               # a peer's node is back: it may be live (rule 3)
+                self.probes[replica] = min(self.probes[replica], now)
         for hosted in list(self.core.hosted.values()):
             join = hosted.joining
             if join is None or hosted.state is not ReplicaState.JOINING:
@@ -153,10 +160,11 @@ class Lifecycle:
             self.step(hosted, now)
 
     def next_deadline(self) -> int | None:
-        if not self.joining and not self.checks:
+        if not self.joining and not self.checks and not self.probes:
             return None
         hosted = self.core.hosted
-        return min([*(hosted[r].joining.deadline for r in self.joining), *self.checks.values()])
+        return min([*(hosted[r].joining.deadline for r in self.joining), *self.checks.values(),
+                    *self.probes.values()])
 
     def on_timer(self, now: int) -> None:
         hosted = self.core.hosted
@@ -165,11 +173,15 @@ class Lifecycle:
                 self.step(hosted[replica], now)
         if self.checks:
             self._run_checks(now)
+        if self.probes:
+            self._probe(now)
 
     def forget(self, replica: ReplicaId) -> None:
         """``replica`` was removed."""
         self.joining.discard(replica)
         self.checks.pop(replica, None)
+        self.probes.pop(replica, None)
+        self.beside.pop(replica, None)
 
     # -- snapshots (rule 2) -----------------------------------------------------------------------
     def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> None:
@@ -226,6 +238,9 @@ class Lifecycle:
     def on_snapshot(self, src: str, message: Snapshot, now: int) -> None:
         core = self.core
         hosted = core.hosted.get(message.joiner)
+        if hosted is not None and hosted.state is ReplicaState.REBUILDING and hosted.replica in self.probes:
+            self.rejoin(hosted, now, f"{message.donor} is live: rejoins from it")   # rule 3
+            return
         join = hosted.joining if hosted is not None else None
         if hosted is None or hosted.state is not ReplicaState.JOINING or join is None or join.asked is None \
                 or join.asked[0] != message.donor:
@@ -306,15 +321,13 @@ class Lifecycle:
             self.step(hosted, now)
 
     def _no_peer(self, hosted: Hosted, join: Joining) -> str:
-        """Why ``hosted`` rebuilds (rule 3).  If peers answered that they rebuild themselves, it is
-        counted and said apart (``peers_rebuilding``): no replica of the operator is exact, so a
-        count-window aggregate downstream will stay silent — an operator must learn it."""
+        """Why ``hosted`` rebuilds (rule 3); notes the peers that answered they rebuild themselves
+        (reported once the rebuild turns out to have lost input: :meth:`adopt`)."""
         if not join.rebuilding:
+            self.beside.pop(hosted.replica, None)
             return "no live peer replica answered"
-        self.core.counters["peers_rebuilding"] += 1
-        peers = ", ".join(map(str, join.rebuilding))
-        return (f"no live peer replica answered; {peers} rebuilding too: no replica of {hosted.replica.name} "
-                f"is exact (what was lost is said once the ports' frontiers are known)")
+        self.beside[hosted.replica] = list(join.rebuilding)
+        return f"no live peer replica answered ({', '.join(map(str, join.rebuilding))} rebuilding too)"
 
     # -- rebuilding without a peer (rule 3) -------------------------------------------------------
     def rebuild(self, hosted: Hosted, now: int, reason: str) -> None:
@@ -349,10 +362,18 @@ class Lifecycle:
         else:
             horizon = min(CLOSED, logic.operator.rebuild(frontiers))
             self.core.counters["rebuilt_without_peer"] += 1
+            beside = self.beside.pop(hosted.replica, None)
+            if beside:                                # rule 3: said apart — no replica of the operator is exact
+                self.core.counters["peers_rebuilding"] += 1
             self.core.event(ReplicaChanged(hosted.replica, "rebuilding", "rebuilding",
                                            f"input at or below {frontiers} is lost: outputs are complete above "
-                                           f"{horizon} only"))
+                                           f"{horizon} only" + (f"; its peers {', '.join(map(str, beside))} rebuild "
+                                                                f"too: no replica of {hosted.replica.name} is exact"
+                                                                if beside else "")))
         hosted.horizon = horizon
+        if horizon != NO_PUNCTUATION and any(node for i, node in enumerate(hosted.peers)
+                                             if i != hosted.replica.index):
+            self.probes[hosted.replica] = now          # it lost input: ask its peers until one is live
         hosted.log.frontier = horizon if hosted.log.frontier is None else max(hosted.log.frontier, horizon)
         self.core.sender.serve_parked(hosted)
         self.check_horizon(hosted, now)
@@ -361,6 +382,21 @@ class Lifecycle:
         if hosted.horizon is not None and hosted.logic.operator.frontier >= hosted.horizon:
             reason = "started" if hosted.horizon == NO_PUNCTUATION else f"complete past horizon {hosted.horizon}"
             self._change(hosted, ReplicaState.LIVE, reason)
+
+    def _probe(self, now: int) -> None:
+        """Rule 3: a rebuilding replica that lost input asks its peers for a snapshot every join
+        time-out (and when a peer's node comes back); the first live one's answer makes it rejoin
+        — from that peer, exact again (a count-window aggregate would otherwise stay silent for good)."""
+        core = self.core
+        for replica in [r for r, at in self.probes.items() if at <= now]:
+            hosted = core.hosted.get(replica)
+            if hosted is None or hosted.state is not ReplicaState.REBUILDING:
+                del self.probes[replica]
+                continue
+            self.probes[replica] = now + core.options.join_timeout_us
+            for i, node in enumerate(hosted.peers):
+                if i != replica.index and node and (node == core.name or node in core.connected):
+                    core.send(node, SnapshotRequest(replica, ReplicaId(replica.name, i)))
 
     # -- rejoining (rule 4) -----------------------------------------------------------------------
     def check_port(self, hosted: Hosted, port: int, now: int, *, links_lost: bool = False) -> None:
@@ -478,5 +514,7 @@ class Lifecycle:
         if new is not ReplicaState.JOINING:
             self.joining.discard(hosted.replica)
             hosted.joining = None
+        if new is not ReplicaState.REBUILDING:
+            self.probes.pop(hosted.replica, None)
         if new is not old:
             self.core.event(ReplicaChanged(hosted.replica, old.value, new.value, reason))

@@ -163,3 +163,53 @@ def test_a_replica_whose_peers_are_all_rebuilding_is_reported():
     assert net.cores[first].counters["peers_rebuilding"] == 0       # it had no live peer at all: plain rebuild
     expected = replay(FIG1, FIG1_STREAMS, replicas=1, punctuation_us=P).outputs
     assert not Counter(net.delivered["load_trends"]) - Counter(expected["load_trends"])
+
+
+def test_rebuilding_replicas_rejoin_from_a_peer_that_is_live_again():
+    """Three replicas of the count-window aggregate ``load_trend``; two die and restart while cut
+    off from the third (a partition), so the first restarted rebuilds with no reachable peer and
+    the second finds only that one — rebuilding — and rebuilds too (reported).  When the links
+    heal, the third is LIVE: both rejoin from it, and once it dies for good they carry the count
+    windows alone, exactly.  Before, they stayed REBUILDING (a count window is never again emitted
+    by a rebuilt replica) and ``load_trends`` went silent when the live one died."""
+    place = own_nodes_placement()
+    place["load_trend"] = ["l0", "l1", "l2"]
+    # A small retention limit: the dead replicas' routes are cut off, so the restarted ones lose input.
+    net = MemoryNetwork(FIG1, place, seed=4, options=NodeOptions(join_timeout_us=300_000, retention_items=100))
+    n = len(fig1_messages())
+
+    def settle(net):
+        for _ in range(10):
+            net.run()
+            net.tick(100_000)
+
+    def kill_two(net):
+        net.run()
+        net.kill("l0")
+        net.kill("l1")
+        net.cut_link("l0", "l2")
+        net.cut_link("l1", "l2")
+
+    def restart(node):
+        def action(net):
+            net.run()
+            net.restart(node)
+            settle(net)
+        return action
+
+    def heal(net):
+        net.restore_link("l0", "l2")
+        net.restore_link("l1", "l2")
+        settle(net)
+
+    def live_one_dies(net):
+        settle(net)
+        net.kill("l2")
+
+    run_fig1(net, {n // 4: kill_two, n // 4 + 200: restart("l0"), n // 4 + 202: restart("l1"), n // 2 + 40: heal,
+                   2 * n // 3: live_one_dies}, tick_us=20_000)
+    assert net.cores["l1"].counters["peers_rebuilding"] == 1
+    for node in ("l0", "l1"):
+        hosted = net.cores[node].hosted[ReplicaId("load_trend", int(node[1]))]
+        assert hosted.state is ReplicaState.LIVE, node
+    assert_reference(net)

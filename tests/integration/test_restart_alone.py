@@ -1,0 +1,114 @@
+"""One node of the Fig. 1 cluster killed with SIGKILL and started again as docs/deploy.md says, nothing
+else — with the placement of the cluster file, and with ``[coordinator]`` (``placement = "min-cost"``:
+the coordinator deployed the operators, so the restarted node's own configuration does not have
+them).  Every application must receive exactly ``replay``'s reference and close.
+
+With the coordinator this lost 12,450 of 19,123 alerts and ``alerts`` never closed: the restarted
+node did not answer its receivers' ``Resume`` for the replicas it no longer hosted, and they followed
+them for ever (docs/lifecycle.md, "Inputs that vanish")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import aiomqtt
+import pytest
+
+from replicast.engine.replay import replay
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
+from tests.integration.helpers import (ROOT, cluster, collect_outputs, free_ports, kill, make_cluster_module, mosquitto,
+                                       publish_fig1_round)
+
+PUNCTUATION_MS = 100
+TICK_S = 0.1
+KILL_AT, RESTART_AT, LAST_TICK = 15, 25, 90
+
+
+def deployed(run_dir) -> dict[str, str]:
+    """replica -> node, from the coordinator's placement decisions in the nodes' logs."""
+    out = {}
+    for path in sorted(run_dir.glob("*.log")):
+        for line in path.read_text().splitlines():
+            if line.startswith("{"):
+                entry = json.loads(line)
+                if entry.get("event") == "placement_decision" and entry.get("decision") == "deploy":
+                    out[entry["target"]] = entry["nodes"][0]
+    return out
+
+
+async def drive(broker_port: int, servers: list[str], actions) -> tuple[dict, dict]:
+    published = {f"{kind}_{s}": [] for s in servers for kind in ("cpu", "ping")}
+    arrivals: dict[str, list] = {}
+    async with aiomqtt.Client("127.0.0.1", broker_port, identifier="test-sub") as sub, \
+            aiomqtt.Client("127.0.0.1", broker_port, identifier="test-pub") as pub:
+        await sub.subscribe("replicast/out/#", qos=1)
+        collector = asyncio.create_task(collect_outputs(
+            sub, lambda app, items: arrivals.setdefault(app, []).extend(i for i in items if "ts" in i), applications=3))
+        for tick in range(LAST_TICK):
+            actions(tick)
+            await publish_fig1_round(pub, servers, tick, published)
+            await asyncio.sleep(TICK_S)
+        for stream in published:
+            await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": CLOSED}), qos=1)
+        try:
+            await asyncio.wait_for(collector, 90)
+        except asyncio.TimeoutError:
+            closed = sorted(a for a, items in arrivals.items())
+            raise AssertionError(f"not every application closed within 90 s (some output from {closed})")
+    return published, arrivals
+
+
+@pytest.mark.parametrize("coordinator", [False, True], ids=["placement", "coordinator"])
+def test_one_node_killed_and_restarted_nothing_else(tmp_path, coordinator):
+    make = make_cluster_module()
+    query = load_query(ROOT / "examples/cluster-fig1-query.toml")
+    with mosquitto(tmp_path) as broker_port:
+        ports = free_ports(14)
+        cluster_file = tmp_path / "cluster.toml"
+        cluster_file.write_text(make.cluster_toml(
+            query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
+            broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret="integration-secret",
+            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS, min_cost=coordinator))
+        run_dir = tmp_path / "run"
+        restarted = None
+        with cluster(cluster_file, run_dir) as processes:
+            if coordinator:
+                where = deployed(run_dir)
+                victim = where.get("correlate#0") or where.get("correlate#1")
+                assert victim is not None and victim != "app", where
+            else:
+                victim = make.placement()["correlate"][0]
+
+            def actions(tick: int) -> None:
+                nonlocal restarted
+                if tick == KILL_AT:
+                    kill(processes[victim])
+                elif tick == RESTART_AT:           # docs/deploy.md: the same command, the same state directory
+                    out = open(tmp_path / "restarted.log", "w")
+                    restarted = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "node", "--config",
+                                                  str(cluster_file), "--name", victim, "--log-json",
+                                                  "--state-dir", str(run_dir / "state")],
+                                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                published, arrivals = asyncio.run(drive(broker_port, make.SERVERS, actions))
+            finally:
+                if restarted is not None:
+                    restarted.terminate()
+                    restarted.wait(10)
+    streams = {name: [(r["ts"], *[v for k, v in r.items() if k != "ts"]) for r in records]
+               for name, records in published.items()}
+    reference = replay(query, streams, replicas=1, punctuation_us=PUNCTUATION_MS * 1000).outputs
+    for app, spec in query.applications.items():
+        names = query.schemas[spec.input].names
+        got = [(i["ts"], *[i[n] for n in names]) for i in arrivals.get(app, [])]
+        assert len(reference[app]) > 0, app
+        assert Counter(got) == Counter(reference[app]), \
+            f"{app}: {len(got)} records vs {len(reference[app])}; missing {list(Counter(reference[app]) - Counter(got))[:3]}" \
+            f"; extra {list(Counter(got) - Counter(reference[app]))[:3]}"
+        if spec.ordered:
+            assert got == reference[app], app
