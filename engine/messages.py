@@ -363,7 +363,8 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | Resume | Hold | Standby | NotHosted | Determinant | DeterminantAck | StreamHead | Mark | SnapshotRequest | Snapshot | NoSnapshot
+Message = (Batch | Ack | Resume | Hold | Standby | NotHosted | Determinant | DeterminantAck | StreamHead | Mark
+           | SnapshotRequest | Snapshot | NoSnapshot
            | ViewBallot | ViewReply | ViewDecided | Stamped | StampAck | Committed | JoinStamping
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat
            | StatisticsRequest | Statistics | Report | Hello | Proof)

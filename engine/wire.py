@@ -30,8 +30,8 @@ from typing import Any, Callable
 import msgpack
 
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
-                             DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, NotHosted, Proof,
-                             RemoveReplica, Report, Resume, Snapshot, SnapshotRequest, StampAck, Stamped, Standby,
+                             DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, Mark, Message, NoSnapshot, NotHosted,
+                             Proof, RemoveReplica, Report, Resume, Snapshot, SnapshotRequest, StampAck, Stamped, Standby,
                              Statistics, StatisticsRequest, StreamHead, View, ViewBallot, ViewDecided, ViewReply)
 from replicast.operators.errors import ReplicastError
 from replicast.operators.plan import ReplicaId, StreamReplica

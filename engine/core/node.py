@@ -45,8 +45,8 @@ from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.core.stats import COUNTERS, Latency, statistics
 from replicast.engine.core.views import Voter
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
-                             DisconnectStream, Heartbeat, Hold, JoinStamping, Mark, Message, NoSnapshot, NotHosted, RemoveReplica,
-                             Report, Resume, Snapshot,
+                             DisconnectStream, Heartbeat, Hold, JoinStamping, Mark, Message, NoSnapshot, NotHosted,
+                             RemoveReplica, Report, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
                              ViewBallot, ViewDecided, ViewReply)
 from replicast.operators.plan import ReplicaId, StreamReplica

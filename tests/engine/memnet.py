@@ -7,7 +7,8 @@ Each ``step`` delivers one message chosen by a seeded RNG among the heads of all
 so interleavings differ across links while every link stays FIFO (TCP).  Links can be cut
 (in-flight messages are lost, both ends are told ``on_peer_down``) and restored (``on_peer_up``);
 nodes can be killed (their state is lost) and restarted with a fresh core, as ``replicast node``
-after ``kill -9``; links can be congested (messages wait on them); control messages (a coordinator's) can be applied at any node mid-stream.
+after ``kill -9``; links can be congested (messages wait on them, in order); control messages (a
+coordinator's) can be applied at any node mid-stream.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from replicast.engine.core.configure import placement_plan
+from replicast.engine.core.states import InboundState
 from replicast.engine.messages import ConnectStream, DisconnectStream
 from replicast.engine.node import NodeOptions, ReplicaState
-from replicast.engine.core.configure import placement_plan
 from replicast.engine.replay import replay
-from replicast.engine.core.states import InboundState
 from replicast.operators.plan import ReplicaId, StreamReplica
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_lifecycle import FIG1, FIG1_STREAMS, P, assert_reference, fig1_messages, run_fig1

@@ -8,7 +8,7 @@ from hypothesis import example, given, strategies as st
 
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                              DisconnectStream, Heartbeat,
-                             Hello, Hold, JoinStamping, Mark, NoSnapshot, Proof, RemoveReplica, Resume, Snapshot,
+                             Hello, Hold, JoinStamping, Mark, NoSnapshot, NotHosted, Proof, RemoveReplica, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                              ViewBallot, ViewDecided, ViewReply)
 from replicast.engine import wire
@@ -31,7 +31,7 @@ EXAMPLES = [
     SnapshotRequest(ReplicaId("join", 1), ReplicaId("join", 0)),
     Snapshot(ReplicaId("join", 1), ReplicaId("join", 0), {"kind": "operator", "positions": ((b"x", 1),)}),
     NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), "it is joining"),
-    Standby(S, 12), Standby(S, -(2**63)),
+    Standby(S, 12), Standby(S, -(2**63)), NotHosted(S),
     ViewBallot("cpu", 1, 65537), ViewBallot("cpu", 1, 65537, View(65537, 1, ((0, 5), (1, 9)))),
     ViewReply("cpu", 1, 65537, 2, True, 65537, View(65537, 1, ((1, 9),))), ViewReply("cpu", 0, 3, 1, False, 7, None),
     ViewDecided("cpu", -1, View(65537, 1, ((1, 9),)), 4, -(2**63), -1, 2), Stamped("cpu", 0, 65537, 4, ((1, "s", 0.5),), 3),

@@ -226,3 +226,25 @@ async def publish_fig1_round(pub, servers: list[str], tick: int, published: dict
     p = time.time_ns() // 1000 - 1
     for stream in published:
         await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": p}), qos=1)
+
+
+def assert_fig1_reference(query, published: dict[str, list[dict]], arrivals: dict[str, list[dict]],
+                          punctuation_ms: float) -> None:
+    """Every application received exactly ``replay``'s reference of what was ``published`` (in order
+    for ordered applications)."""
+    from collections import Counter
+
+    from replicast.engine.replay import replay
+
+    streams = {name: [(r["ts"], *[v for k, v in r.items() if k != "ts"]) for r in records]
+               for name, records in published.items()}
+    reference = replay(query, streams, replicas=1, punctuation_us=round(punctuation_ms * 1000)).outputs
+    for app, spec in query.applications.items():
+        names = query.schemas[spec.input].names
+        got = [(i["ts"], *[i[n] for n in names]) for i in arrivals.get(app, [])]
+        assert len(reference[app]) > 0, app
+        assert Counter(got) == Counter(reference[app]), \
+            f"{app}: {len(got)} records vs {len(reference[app])}; missing {list(Counter(reference[app]) - Counter(got))[:3]}" \
+            f"; extra {list(Counter(got) - Counter(reference[app]))[:3]}"
+        if spec.ordered:
+            assert got == reference[app], app

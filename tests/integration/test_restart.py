@@ -10,15 +10,13 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections import Counter
 
 import aiomqtt
 
-from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import (ROOT, cluster, collect_outputs, free_ports, kill, make_cluster_module, metric,
-                                       mosquitto, publish_fig1_round)
+from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, collect_outputs, free_ports, kill,
+                                       make_cluster_module, metric, mosquitto, publish_fig1_round)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -101,15 +99,4 @@ def test_restart_then_kill_the_peer_for_good(tmp_path):
     assert states["correlate#0"] == "live" and states["load_trend#1"] == "live"
     assert "snapshot" in how["correlate#0"] and "snapshot" in how["load_trend#1"], how
     assert dead_letters == [], dead_letters         # what its donors took before it joined is not "late"
-    streams = {name: [(r["ts"], *[v for k, v in r.items() if k != "ts"]) for r in records]
-               for name, records in published.items()}
-    reference = replay(query, streams, replicas=1, punctuation_us=PUNCTUATION_MS * 1000).outputs
-    for app, spec in query.applications.items():
-        names = query.schemas[spec.input].names
-        got = [(i["ts"], *[i[n] for n in names]) for i in arrivals.get(app, [])]
-        assert len(reference[app]) > 0, app
-        assert Counter(got) == Counter(reference[app]), \
-            f"{app}: {len(got)} records vs {len(reference[app])}; missing {list(Counter(reference[app]) - Counter(got))[:3]}" \
-            f"; extra {list(Counter(got) - Counter(reference[app]))[:3]}"
-        if spec.ordered:
-            assert got == reference[app], app
+    assert_fig1_reference(query, published, arrivals, PUNCTUATION_MS)

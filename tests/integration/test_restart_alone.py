@@ -14,16 +14,14 @@ import json
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import aiomqtt
 import pytest
 
-from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import (ROOT, cluster, collect_outputs, free_ports, kill, make_cluster_module, mosquitto,
-                                       publish_fig1_round)
+from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, collect_outputs, free_ports, kill,
+                                       make_cluster_module, mosquitto, publish_fig1_round)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -128,15 +126,4 @@ def test_one_node_killed_and_restarted_nothing_else(tmp_path, coordinator):
                 if restarted is not None:
                     restarted.terminate()
                     restarted.wait(10)
-    streams = {name: [(r["ts"], *[v for k, v in r.items() if k != "ts"]) for r in records]
-               for name, records in published.items()}
-    reference = replay(query, streams, replicas=1, punctuation_us=PUNCTUATION_MS * 1000).outputs
-    for app, spec in query.applications.items():
-        names = query.schemas[spec.input].names
-        got = [(i["ts"], *[i[n] for n in names]) for i in arrivals.get(app, [])]
-        assert len(reference[app]) > 0, app
-        assert Counter(got) == Counter(reference[app]), \
-            f"{app}: {len(got)} records vs {len(reference[app])}; missing {list(Counter(reference[app]) - Counter(got))[:3]}" \
-            f"; extra {list(Counter(got) - Counter(reference[app]))[:3]}"
-        if spec.ordered:
-            assert got == reference[app], app
+    assert_fig1_reference(query, published, arrivals, PUNCTUATION_MS)
