@@ -111,12 +111,21 @@ class NodeMetrics:
         states = GaugeMetricFamily("replicast_replica_state", "1 for the state each hosted replica is in "
                                    "(joining, rebuilding, live: docs/lifecycle.md)", labels=["replica", "state"])
         epochs = GaugeMetricFamily("replicast_replica_epoch", "the replica's incarnation (µs)", labels=["replica"])
+        lost = GaugeMetricFamily("replicast_replica_lost_input", "1 while the replica, rebuilt without a live peer, "
+                                 "lacks input it lost and no live peer has given it a snapshot (docs/lifecycle.md)",
+                                 labels=["replica"])
+        vanished = GaugeMetricFamily("replicast_replica_vanished_inputs", "input stream replicas whose node said it "
+                                     "does not host their sender (docs/lifecycle.md)", labels=["replica"])
         for replica, values in stats.get("replicas", {}).items():
             for state in ("joining", "rebuilding", "live"):
                 states.add_metric([replica, state], 1 if values["state"] == state else 0)
             epochs.add_metric([replica], values["epoch"])
+            lost.add_metric([replica], 1 if values.get("lost_input") else 0)
+            vanished.add_metric([replica], values.get("vanished_inputs", 0))
         yield states
         yield epochs
+        yield lost
+        yield vanished
         for key in COUNTERS:
             yield CounterMetricFamily(f"replicast_{key}", f"node counter {key} (docs/node.md)", value=stats.get(key, 0))
         yield latency_family(stats.get("latency", {}))

@@ -7,7 +7,7 @@ from bisect import bisect_left
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from replicast.engine.core.states import StamperRole
+from replicast.engine.core.states import InboundState, StamperRole
 from replicast.operators.record import Record
 from replicast.placement.reports import InputReport, ServerReport
 
@@ -85,7 +85,11 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
             "retained": len(h.log), "late": h.entry.late if h.entry else 0,
             "carried": h.entry.carried if h.entry else 0,
             "accepted": h.entry.accepted if h.entry else 0, "malformed": h.entry.malformed if h.entry else 0,
-            "stamping": h.stamp is not None and h.stamp.role is StamperRole.STAMPING}
+            "stamping": h.stamp is not None and h.stamp.role is StamperRole.STAMPING,
+            # rebuilt after losing input, no live peer's snapshot yet (docs/lifecycle.md: asking again)
+            "lost_input": replica in core.lifecycle.probes,
+            "vanished_inputs": sum(1 for s, i in core.inbound.items()
+                                   if s.target == replica and i.state is InboundState.VANISHED)}
     latency = {app: {"count": l.count, "mean_us": l.total // l.count if l.count else None, "max_us": l.max,
                      "total_us": l.total, "buckets": list(l.buckets)}
                for app, l in core.latency.items()}

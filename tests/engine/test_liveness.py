@@ -16,6 +16,8 @@ from replicast.engine.messages import ConnectStream, DisconnectStream
 from replicast.engine.node import NodeOptions, ReplicaState
 from replicast.engine.replay import replay
 from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.engine.aio.metrics import NodeMetrics
+from replicast.engine.core.stats import statistics
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_lifecycle import FIG1, FIG1_STREAMS, P, assert_reference, fig1_messages, run_fig1
 
@@ -29,6 +31,14 @@ def own_nodes_placement() -> dict[str, list[str]]:
     place.update({op: [f"o{i}", f"p{i}"] for i, op in enumerate(OPERATORS)})
     place.update({app: ["apps"] for app in FIG1.applications})
     return place
+
+
+def scrape(net: MemoryNetwork, node: str) -> dict:
+    """The node's Prometheus samples as the asyncio driver exposes them: (name, labels) -> value."""
+    metrics = NodeMetrics(node)
+    metrics.refresh(statistics(net.cores[node]))
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in metrics.registry.collect() for s in family.samples}
 
 
 def stream_between(place, source: str, target: str, source_index: int, target_index: int) -> StreamReplica:
@@ -84,6 +94,9 @@ def test_a_stream_replica_whose_node_restarted_without_it_is_not_waited_for():
     receiver = net.cores[dst]
     assert receiver.inbound[vanished].state is InboundState.VANISHED
     assert receiver.counters["vanished_streams"] >= 1
+    samples = scrape(net, dst)
+    assert samples[("replicast_vanished_streams_total", ())] >= 1
+    assert samples[("replicast_replica_vanished_inputs", (("replica", "hot#0"),))] == 1
     assert_reference(net)
 
 
@@ -198,6 +211,9 @@ def test_rebuilding_replicas_rejoin_from_a_peer_that_is_live_again():
         return action
 
     def heal(net):
+        for node in ("l0", "l1"):                    # said while it lasts: cluster status can show it
+            assert scrape(net, node)[("replicast_replica_lost_input", (("replica", f"load_trend#{node[1]}"),))] == 1
+        assert scrape(net, "l1")[("replicast_peers_rebuilding_total", ())] == 1
         net.restore_link("l0", "l2")
         net.restore_link("l1", "l2")
         settle(net)
@@ -212,4 +228,5 @@ def test_rebuilding_replicas_rejoin_from_a_peer_that_is_live_again():
     for node in ("l0", "l1"):
         hosted = net.cores[node].hosted[ReplicaId("load_trend", int(node[1]))]
         assert hosted.state is ReplicaState.LIVE, node
+        assert scrape(net, node)[("replicast_replica_lost_input", (("replica", f"load_trend#{node[1]}"),))] == 0
     assert_reference(net)
