@@ -122,3 +122,17 @@ def test_two_take_overs_on_the_same_pair(seed, wait):
     plan = [(items // 4, "n4", 8), (items // 3, "n4", 8), (items // 3 + 5, "n5", wait)]
     taken = run("synchronization", seed, plan)
     assert [a.kind for a in taken] == ["crash", "restart", "crash"]
+
+
+# -- failures the hunt found, minimised ------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="process pairs: a backup donating to its restarted primary before the "
+                                       "detector fired delivers duplicates downstream (docs/modes.md, open)")
+def test_a_backup_whose_primary_restarts_before_the_detector_fires():
+    """Found by the hunt (``MODES_HUNT_FIRST=60 MODES_HUNT_SEEDS=150``: seed 95 of synchronization),
+    minimised to three actions: ``n5`` crashes (``correlate#0``, ``load_trend#1``), a heartbeat later
+    ``n3`` crashes (``ping#0``, a primary; ``load#1`` and ``hot#1``, backups), and ``n3`` restarts
+    *before* the failure detector suspected it: ``ping#0`` joins from its backup ``ping#1``, which
+    takes over to donate (pairs rule 1) and becomes its primary.  ``alerts`` then receives 3 alerts
+    twice and ``rtt_stats`` 10 windows whose counts include a ping twice — the issue's "duplicate
+    alert and wrong count windows" after repeated take-overs on one pair."""
+    run("synchronization", 95, [(170, "n5", 1), (202, "n3", 2), (1196, "n3", 2)])
