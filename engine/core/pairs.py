@@ -23,7 +23,10 @@ Rules of this module:
 4. When the failure detector suspects the partner's node (nothing heard for ``peer_timeout``), a
    primary releases what it held and goes on SOLO; a backup *takes over*: its operator takes the
    own input no determinant carried and its own punctuations, and it goes on SOLO (the ledger drops
-   the own records determinants already carried).  "After the failure, the latency dropped since
+   the own records determinants already carried — also once it is a primary again: a backup that
+   takes over to donate its snapshot to its restarted partner becomes that partner's primary at
+   once, and its own late copies of records the old primary's determinants carried must not be
+   processed a second time).  "After the failure, the latency dropped since
    [they] no more had synchronization partners" (§VI-B).
 """
 
@@ -141,16 +144,16 @@ class Pairs:
         if role is PairRole.BACKUP:
             pair.ledger.take_own(port, records, p)
             return [], None
+        if pair.ledger is not None:                    # after a take-over, alone or already a primary again (rule 4)
+            records = pair.ledger.after_take_over(port, records, p)
+            if pair.ledger.settled():
+                pair.ledger = None
         if role is PairRole.PRIMARY:
             pair.seq += 1
             message = Determinant(pair.partner, pair.seq, port, EncodedRecords(records), p)
             pair.unacked.append([pair.seq, message, self.core.hosted[replica].log.end])
             self.core.counters["determinants"] += 1
             self.core.send(pair.node, message)
-        elif pair.ledger is not None:                  # alone after a take-over (rule 4)
-            records = pair.ledger.after_take_over(port, records, p)
-            if pair.ledger.settled():
-                pair.ledger = None
         return logic.step(port, records, p)
 
     def held(self, hosted: Hosted) -> None:

@@ -125,14 +125,14 @@ def test_two_take_overs_on_the_same_pair(seed, wait):
 
 
 # -- failures the hunt found, minimised ------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="process pairs: a backup donating to its restarted primary before the "
-                                       "detector fired delivers duplicates downstream (docs/modes.md, open)")
 def test_a_backup_whose_primary_restarts_before_the_detector_fires():
     """Found by the hunt (``MODES_HUNT_FIRST=60 MODES_HUNT_SEEDS=150``: seed 95 of synchronization),
     minimised to three actions: ``n5`` crashes (``correlate#0``, ``load_trend#1``), a heartbeat later
     ``n3`` crashes (``ping#0``, a primary; ``load#1`` and ``hot#1``, backups), and ``n3`` restarts
     *before* the failure detector suspected it: ``ping#0`` joins from its backup ``ping#1``, which
-    takes over to donate (pairs rule 1) and becomes its primary.  ``alerts`` then receives 3 alerts
-    twice and ``rtt_stats`` 10 windows whose counts include a ping twice — the issue's "duplicate
+    takes over to donate (pairs rule 1) and becomes its primary.  Before, as a primary again it no
+    longer passed its own input through the take-over's ledger, so its own late copies of pings the
+    old primary's determinants had carried were processed a second time: ``alerts`` received 3
+    alerts twice and ``rtt_stats`` 10 windows that counted a ping twice — the issue's "duplicate
     alert and wrong count windows" after repeated take-overs on one pair."""
     run("synchronization", 95, [(170, "n5", 1), (202, "n3", 2), (1196, "n3", 2)])
