@@ -104,12 +104,18 @@ class ClusterConfig:
     #: The placement coordinator's settings (``[coordinator]``), or None: no coordinator.
     coordinator: CoordinatorSettings | None = None
     #: The whole ``[mqtt]`` table (engine.mqtt_config): per-node brokers, credentials, TLS, sessions.
+    #: A config built in code may leave it out: it is then the plain broker at broker_host:broker_port.
     mqtt: MqttSettings | None = None
     #: ``placement = "min-cost"``: ``placement`` holds only the pinned entry points and applications.
     min_cost: bool = False
     #: ``[source_connections]``: limits and authentication of every node's ``source_port``.
     source_connections: SourceLimits = field(default_factory=SourceLimits)
     _query: Query | None = None
+
+    def __post_init__(self) -> None:
+        if self.mqtt is None:
+            address = BrokerAddress(f"mqtt://{self.broker_host}:{self.broker_port}", self.broker_host, self.broker_port)
+            self.mqtt = MqttSettings(address)
 
     @property
     def query(self) -> Query:
