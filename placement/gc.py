@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.cost import stream_cost
+from replicast.placement import tolerance
 from replicast.placement.model import Deployment, Network, Workload
+from replicast.placement.tolerance import Removal
 from replicast.placement.utility import Utilities
 
 
@@ -135,13 +137,19 @@ def _order(stream: StreamReplica) -> tuple:
 
 def collect(deployment: Deployment, network: Network, workload: Workload, utility: Utilities,
             config: GCConfig, *, max_groups: int | None = None,
-            keep: frozenset[StreamReplica] = frozenset()) -> list[Discard]:
+            keep: frozenset[StreamReplica] = frozenset(),
+            admissible: Callable[[Removal], bool] | None = None) -> list[Discard]:
     """Alg. 6 on ``deployment`` (changed in place): discard groups while the cost exceeds ``theta``.
 
     Utilities stay those measured before the round (§V-B recomputes them every U seconds).  Each
     discard lowers the cost by the group's cost > 0, so the cost never rises and the loop ends.
     A group holding a stream replica of ``keep`` is not a candidate (the coordinator keeps the last
     timely input of a port whose others are late: §V-C would revive it at once).
+
+    Line 3 takes the least useful group per cost *among those that keep the promises*: discarding
+    it must not make any failure ``kmin`` covers starve a node that survived it before
+    (:mod:`placement.tolerance`), and ``admissible`` (the latency objective,
+    :mod:`placement.objective`) must accept it.  Without such a group the round ends.
     """
     costs = {s: stream_cost(s, deployment, network, workload) for s in deployment.streams}
     total = sum(costs.values())
@@ -150,18 +158,28 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
     cache: dict[StreamReplica, tuple[frozenset[StreamReplica] | None, set[str]]] = {}
     discarded: list[Discard] = []
     while total > config.theta and (max_groups is None or len(discarded) < max_groups):   # line 1
-        best = None
-        for stream, group in _groups(order, deployment, dependents, cache):                  # line 2
+        ranked = []
+        for position, (stream, group) in enumerate(_groups(order, deployment, dependents, cache)):   # line 2
             group_cost = sum(costs[s] for s in group)
             if group_cost <= 0 or (keep and not keep.isdisjoint(group)):
                 continue
-            ratio = utility.of(group) / group_cost
-            if best is None or ratio < best[0]:                                               # line 3
-                best = (ratio, group, group_cost)
+            ranked.append((utility.of(group) / group_cost, position, group, group_cost))
+        ranked.sort(key=lambda c: (c[0], c[1]))                                               # line 3
+        failures = tolerance.failures(deployment, config.kmin)
+        promised = tolerance.violations(deployment, workload, config.kmin, among=failures)
+        best = None
+        for _, _, group, group_cost in ranked:
+            gone = frozenset(r for s in group for r in (s.source, s.target) if dependents.need_to_remove(r, group))
+            removal = Removal(group, gone)
+            if not tolerance.violations(deployment, workload, config.kmin, removal, among=failures) <= promised:
+                continue                                        # a failure kmin covers would starve a node
+            if admissible is not None and not admissible(removal):
+                continue
+            best = group, group_cost, gone
+            break
         if best is None:
             break
-        _, group, group_cost = best
-        gone = frozenset(r for s in group for r in (s.source, s.target) if dependents.need_to_remove(r, group))
+        group, group_cost, gone = best
         for s in group:                                                                       # line 4
             deployment.remove_stream(s)
             del costs[s]

@@ -8,6 +8,7 @@ from replicast.placement.cost import cost, total_cost
 from replicast.placement.deployment import DeployConfig, min_cost
 from replicast.placement.errors import PlacementError
 from replicast.placement.gc import Dependents, GCConfig, collect
+from replicast.placement.tolerance import Removal, violations
 from replicast.placement.utility import utilities
 from tests.placement.instances import chain, deployed, line_network, networks, workloads
 
@@ -113,11 +114,15 @@ def test_gc_keeps_kmin_never_raises_cost_and_leaves_no_useless_replica(data):
     after = total_cost(deployment, network, workload)
     assert all(d.cost > 0 for d in discarded)
     assert after == pytest.approx(before - sum(d.cost for d in discarded)) and after <= before + 1e-9
-    if after > theta + 1e-9:                 # stopped early: no group left that may go and saves anything
-        dependents = Dependents(deployment, kmin)
+    if after > theta + 1e-9:                 # stopped early: no group left that may go, saves anything and
+        dependents = Dependents(deployment, kmin)        # keeps the failures kmin covers survivable
+        promised = violations(deployment, workload, kmin)
         for s in deployment.streams:
             group = dependents(s)
-            assert group is None or cost(group, deployment, network, workload) == 0
+            if group is None or cost(group, deployment, network, workload) == 0:
+                continue
+            gone = frozenset(r for x in group for r in (x.source, x.target) if dependents.need_to_remove(r, group))
+            assert not violations(deployment, workload, kmin, Removal(group, gone)) <= promised, group
     for name, count in counts.items():
         assert deployment.count(name) >= min(kmin, count)
     for replica in deployment.hosts:
