@@ -10,7 +10,10 @@
   coordinator adopts that deployment.
 * Either way the coordinator then garbage-collects (Alg. 6: every ``gc_period_s`` while the cost
   exceeds ``theta``, never below ``kmin`` replicas) and revives (§V-C: inputs all later than
-  ``revival_threshold_s``).  Every key is checked; a mistake is one line naming the file and key.
+  ``revival_threshold_s``).  A latency objective (``latency_within_percent``: each application within
+  that % of the static deployment; ``latency_bound_ms``: within that many ms) stops GC before it and
+  revives when it is broken (placement/objective.py).  Every key is checked; a mistake is one line
+  naming the file and key.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class CoordinatorSettings:
     revival_period_s: float = 5.0
     settle_s: float = 30.0
     expiry_s: float = 30.0
+    latency_within_percent: float | None = None   # the latency objective (placement.objective)
+    latency_bound_ms: float | None = None
     # cluster files only
     kmax: int = 2
     alpha: float = 0.9
@@ -62,11 +67,14 @@ class CoordinatorSettings:
         """The coordinator core's configuration; ``deploy`` defaults to this table's kmax, alpha, dmin_ms."""
         from replicast.placement.constraints import DeployConfig
         from replicast.placement.coordinator import CoordinatorConfig
+        from replicast.placement.objective import LatencyObjective
+        objective = (None if self.latency_within_percent is None and self.latency_bound_ms is None
+                     else LatencyObjective(self.latency_within_percent, self.latency_bound_ms))
         return CoordinatorConfig.in_seconds(
             deploy or DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms), gc=self.gc,
             kmin=self.kmin, theta=self.theta, utility_period_s=self.utility_period_s, gc_period_s=self.gc_period_s,
             revival_threshold_s=self.revival_threshold_s, revival_period_s=self.revival_period_s,
-            settle_s=self.settle_s, expiry_s=self.expiry_s)
+            settle_s=self.settle_s, expiry_s=self.expiry_s, objective=objective)
 
     @property
     def report_us(self) -> int:
@@ -80,7 +88,7 @@ def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: 
     if not isinstance(table, dict):
         raise error(f"{where}: expected a table, got {table!r}")
     cluster = nodes is not None
-    allowed = {*_NUMBERS, "kmin", "theta", "gc"} | ({*_CLUSTER_NUMBERS, "kmax", "dmin_ms", "pin"} if cluster
+    allowed = {*_NUMBERS, "kmin", "theta", "gc", "latency_within_percent", "latency_bound_ms"} | ({*_CLUSTER_NUMBERS, "kmax", "dmin_ms", "pin"} if cluster
                                                     else {"compare_static"})
     unknown = set(table) - allowed
     if unknown:
@@ -94,7 +102,7 @@ def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: 
             values[key] = float(value)
     if values.get("alpha", 0.9) > 1:
         raise error(f"{where}: 'alpha' must be at most 1, got {values['alpha']!r}")
-    for key in ("dmin_ms", "theta"):
+    for key in ("dmin_ms", "theta", "latency_within_percent", "latency_bound_ms"):
         if key in table:
             value = table[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):

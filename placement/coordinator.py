@@ -30,6 +30,7 @@ Rules of this module (as the node core's):
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -42,8 +43,10 @@ from replicast.placement.errors import PlacementError
 from replicast.placement.gc import GCConfig, collect
 from replicast.placement.measurements import Measurements
 from replicast.placement.model import Deployment, Workload
+from replicast.placement.objective import LatencyObjective, Objective, repair
 from replicast.placement.reports import ServerReport
-from replicast.placement.revival import Collected, apply, revive
+from replicast.placement.revival import Collected, allowed_servers, apply, revive
+from replicast.placement.tolerance import violations
 from replicast.placement.utility import Utilities, utilities
 
 _S = 1_000_000
@@ -60,15 +63,16 @@ class CoordinatorConfig:
     settle_us: int = 30 * _S
     expiry_us: int = 30 * _S
     refined: bool = True
+    objective: LatencyObjective | None = None    # None: GC down to θ, revival only past the threshold
 
     @classmethod
     def in_seconds(cls, deploy: DeployConfig, *, gc: bool, kmin: int, theta: float, utility_period_s: float,
                    gc_period_s: float, revival_threshold_s: float, revival_period_s: float, settle_s: float,
-                   expiry_s: float) -> "CoordinatorConfig":
+                   expiry_s: float, objective: LatencyObjective | None = None) -> "CoordinatorConfig":
         """A configuration from the seconds a cluster file or a scenario gives (``gc`` False: no GC)."""
         return cls(deploy, GCConfig(kmin=kmin, theta=theta) if gc else None, round(utility_period_s * _S),
                    round(gc_period_s * _S), round(revival_threshold_s * _S), round(revival_period_s * _S),
-                   round(settle_s * _S), round(expiry_s * _S))
+                   round(settle_s * _S), round(expiry_s * _S), objective=objective)
 
 
 def elect(alive: Iterable[str]) -> str | None:
@@ -98,6 +102,8 @@ class CoordinatorCore:
         self._next_utility = now + config.utility_period_us
         self._next_gc = now + config.gc_period_us
         self._next_revival = now + config.revival_period_us
+        #: The latency objective as last evaluated: each application's bound and modelled latency (ms).
+        self.objective_view: dict[str, dict[str, float]] = {}
 
     # -- inputs ---------------------------------------------------------------------------------
     def receive(self, report: ServerReport, *, now: int) -> None:
@@ -250,8 +256,25 @@ class CoordinatorCore:
         if self.utilities is None:
             return
         before = self.deployment.copy()
-        discarded = collect(self.deployment, self.network(), self.workload(), self.utilities, self.config.gc,
-                            keep=self._last_timely())
+        network, workload, kmin = self.network(), self.workload(), self.config.gc.kmin
+        admissible = None
+        if self.config.objective is not None:
+            objective = self._objective(network, workload)
+            if objective.excess(objective.latencies()) > 0:     # already violated: revival's turn, not GC's
+                self.counters["gc_skipped_objective"] += 1
+                return
+
+            def admissible(removal) -> bool:
+                ok = objective.admits(removal)
+                self.counters["gc_groups_kept_objective"] += not ok
+                return ok
+        discarded = collect(self.deployment, network, workload, self.utilities, self.config.gc,
+                            keep=self._last_timely(), admissible=admissible)
+        # The fault-tolerance invariant (placement.tolerance), checked again before any decision leaves.
+        if not violations(self.deployment, workload, kmin) <= violations(before, workload, kmin):
+            self.counters["gc_refused_tolerance"] += 1
+            self.deployment = before
+            return
         for group in discarded:
             self.collected.streams |= group.streams
             self.collected.replicas.update({r: before.hosts[r] for r in group.replicas})
@@ -280,11 +303,11 @@ class CoordinatorCore:
         """§V-C for every replica whose reported inputs are all late."""
         delays = self._delays()
         late = sorted({s.target for s, d in delays.items() if d > self.config.revival_threshold_us})
-        if not late:
+        if not late and self.config.objective is None:
             return
         network, workload = self.network(), self.workload()
         theta = self.config.gc.theta if self.config.gc is not None else float("inf")
-        allow_create = total_cost(self.deployment, network, workload) < theta
+        allow_create = bool(late) and total_cost(self.deployment, network, workload) < theta
         before = self.deployment.copy()
         for replica in late:
             if replica not in self.deployment.hosts:
@@ -293,7 +316,41 @@ class CoordinatorCore:
                                   self.live(), network, workload, self.config.deploy, allow_create=allow_create):
                 self.counters[f"revival_{revival.action.name.lower()}"] += 1
                 apply(revival, self.deployment, self.collected)
+        if self.config.objective is not None:
+            self._revive_for_objective(network, workload)
         self._emit(changes(before, self.deployment, self.servers, "revival"), now)
+
+    def _objective(self, network, workload) -> Objective:
+        delays_ms = {s: d / 1000 for s, d in self._delays().items()}
+        network = dataclasses.replace(network, latency_ms=self.measurements.tail_latency_ms(network))
+        objective = Objective.now(self.config.objective, self.deployment, self.collected, network, workload,
+                                  self.live(), delays_ms)
+        latencies = objective.latencies()
+        self.objective_view = {app: {"bound_ms": objective.bounds[app], "model_ms": latencies[app]}
+                               for app in latencies}
+        return objective
+
+    def _revive_for_objective(self, network, workload) -> None:
+        """§V-C driven by the latency objective: an application over its bound gets back what helps most."""
+        objective = self._objective(network, workload)
+        self.counters["objective_checks"] += 1
+        if objective.excess(objective.latencies()) <= 0:
+            return
+        self.counters["objective_violations"] += 1
+        names = {r.name for r in self.collected.replicas}
+        allowed = {name: dict(enumerate(allowed_servers(name, self.deployment, self.live(), network, workload,
+                                                           self.config.deploy).tolist())) for name in names}
+        steps = repair(objective, self.collected, self.live(), allowed)
+        if not steps:
+            self.counters["objective_unrepaired"] += 1
+            return
+        for what, _ in steps:
+            kind = "stream" if isinstance(what, StreamReplica) else "replica"
+            self.counters[f"revival_objective_{kind}"] += 1
+        self.deployment = steps[-1][1]
+        self.collected.streams -= self.deployment.streams
+        for replica in self.deployment.hosts:
+            self.collected.replicas.pop(replica, None)
 
     def _emit(self, decisions: list[Decision], now: int) -> None:
         self.counters["decisions"] += len(decisions)

@@ -108,6 +108,16 @@ class Measurements:
         background = np.maximum(self._reported_load - hosted, 0.0)
         return Network(self.servers, rtt / 2.0, self.capacity.copy(), background, coordinates)
 
+    def tail_latency_ms(self, network: Network) -> np.ndarray:
+        """One-way latencies from the *largest* of each pair's last reported RTTs (``network``'s where
+        none): the latency objective bounds a tail (p99), which the median hides."""
+        with np.errstate(all="ignore"):
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                worst = np.nanmax(self._rtt, axis=2) / 2.0
+        return np.where(np.isnan(worst), network.latency_ms, np.maximum(worst, network.latency_ms))
+
     def measured_pairs(self) -> int:
         return int((self._rtt_count > 0).sum())
 

@@ -141,6 +141,12 @@ def _create(replica, port, upstream, deployment, collected, live, network, workl
     return Revival(replica, port, Action.CREATE, _feeds(new, replica, port, deployment, workload), new, server)
 
 
+def allowed_servers(name: str, deployment: Deployment, live: set[int], network: Network, workload: Workload,
+                    config: DeployConfig) -> np.ndarray:
+    """Live servers that may host one more replica of ``name`` (Alg. 5's α and dmin), as a boolean mask."""
+    return _allowed(name, deployment, live, network, workload, config)
+
+
 def _allowed(name, deployment, live, network, workload, config) -> np.ndarray:
     mask = candidates(name, deployment, network, workload, config, server_loads(deployment, network, workload))
     up = np.zeros(network.n, dtype=bool)
