@@ -35,6 +35,9 @@ _NUMBERS = ("report_ms", "utility_period_s", "gc_period_s", "revival_threshold_s
             "expiry_s")
 #: Keys only a cluster file has: a scenario takes them from its runs, ``[deployment]`` and sources.
 _CLUSTER_NUMBERS = ("alpha", "source_rate", "cpu_us")
+#: The latency objective (placement/objective.py): each application within this % of the static
+#: deployment's latency, and/or within this many ms.
+_OBJECTIVE = ("latency_within_percent", "latency_bound_ms")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class CoordinatorSettings:
     report_ms: float = 5000.0
     utility_period_s: float = 30.0
     gc: bool = True
+    revival: bool = True
     gc_period_s: float = 300.0
     theta: float = 0.0
     kmin: int = 2
@@ -74,7 +78,7 @@ class CoordinatorSettings:
             deploy or DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms), gc=self.gc,
             kmin=self.kmin, theta=self.theta, utility_period_s=self.utility_period_s, gc_period_s=self.gc_period_s,
             revival_threshold_s=self.revival_threshold_s, revival_period_s=self.revival_period_s,
-            settle_s=self.settle_s, expiry_s=self.expiry_s, objective=objective)
+            settle_s=self.settle_s, expiry_s=self.expiry_s, objective=objective, revival=self.revival)
 
     @property
     def report_us(self) -> int:
@@ -88,8 +92,8 @@ def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: 
     if not isinstance(table, dict):
         raise error(f"{where}: expected a table, got {table!r}")
     cluster = nodes is not None
-    allowed = {*_NUMBERS, "kmin", "theta", "gc", "latency_within_percent", "latency_bound_ms"} | ({*_CLUSTER_NUMBERS, "kmax", "dmin_ms", "pin"} if cluster
-                                                    else {"compare_static"})
+    allowed = {*_NUMBERS, *_OBJECTIVE, "kmin", "theta", "gc", "revival"} | (
+        {*_CLUSTER_NUMBERS, "kmax", "dmin_ms", "pin"} if cluster else {"compare_static"})
     unknown = set(table) - allowed
     if unknown:
         raise error(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
@@ -102,7 +106,7 @@ def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: 
             values[key] = float(value)
     if values.get("alpha", 0.9) > 1:
         raise error(f"{where}: 'alpha' must be at most 1, got {values['alpha']!r}")
-    for key in ("dmin_ms", "theta", "latency_within_percent", "latency_bound_ms"):
+    for key in ("dmin_ms", "theta", *_OBJECTIVE):
         if key in table:
             value = table[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
@@ -114,7 +118,7 @@ def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: 
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise error(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
             values[key] = value
-    for key in ("gc", "compare_static"):
+    for key in ("gc", "revival", "compare_static"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise error(f"{where}: '{key}' must be true or false, got {table[key]!r}")

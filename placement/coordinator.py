@@ -64,15 +64,17 @@ class CoordinatorConfig:
     expiry_us: int = 30 * _S
     refined: bool = True
     objective: LatencyObjective | None = None    # None: GC down to θ, revival only past the threshold
+    revival: bool = True                         # False: never revive (GC alone)
 
     @classmethod
     def in_seconds(cls, deploy: DeployConfig, *, gc: bool, kmin: int, theta: float, utility_period_s: float,
                    gc_period_s: float, revival_threshold_s: float, revival_period_s: float, settle_s: float,
-                   expiry_s: float, objective: LatencyObjective | None = None) -> "CoordinatorConfig":
+                   expiry_s: float, objective: LatencyObjective | None = None,
+                   revival: bool = True) -> "CoordinatorConfig":
         """A configuration from the seconds a cluster file or a scenario gives (``gc`` False: no GC)."""
         return cls(deploy, GCConfig(kmin=kmin, theta=theta) if gc else None, round(utility_period_s * _S),
                    round(gc_period_s * _S), round(revival_threshold_s * _S), round(revival_period_s * _S),
-                   round(settle_s * _S), round(expiry_s * _S), objective=objective)
+                   round(settle_s * _S), round(expiry_s * _S), objective=objective, revival=revival)
 
 
 def elect(alive: Iterable[str]) -> str | None:
@@ -130,7 +132,7 @@ class CoordinatorCore:
         if self.config.gc is not None and now >= self._next_gc:
             self._next_gc = now + self.config.gc_period_us
             self._collect(now)
-        if now >= self._next_revival:
+        if self.config.revival and now >= self._next_revival:
             self._next_revival = now + self.config.revival_period_us
             self._revive(now)
 
@@ -142,7 +144,9 @@ class CoordinatorCore:
             if self._ready_early():
                 due.append(max(at for _, at in self._reports.values()))
             return min(due)
-        due = [self._next_utility, self._next_revival, *expiries]
+        due = [self._next_utility, *expiries]
+        if self.config.revival:
+            due.append(self._next_revival)
         if self.config.gc is not None:
             due.append(self._next_gc)
         return min(due)
