@@ -1,0 +1,189 @@
+"""Random fault schedules with the placement coordinator on: each must deliver exactly the reference.
+
+The Fig. 1 query on 16 Seattle servers (``data/placement.toml``, Alg. 5 at kmax), the coordinator
+garbage-collecting every 30 s (θ = 0, kmin 2 ≤ kmin ≤ kmax) and reviving, and a seeded schedule of faults:
+server crashes, crash-restarts, a crash of the coordinator's server, link cuts and congestion.  A
+schedule passes when every application receives exactly what the one-copy replay of the same
+inputs produces (:func:`equals_reference`) — no record lost, none duplicated.
+
+**The rule every schedule keeps: every operator keeps at least one live replica.**  The coordinator
+garbage-collects down to ``kmin`` replicas, and a restarted server comes back with its entry points
+and applications only (θ = 0: nothing is re-created), so the generator
+
+* never crashes the server of an entry point or an application (their data would be lost whatever
+  the placement: they have one replica);
+* crashes (for good, or with a restart) at most ``kmin − 1`` distinct servers over the whole run,
+  chosen among those Alg. 5 gives operator replicas — the coordinator's own server (the smallest
+  live name, ``seattle-10`` here) counts as one of them;
+* cuts at most one link at a time, lets the cut heal before the next fault, and cuts only while
+  fewer than ``kmin − 1`` servers have crashed: a cut is a failure too, and ``kmin − 1`` failures at
+  once is the promise (docs/placement.md, "The fault-tolerance invariant");
+* adds congestion (a few seconds more on a link) anywhere and at any time: not a failure.
+
+A few seeds run in CI (``tests/simulator/test_coordinator_hunt.py``); hundreds by a command::
+
+    python3 -m tests.simulator.hunt --seeds 300            # seeds 0-299; prints each failing schedule
+    python3 -m tests.simulator.hunt --seed 17 -v           # one seed, its schedule and its outcome
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from replicast.engine.replay import replay
+from replicast.simulator.coordinator import parse_coordinator
+from replicast.simulator.run import Prepared, run
+from replicast.simulator.scenario import Fault, load_scenario
+
+DATA = Path(__file__).parent / "data"
+S = 1_000_000
+#: Sources move off ``seattle-10`` so that the coordinator (the smallest name) is not pinned: it may crash.
+SOURCES = ("seattle-2", "seattle-5", "seattle-20")
+COORDINATOR = "seattle-10"
+FIRST_FAULT_S, LAST_FAULT_S = 40, 230
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    kmax: int
+    kmin: int
+    faults: tuple[Fault, ...]
+
+    def describe(self) -> str:
+        def one(f: Fault) -> str:
+            span = f"{f.from_us / S:g} s" if f.to_us is None else f"{f.from_us / S:g}-{f.to_us / S:g} s"
+            extra = f" +{f.value:g} ms" if f.kind == "congest" else ""
+            return f"{f.kind} {'-'.join(f.target)} {span}{extra}"
+        return f"seed {self.seed}: kmax {self.kmax}, kmin {self.kmin}: " + ("; ".join(map(one, self.faults)) or "no fault")
+
+
+def base_scenario(kmax: int, kmin: int):
+    scenario = load_scenario(DATA / "placement.toml")
+    sources = [replace(s, servers=(SOURCES[i % 3],)) for i, s in enumerate(scenario.sources)]
+    coordinator = parse_coordinator({"report_ms": 2000, "utility_period_s": 10, "gc_period_s": 30, "theta": 0,
+                                     "kmin": kmin, "settle_s": 10, "revival_threshold_s": 10,
+                                     "compare_static": False}, "hunt")
+    return replace(scenario, sources=sources, coordinator=coordinator, kmax=(kmax,))
+
+
+def pinned_servers(scenario) -> set[str]:
+    apps = scenario.applications if isinstance(scenario.applications, dict) else {}
+    return {*SOURCES, *apps.values()}
+
+
+@functools.cache
+def operator_servers(kmax: int) -> tuple[str, ...]:
+    """Servers Alg. 5 gives operator replicas at ``kmax`` (a 10-s run's placement): a crash elsewhere
+    tests nothing."""
+    scenario = replace(base_scenario(kmax, 2), duration_s=10, drain_s=5, coordinator=None)
+    prepared = Prepared(scenario)
+    placement = run(prepared, kmax).summary["placement"]
+    return tuple(sorted({s for name, servers in placement.items() if name in prepared.query.operators
+                         for s in servers}))
+
+
+def schedule(seed: int) -> Schedule:
+    """The seeded fault schedule (module docstring: the rule it keeps)."""
+    rng = random.Random(seed)
+    kmax = rng.choice((2, 3))
+    kmin = rng.randint(2, kmax)
+    scenario = base_scenario(kmax, kmin)
+    servers = sorted(Prepared(scenario).servers)
+    free = [s for s in operator_servers(kmax) if s not in pinned_servers(scenario)]
+    faults: list[Fault] = []
+    t = FIRST_FAULT_S + rng.uniform(0, 20)
+    crashed: list[str] = []                      # their operator replicas are gone for good, restarted or not
+    while t < LAST_FAULT_S:
+        kind = rng.choice(("crash", "crash-restart", "coordinator", "cut", "congest", "congest"))
+        if kind in ("crash", "crash-restart", "coordinator") and len(crashed) < kmin - 1:
+            alive = [s for s in servers if s not in crashed]
+            victim = min(alive) if kind == "coordinator" else rng.choice([s for s in free if s in alive])
+            if victim not in free:               # the coordinator's server runs an entry point or application
+                t += rng.uniform(5, 20)
+                continue
+            faults.append(Fault("crash", (victim,), round(t * S)))
+            crashed.append(victim)
+            if kind == "crash-restart":
+                back = t + rng.uniform(5, 40)
+                faults.append(Fault("restart", (victim,), round(back * S)))
+            t += rng.uniform(20, 60)
+        elif kind == "cut" and len(crashed) + 1 <= kmin - 1:
+            a, b = rng.sample(servers, 2)
+            length = rng.uniform(5, 40)
+            faults.append(Fault("cut", (a, b), round(t * S), round((t + length) * S)))
+            t += length + rng.uniform(5, 30)
+        elif kind == "congest":
+            a, b = rng.sample(servers, 2)
+            length = rng.uniform(5, 60)
+            faults.append(Fault("congest", (a, b), round(t * S), round((t + length) * S),
+                                rng.choice((500.0, 2000.0, 5000.0))))
+            t += rng.uniform(5, 30)
+        else:
+            t += rng.uniform(5, 20)
+    return Schedule(seed, kmax, kmin, tuple(faults))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    schedule: Schedule
+    exact: bool
+    missing: int
+    extra: int
+    delivered: int
+    decisions: dict
+    wall_s: float
+
+
+def equals_reference(prepared, result) -> tuple[int, int]:
+    """(records missing, records extra or duplicated) against the one-copy replay of the run's inputs."""
+    reference = replay(prepared.query, result.inputs, replicas=1,
+                       punctuation_us=round(prepared.scenario.punctuation_ms * 1000)).outputs
+    missing = extra = 0
+    for app, records in reference.items():
+        want, got = Counter(records), Counter(result.recorder.outputs[app])
+        missing += sum((want - got).values())
+        extra += sum((got - want).values())
+    return missing, extra
+
+
+def run_schedule(plan: Schedule) -> Outcome:
+    scenario = base_scenario(plan.kmax, plan.kmin)
+    scenario.faults.extend(plan.faults)
+    prepared = Prepared(scenario)
+    started = time.perf_counter()
+    result = run(prepared, plan.kmax, keep_records=True)
+    missing, extra = equals_reference(prepared, result)
+    return Outcome(plan, missing == extra == 0, missing, extra, result.summary["delivered"],
+                   result.summary.get("coordinator", {}).get("decisions", {}), time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m tests.simulator.hunt", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
+    parser.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument("--seed", type=int, help="run this one seed only")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every schedule, not only failures")
+    args = parser.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    failures = 0
+    for seed in seeds:
+        outcome = run_schedule(schedule(seed))
+        if not outcome.exact or args.verbose:
+            print(f"{'ok  ' if outcome.exact else 'FAIL'} {outcome.schedule.describe()} -> delivered "
+                  f"{outcome.delivered}, missing {outcome.missing}, extra {outcome.extra}, decisions "
+                  f"{outcome.decisions} ({outcome.wall_s:.1f} s)", flush=True)
+        failures += not outcome.exact
+    print(f"{failures} of {len(seeds)} schedules did not deliver exactly the reference")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
