@@ -157,6 +157,7 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
     order = sorted(deployment.streams, key=_order)                     # ties: the first stream in this order
     cache: dict[StreamReplica, tuple[frozenset[StreamReplica] | None, set[str]]] = {}
     discarded: list[Discard] = []
+    promises = tolerance.Tolerance(deployment, workload, config.kmin)
     while total > config.theta and (max_groups is None or len(discarded) < max_groups):   # line 1
         ranked = []
         for position, (stream, group) in enumerate(_groups(order, deployment, dependents, cache)):   # line 2
@@ -165,17 +166,17 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
                 continue
             ranked.append((utility.of(group) / group_cost, position, group, group_cost))
         ranked.sort(key=lambda c: (c[0], c[1]))                                               # line 3
-        failures = tolerance.failures(deployment, config.kmin)
-        promised = tolerance.violations(deployment, workload, config.kmin, among=failures)
         best = None
         for _, _, group, group_cost in ranked:
             gone = frozenset(r for s in group for r in (s.source, s.target) if dependents.need_to_remove(r, group))
             removal = Removal(group, gone)
-            if not tolerance.violations(deployment, workload, config.kmin, removal, among=failures) <= promised:
+            ok, update = promises.check(removal)
+            if not ok:
                 continue                                        # a failure kmin covers would starve a node
             if admissible is not None and not admissible(removal):
                 continue
             best = group, group_cost, gone
+            promises.apply(update)
             break
         if best is None:
             break

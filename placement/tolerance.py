@@ -110,3 +110,78 @@ def violations(deployment: Deployment, workload: Workload, kmin: int, without: R
 
 def _link(a: int, b: int) -> tuple[int, int]:
     return (a, b) if a <= b else (b, a)
+
+
+class Tolerance:
+    """The invariant kept incrementally while garbage collection discards group after group.
+
+    Holds, for every failure ``kmin`` covers, the fed replicas and starved nodes of the current
+    deployment.  :meth:`check` re-evaluates only the replicas downstream of what a group removes
+    (its *cone*: the targets of its stream replicas, its replicas, the replicas of their consumers,
+    and so on), so a candidate costs ``failures × cone``, not ``failures × deployment``;
+    :meth:`apply` keeps the result once the group is discarded (the caller then changes the deployment).
+    """
+
+    def __init__(self, deployment: Deployment, workload: Workload, kmin: int):
+        self.deployment, self.workload = deployment, workload
+        self.failures = failures(deployment, kmin)
+        self.fed = {f: fed_replicas(deployment, workload, f) for f in self.failures}
+        self.starved = {f: starved(deployment, workload, f) for f in self.failures}
+        self._order = {name: i for i, name in enumerate(workload.nodes())}
+
+    def check(self, removal: Removal) -> tuple[bool, dict]:
+        """Whether discarding ``removal`` starves, under some failure, a node it did not starve before;
+        returns ``(ok, update)`` for :meth:`apply`."""
+        cone = self._cone(removal)
+        names = {r.name for r in cone} & {*self.workload.operators, *self.workload.applications}
+        update = {}
+        for failure in self.failures:
+            fed = self._refeed(failure, removal, cone)
+            now_starved = set(self.starved[failure])
+            for name in names:
+                up = [r for r in self.deployment.replicas_of(name)
+                      if self.deployment.hosts[r] not in failure.servers and r not in removal.replicas]
+                if up and not any(r in fed for r in up):
+                    now_starved.add(name)
+                else:
+                    now_starved.discard(name)
+            if not now_starved <= self.starved[failure]:
+                return False, {}
+            update[failure] = (fed, now_starved)
+        return True, update
+
+    def apply(self, update: dict) -> None:
+        for failure, (fed, now_starved) in update.items():
+            self.fed[failure], self.starved[failure] = fed, now_starved
+
+    def _cone(self, removal: Removal) -> list[ReplicaId]:
+        seen: set[ReplicaId] = set()
+        todo = [s.target for s in removal.streams] + list(removal.replicas)
+        for r in removal.replicas:                       # its node may now have no replica up: consumers' ports change
+            for consumer, _ in self.workload.consumers.get(r.name, ()):
+                todo += self.deployment.replicas_of(consumer)
+        while todo:
+            r = todo.pop()
+            if r in seen or r not in self.deployment.hosts:
+                continue
+            seen.add(r)
+            todo += [s.target for s in self.deployment.out_streams(r)]
+        return sorted(seen, key=lambda r: (self._order[r.name], r))
+
+    def _refeed(self, failure: Failure, removal: Removal, cone: list[ReplicaId]) -> set[ReplicaId]:
+        fed = set(self.fed[failure])
+        hosts, down, cut = self.deployment.hosts, failure.servers, failure.links
+        up_nodes = {name for name in {r.name for r in cone} | {u for r in cone for u in self.workload.inputs.get(r.name, ())}
+                    if any(hosts[r] not in down and r not in removal.replicas for r in self.deployment.replicas_of(name))}
+        for replica in cone:
+            fed.discard(replica)
+            if hosts[replica] in down or replica in removal.replicas:
+                continue
+            ports = self.workload.inputs.get(replica.name, ())
+            feeding = [False] * len(ports)
+            for s in self.deployment.in_streams(replica):
+                if s.source in fed and s not in removal.streams and _link(hosts[s.source], hosts[replica]) not in cut:
+                    feeding[s.port] = True
+            if all(feeding[p] or upstream not in up_nodes for p, upstream in enumerate(ports)):
+                fed.add(replica)
+        return fed
