@@ -21,6 +21,7 @@ evaluate a deployment *minus* some stream and operator replicas without copying 
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass
 from typing import Iterable
@@ -116,10 +117,10 @@ class Tolerance:
     """The invariant kept incrementally while garbage collection discards group after group.
 
     Holds, for every failure ``kmin`` covers, the fed replicas and starved nodes of the current
-    deployment.  :meth:`check` re-evaluates only the replicas downstream of what a group removes
-    (its *cone*: the targets of its stream replicas, its replicas, the replicas of their consumers,
-    and so on), so a candidate costs ``failures × cone``, not ``failures × deployment``;
-    :meth:`apply` keeps the result once the group is discarded (the caller then changes the deployment).
+    deployment.  :meth:`check` re-evaluates only replicas whose inputs a group changes, and goes
+    further downstream only from a replica whose fed status changed, so a redundant stream replica
+    costs one evaluation per failure; :meth:`apply` keeps the result once the group is discarded (the
+    caller then changes the deployment).
     """
 
     def __init__(self, deployment: Deployment, workload: Workload, kmin: int):
@@ -130,15 +131,14 @@ class Tolerance:
         self._order = {name: i for i, name in enumerate(workload.nodes())}
 
     def check(self, removal: Removal) -> tuple[bool, dict]:
-        """Whether discarding ``removal`` starves, under some failure, a node it did not starve before;
-        returns ``(ok, update)`` for :meth:`apply`."""
-        cone = self._cone(removal)
-        names = {r.name for r in cone} & {*self.workload.operators, *self.workload.applications}
+        """Whether discarding ``removal`` starves, under some failure, no node it did not starve
+        before; returns ``(ok, update)`` for :meth:`apply`."""
         update = {}
         for failure in self.failures:
-            fed = self._refeed(failure, removal, cone)
+            fed, changed = self._refeed(failure, removal)
+            names = {r.name for r in changed} | {r.name for r in removal.replicas}
             now_starved = set(self.starved[failure])
-            for name in names:
+            for name in names & {*self.workload.operators, *self.workload.applications}:
                 up = [r for r in self.deployment.replicas_of(name)
                       if self.deployment.hosts[r] not in failure.servers and r not in removal.replicas]
                 if up and not any(r in fed for r in up):
@@ -147,41 +147,58 @@ class Tolerance:
                     now_starved.discard(name)
             if not now_starved <= self.starved[failure]:
                 return False, {}
-            update[failure] = (fed, now_starved)
+            if changed or now_starved != self.starved[failure]:
+                update[failure] = (fed, now_starved)
         return True, update
 
     def apply(self, update: dict) -> None:
         for failure, (fed, now_starved) in update.items():
             self.fed[failure], self.starved[failure] = fed, now_starved
 
-    def _cone(self, removal: Removal) -> list[ReplicaId]:
-        seen: set[ReplicaId] = set()
-        todo = [s.target for s in removal.streams] + list(removal.replicas)
-        for r in removal.replicas:                       # its node may now have no replica up: consumers' ports change
-            for consumer, _ in self.workload.consumers.get(r.name, ()):
-                todo += self.deployment.replicas_of(consumer)
-        while todo:
-            r = todo.pop()
-            if r in seen or r not in self.deployment.hosts:
-                continue
-            seen.add(r)
-            todo += [s.target for s in self.deployment.out_streams(r)]
-        return sorted(seen, key=lambda r: (self._order[r.name], r))
+    def _key(self, replica: ReplicaId) -> tuple:
+        return self._order[replica.name], replica
 
-    def _refeed(self, failure: Failure, removal: Removal, cone: list[ReplicaId]) -> set[ReplicaId]:
-        fed = set(self.fed[failure])
-        hosts, down, cut = self.deployment.hosts, failure.servers, failure.links
-        up_nodes = {name for name in {r.name for r in cone} | {u for r in cone for u in self.workload.inputs.get(r.name, ())}
-                    if any(hosts[r] not in down and r not in removal.replicas for r in self.deployment.replicas_of(name))}
-        for replica in cone:
-            fed.discard(replica)
-            if hosts[replica] in down or replica in removal.replicas:
+    def _refeed(self, failure: Failure, removal: Removal) -> tuple[set[ReplicaId], set[ReplicaId]]:
+        """The fed replicas under ``failure`` once ``removal`` is gone, and those whose status changed."""
+        deployment, hosts, down, cut = self.deployment, self.deployment.hosts, failure.servers, failure.links
+        # A node whose every replica up is removed is no longer up: its consumers' ports are exempt.
+        gone_nodes = {r.name for r in removal.replicas
+                      if not any(hosts[x] not in down and x not in removal.replicas for x in deployment.replicas_of(r.name))}
+        dirty = {s.target for s in removal.streams} | set(removal.replicas)
+        for name in gone_nodes:
+            for consumer, _ in self.workload.consumers.get(name, ()):
+                dirty.update(deployment.replicas_of(consumer))
+        heap = [self._key(r) for r in dirty if r in hosts]
+        heapq.heapify(heap)
+        old, fed, changed, seen = self.fed[failure], None, set(), set()
+        while heap:
+            _, replica = heapq.heappop(heap)
+            if replica in seen:
                 continue
-            ports = self.workload.inputs.get(replica.name, ())
-            feeding = [False] * len(ports)
-            for s in self.deployment.in_streams(replica):
-                if s.source in fed and s not in removal.streams and _link(hosts[s.source], hosts[replica]) not in cut:
-                    feeding[s.port] = True
-            if all(feeding[p] or upstream not in up_nodes for p, upstream in enumerate(ports)):
-                fed.add(replica)
-        return fed
+            seen.add(replica)
+            now = self._fed(replica, failure, removal, gone_nodes, fed if fed is not None else old)
+            if now == (replica in old):
+                continue
+            if fed is None:
+                fed = set(old)
+            (fed.add if now else fed.discard)(replica)
+            changed.add(replica)
+            for s in deployment.out_streams(replica):
+                heapq.heappush(heap, self._key(s.target))
+        return (old if fed is None else fed), changed
+
+    def _fed(self, replica: ReplicaId, failure: Failure, removal: Removal, gone_nodes: set[str],
+             fed: set[ReplicaId]) -> bool:
+        hosts = self.deployment.hosts
+        if hosts[replica] in failure.servers or replica in removal.replicas:
+            return False
+        ports = self.workload.inputs.get(replica.name, ())
+        feeding = [False] * len(ports)
+        for s in self.deployment.in_streams(replica):
+            if s.source in fed and s not in removal.streams and _link(hosts[s.source], hosts[replica]) not in failure.links:
+                feeding[s.port] = True
+        return all(feeding[p] or upstream in gone_nodes or not self._up(upstream, failure)
+                   for p, upstream in enumerate(ports))
+
+    def _up(self, name: str, failure: Failure) -> bool:
+        return any(self.deployment.hosts[r] not in failure.servers for r in self.deployment.replicas_of(name))
