@@ -65,8 +65,13 @@ class Schedule:
         return f"seed {self.seed}: kmax {self.kmax}, kmin {self.kmin}: " + ("; ".join(map(one, self.faults)) or "no fault")
 
 
+@functools.cache
+def _scenario():
+    return load_scenario(DATA / "placement.toml")
+
+
 def base_scenario(kmax: int, kmin: int):
-    scenario = load_scenario(DATA / "placement.toml")
+    scenario = replace(_scenario(), faults=[])
     sources = [replace(s, servers=(SOURCES[i % 3],)) for i, s in enumerate(scenario.sources)]
     coordinator = parse_coordinator({"report_ms": 2000, "utility_period_s": 10, "gc_period_s": 30, "theta": 0,
                                      "kmin": kmin, "settle_s": 10, "revival_threshold_s": 10,
@@ -77,6 +82,11 @@ def base_scenario(kmax: int, kmin: int):
 def pinned_servers(scenario) -> set[str]:
     apps = scenario.applications if isinstance(scenario.applications, dict) else {}
     return {*SOURCES, *apps.values()}
+
+
+@functools.cache
+def all_servers() -> list[str]:
+    return sorted(Prepared(base_scenario(2, 2)).servers)
 
 
 @functools.cache
@@ -95,9 +105,8 @@ def schedule(seed: int) -> Schedule:
     rng = random.Random(seed)
     kmax = rng.choice((2, 3))
     kmin = rng.randint(2, kmax)
-    scenario = base_scenario(kmax, kmin)
-    servers = sorted(Prepared(scenario).servers)
-    free = [s for s in operator_servers(kmax) if s not in pinned_servers(scenario)]
+    servers = all_servers()
+    free = [s for s in operator_servers(kmax) if s not in pinned_servers(base_scenario(kmax, kmin))]
     faults: list[Fault] = []
     t = FIRST_FAULT_S + rng.uniform(0, 20)
     crashed: list[str] = []                      # their operator replicas are gone for good, restarted or not

@@ -1,0 +1,45 @@
+"""A few seeds of the random fault-schedule hunt with the coordinator on (tests/simulator/hunt.py);
+hundreds with ``python3 -m tests.simulator.hunt --seeds 300``.  Each schedule must deliver exactly the
+one-copy replay of its inputs."""
+
+import pytest
+
+from tests.simulator.hunt import COORDINATOR, base_scenario, operator_servers, pinned_servers, run_schedule, schedule
+
+#: Seeds chosen to cover each kind of fault (their schedules are printed on failure):
+#: 3 — two cuts, congestion, then a crash (kmax 2); 8 — the coordinator's server crashes and restarts;
+#: 24 — kmax 3, kmin 2 (GC removes operator replicas), a crash-restart that makes revival reconnect.
+SEEDS = (3, 8, 24)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_random_fault_schedule_delivers_exactly_the_reference(seed):
+    outcome = run_schedule(schedule(seed))
+    assert outcome.exact, (f"{outcome.schedule.describe()}: missing {outcome.missing}, extra {outcome.extra}, "
+                           f"decisions {outcome.decisions}")
+    assert outcome.decisions.get("gc:disconnect", 0) > 0             # the coordinator was at work
+
+
+def test_the_seeds_cover_every_kind_of_fault():
+    kinds = {f.kind for seed in SEEDS for f in schedule(seed).faults}
+    assert kinds == {"crash", "restart", "cut", "congest"}
+    assert any(f.kind == "crash" and f.target == (COORDINATOR,) for seed in SEEDS for f in schedule(seed).faults)
+    assert any(schedule(seed).kmin < schedule(seed).kmax for seed in SEEDS)
+
+
+def test_every_schedule_keeps_one_live_replica_of_every_operator():
+    """The generator's rule, over many seeds: at most kmin − 1 distinct servers ever crash, only servers
+    that run operator replicas and no entry point or application; a cut only while fewer than kmin − 1
+    have crashed, one at a time."""
+    for seed in range(200):
+        plan = schedule(seed)
+        pinned = pinned_servers(base_scenario(plan.kmax, plan.kmin))
+        crashed = [f.target[0] for f in plan.faults if f.kind == "crash"]
+        assert len(set(crashed)) == len(crashed) <= plan.kmin - 1, plan.describe()
+        assert not set(crashed) & pinned and set(crashed) <= set(operator_servers(plan.kmax)), plan.describe()
+        cuts = [f for f in plan.faults if f.kind == "cut"]
+        for a, b in zip(cuts, cuts[1:]):
+            assert a.to_us <= b.from_us, plan.describe()
+        for cut in cuts:
+            before = [f for f in plan.faults if f.kind == "crash" and f.from_us <= cut.to_us]
+            assert len(before) + 1 <= plan.kmin - 1, plan.describe()
