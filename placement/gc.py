@@ -158,6 +158,9 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
     cache: dict[StreamReplica, tuple[frozenset[StreamReplica] | None, set[str]]] = {}
     discarded: list[Discard] = []
     promises = tolerance.Tolerance(deployment, workload, config.kmin)
+    # Discards only remove paths, so a group that ``admissible`` refused (a latency it would raise past
+    # a bound) stays refused for the rest of the call: it is not asked again.
+    refused: set[frozenset[StreamReplica]] = set()
     while total > config.theta and (max_groups is None or len(discarded) < max_groups):   # line 1
         ranked = []
         for position, (stream, group) in enumerate(_groups(order, deployment, dependents, cache)):   # line 2
@@ -170,10 +173,13 @@ def collect(deployment: Deployment, network: Network, workload: Workload, utilit
         for _, _, group, group_cost in ranked:
             gone = frozenset(r for s in group for r in (s.source, s.target) if dependents.need_to_remove(r, group))
             removal = Removal(group, gone)
+            if group in refused:
+                continue
             ok, update = promises.check(removal)
             if not ok:
                 continue                                        # a failure kmin covers would starve a node
             if admissible is not None and not admissible(removal):
+                refused.add(group)
                 continue
             best = group, group_cost, gone
             promises.apply(update)
