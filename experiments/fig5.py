@@ -142,10 +142,19 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
         for i, variant in enumerate(VARIANTS):
             mine = {r["kmax"]: r for r in rows if r["variant"] == variant}
             xs = [k + (i - 1) * width for k in ks if k in mine]
-            cost_ax.bar(xs, [mine[k]["final_cost_ratio"] for k in ks if k in mine], width, label=variant,
-                        color=f"C{i}")
+            bars = cost_ax.bar(xs, [mine[k]["final_cost_ratio"] for k in ks if k in mine], width, label=variant,
+                               color=f"C{i}")
+            if variant == VARIANTS[2]:            # how many revival decisions each bar's run made, 0 included
+                cost_ax.bar_label(bars, [f"{mine[k]['revival_decisions']} rev." for k in ks if k in mine],
+                                  fontsize=6, rotation=90, padding=2)
             latency_ax.bar(xs, [mine[k]["p99_ms"] / 1e3 for k in ks if k in mine], width, label=variant,
                            color=f"C{i}")
+        static = {r["kmax"]: r["p99_ms"] for r in rows if r["variant"] == VARIANTS[0]}
+        latency_ax.hlines([static[k] * (1 + OBJECTIVE / 100) / 1e3 for k in ks if k in static],
+                          [k - 0.45 for k in ks if k in static], [k + 0.45 for k in ks if k in static],
+                          colors="black", linestyles="dashed", linewidth=1,
+                          label=f"objective: p99 within {OBJECTIVE:g} % of static")
+        latency_ax.legend(fontsize=7, loc="upper right")
         cost_ax.set_ylabel("network cost (x static min-cost, kmax = 1)")
         latency_ax.set_ylabel("p99 latency (sec)")
         for ax in (cost_ax, latency_ax):
