@@ -78,3 +78,18 @@ def workloads(draw, n_servers: int, max_operators=5):
     load = {x: draw(st.floats(0.0, 0.2)) for x in (*streams, *operators, *applications)}
     pinned = {x: draw(st.integers(0, n_servers - 1)) for x in (*streams, *applications)}
     return Workload(streams, operators, applications, inputs, rate, load, pinned)
+
+
+def random_min_cost(data, kmax: tuple[int, int]):
+    """A random network and workload (Hypothesis ``data``) and Alg. 5's deployment of kmax drawn from
+    ``kmax`` (low, high) with α = 1 and dmin = 0; None when the instance has no feasible deployment."""
+    from replicast.placement.deployment import DeployConfig, min_cost
+    from replicast.placement.errors import PlacementError
+
+    network = data.draw(networks(min_servers=4, max_servers=8))
+    workload = data.draw(workloads(network.n))
+    k = data.draw(st.integers(*kmax))
+    try:
+        return network, workload, k, min_cost(network, workload, DeployConfig(kmax=k, alpha=1.0, dmin_ms=0))
+    except PlacementError:
+        return None

@@ -5,12 +5,10 @@ from hypothesis import given, settings, strategies as st
 
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.cost import cost, total_cost
-from replicast.placement.deployment import DeployConfig, min_cost
-from replicast.placement.errors import PlacementError
 from replicast.placement.gc import Dependents, GCConfig, collect
 from replicast.placement.tolerance import Removal, violations
 from replicast.placement.utility import utilities
-from tests.placement.instances import chain, deployed, line_network, networks, workloads
+from tests.placement.instances import chain, deployed, line_network, random_min_cost
 
 E, A = ReplicaId("e", 0), ReplicaId("a", 0)
 O0, O1, U0, U1 = ReplicaId("o", 0), ReplicaId("o", 1), ReplicaId("u", 0), ReplicaId("u", 1)
@@ -96,13 +94,10 @@ def test_collect_stops_at_theta():
 @given(st.data())
 @settings(max_examples=60)
 def test_gc_keeps_kmin_never_raises_cost_and_leaves_no_useless_replica(data):
-    network = data.draw(networks(min_servers=4, max_servers=8))
-    workload = data.draw(workloads(network.n))
-    kmax = data.draw(st.integers(1, 3))
-    try:
-        deployment = min_cost(network, workload, DeployConfig(kmax=kmax, alpha=1.0, dmin_ms=0))
-    except PlacementError:
+    instance = random_min_cost(data, kmax=(1, 3))
+    if instance is None:
         return
+    network, workload, kmax, deployment = instance
     weights = {s: data.draw(st.floats(0, 5)) for s in sorted(deployment.streams, key=lambda s: (s.source, s.target))}
     u = utilities(deployment, workload, weights)
     kmin = data.draw(st.integers(1, 3))

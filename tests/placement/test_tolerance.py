@@ -5,12 +5,10 @@ from hypothesis import given, settings, strategies as st
 
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.cost import total_cost
-from replicast.placement.deployment import DeployConfig, min_cost
-from replicast.placement.errors import PlacementError
 from replicast.placement.gc import GCConfig, collect
 from replicast.placement.tolerance import Failure, Removal, failures, starved, violations
 from replicast.placement.utility import utilities
-from tests.placement.instances import chain, deployed, line_network, networks, workloads
+from tests.placement.instances import chain, deployed, line_network, random_min_cost
 
 
 def two_hops():
@@ -64,13 +62,10 @@ def test_gc_keeps_the_invariant_on_a_hand_built_case():
 @given(st.data())
 @settings(max_examples=80, deadline=None)
 def test_gc_rounds_never_leave_a_failure_kmin_covers_starving_a_node(data):
-    network = data.draw(networks(min_servers=4, max_servers=8))
-    workload = data.draw(workloads(network.n))
-    kmax = data.draw(st.integers(2, 4))
-    try:
-        deployment = min_cost(network, workload, DeployConfig(kmax=kmax, alpha=1.0, dmin_ms=0))
-    except PlacementError:
+    instance = random_min_cost(data, kmax=(2, 4))
+    if instance is None:
         return
+    network, workload, kmax, deployment = instance
     kmin = data.draw(st.integers(1, kmax))
     # Alg. 5 wires every replica to every upstream one: no server failure kmin covers starves anything.
     # A single link may (both replicas of an operator at the two ends of the link between a pinned
