@@ -15,7 +15,7 @@ holds).  The coordinator turns it into decisions with its model of each applicat
   plus every collected stream and operator replica whose server is up, under today's latencies, so
   "within X % of static" follows the network as it changes.
 * **GC** (Alg. 6 line 3): a group is discarded only if every application's modelled latency stays
-  within its bound afterwards (:meth:`Objective.admits`).  θ thus comes from the objective: GC goes on,
+  within its goal afterwards, half-way between static and the bound (:meth:`Objective.admits`).  θ thus comes from the objective: GC goes on,
   least utility per cost first (the measured §V-B utilities rank the groups), until the next group
   would break it; the cost where it stops is the θ the objective implies.
 * **Revival** (§V-C): when an application's modelled latency exceeds its bound, the coordinator
@@ -154,8 +154,10 @@ class Objective:
         return max((latencies[a] - bounds[a] for a in latencies), default=-math.inf)
 
     def admits(self, removal: Removal) -> bool:
-        """Whether discarding ``removal`` keeps every application within its bound (Alg. 6 line 3)."""
-        return self.excess(self.latencies(removal)) <= 0
+        """Whether discarding ``removal`` keeps every application within its goal (Alg. 6 line 3): GC
+        stops short of the bound by as much as revival restores below it, so that the model's noise
+        around the bound does not make GC and revival undo each other round after round."""
+        return self.excess(self.latencies(removal), self.goals()) <= 0
 
 
 def repair(objective: Objective, collected: Collected, live: set[int], allowed: Mapping[str, object],
