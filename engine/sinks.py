@@ -7,45 +7,230 @@ input formats, so one cluster's output can feed another's input:
   plus the delivery time (µs, the node's clock), so latency = arrival − ts can be plotted later
   (``replicast plot latency``);
 * :func:`mqtt_items` — the MQTT payload on ``replicast/out/<app>``: a JSON list of records
-  ``{"ts", fields…}`` followed, if any, by ``{"punctuation": p}``;
+  ``{"ts", fields…, "@id"}`` followed, if any, by ``{"punctuation": p}``;
 * :class:`CallbackSink` — a Python callable, for embedding.
+
+**Output ids** (docs/consume.md, DESIGN.md §11).  Replica-consistent operators deliver the same
+records to every replica of an application, in every run, so a record is named by
+(application, ts, canonical record bytes, occurrence): :class:`OutputIds` gives each delivered
+record the id ``"<ts>:<occurrence>:<digest>"`` — the digest a 64-bit BLAKE2b of the application and
+the record's canonical bytes, the occurrence how many equal records (same ts, same bytes) it has
+delivered before.  Every sink replica, and a sink restarted above a punctuation, names a record the
+same way, so a consumer runs Alg. 1 (§IV-B) on the ids: first copy wins, and a punctuation ``p``
+(every later record has ``ts > p``) lets it forget the ids at or below ``p``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
+import errno
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
-from replicast.engine.events import as_text, record_to_json
+from replicast.engine.events import as_text
 from replicast.engine.node import Delivered
 
 OUT_TOPIC = "replicast/out/{app}"
 DEAD_LETTER_TOPIC = "replicast/dead-letter"
 
 
-def mqtt_items(names: tuple[str, ...], event: Delivered) -> bytes:
-    items: list[dict] = [{"ts": r[0], **dict(zip(names, r[1:]))} for r in event.records]
+#: The key of a record's output id in the payloads (not a valid field name, so it never collides).
+ID_KEY = "@id"
+#: A bare punctuation (no records with it) is published when this long (µs, the node's clock) has
+#: passed since the application's last published punctuation: it bounds a consumer's memory of ids
+#: (docs/consume.md) without sending every punctuation interval.
+BARE_PUNCTUATION_EVERY_US = 200_000
+
+
+def canonical_bytes(record) -> bytes:
+    """A record's field values (not its ts) as compact JSON: the same bytes on every replica."""
+    return json.dumps(record[1:], ensure_ascii=False, separators=(",", ":"), default=as_text).encode()
+
+
+class OutputIds:
+    """The output ids of one application's delivered records (module docstring).  Remembers the
+    occurrence counts of the records above the newest punctuation only: memory is one punctuation
+    interval's distinct records."""
+
+    def __init__(self, app: str):
+        self._prefix = app.encode() + b"\0"
+        self._counts: dict[tuple[int, str], int] = {}
+        self.punctuation: int | None = None
+
+    def ids(self, event: Delivered) -> list[str]:
+        """The ids of ``event.records``, in order; then ``event.punctuation`` is applied."""
+        counts, prefix, out = self._counts, self._prefix, []
+        for record in event.records:
+            digest = hashlib.blake2b(prefix + canonical_bytes(record), digest_size=8).hexdigest()
+            key = (record[0], digest)
+            occurrence = counts.get(key, 0)
+            counts[key] = occurrence + 1
+            out.append(f"{record[0]}:{occurrence}:{digest}")
+        p = event.punctuation
+        if p is not None and (self.punctuation is None or p > self.punctuation):
+            self.punctuation = p
+            self._counts = {key: n for key, n in counts.items() if key[0] > p}
+        return out
+
+
+def mqtt_items(names: tuple[str, ...], event: Delivered, ids: list[str] | None = None) -> bytes:
+    """The payload of one delivery: its records (with their ids, if given), then its punctuation."""
+    if ids is None:
+        items: list[dict] = [{"ts": r[0], **dict(zip(names, r[1:]))} for r in event.records]
+    else:
+        items = [{"ts": r[0], **dict(zip(names, r[1:])), ID_KEY: i} for r, i in zip(event.records, ids)]
     if event.punctuation is not None:
         items.append({"punctuation": event.punctuation})
     return json.dumps(items, ensure_ascii=False, default=as_text).encode()
 
 
+def mqtt_properties(app: str, event: Delivered, ids: list[str]) -> list[tuple[str, str]]:
+    """MQTT 5 user properties of one delivery's message: the application, the ids (space
+    separated) and the punctuation, so a consumer can filter without parsing the payload."""
+    properties = [("replicast-app", app)]
+    if ids:
+        properties.append(("replicast-ids", " ".join(ids)))
+    if event.punctuation is not None:
+        properties.append(("replicast-punctuation", str(event.punctuation)))
+    return properties
+
+
+class OutputState(enum.Enum):
+    """Whether an application's file output takes writes (docs/node.md, "Outputs")."""
+
+    WRITING = "writing"
+    FAILING = "failing"       # the last write failed: lines wait in memory, retried with back-off
+
+
+#: (state, event) -> next state.
+OUTPUT_TRANSITIONS = {
+    (OutputState.WRITING, "written"): OutputState.WRITING,
+    (OutputState.WRITING, "failed"): OutputState.FAILING,
+    (OutputState.FAILING, "failed"): OutputState.FAILING,
+    (OutputState.FAILING, "written"): OutputState.WRITING,
+}
+#: How much of an existing output file a restarted sink reads back for the ids it already wrote.
+TAIL_BYTES = 8 << 20
+
+
 class FileSink:
-    """Appends each delivered record to a JSON Lines file, flushed after every delivery."""
+    """Appends each delivered record to a JSON Lines file, with its output id (``"@id"``).
+
+    * **Whole lines or nothing**: the lines of a delivery are written with one ``os.write`` on an
+      ``O_APPEND`` descriptor; a write that fails part-way (a full disk) is cut back to the last
+      whole line, and the lines wait in memory (``pending``) until :meth:`retry` or the next
+      delivery writes them — nothing accepted is dropped, no torn line is glued to the next one.
+      An output that cannot be opened (a read-only directory) is the same: the node starts, the
+      lines wait, and the driver reports the application not ready while ``state`` is FAILING.
+    * **A restart does not write twice**: on opening, a torn last line (a crash mid-write) is cut
+      off, and the ids of the file's tail are read back; a delivered record whose id is among them
+      is skipped, until a punctuation passes the newest of them (docs/lifecycle.md: a restarted
+      sink delivers again what its inputs retain above the adopted frontier).
+    """
 
     def __init__(self, path: Path, app: str, names: tuple[str, ...]):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a", encoding="utf-8")
-        self.app, self.names = app, names
+        self.path, self.app, self.names = path, app, names
+        self.state = OutputState.WRITING
+        self.pending: list[str] = []
+        self.error: str | None = None
+        self.failures = 0
+        self._fd: int | None = None
+        self._size = 0
+        self._written: set[str] = set()       # ids read back from the tail (until a punctuation passes)
+        self._written_max: int | None = None
+        self._open()
 
-    def __call__(self, event: Delivered) -> None:
-        if event.records:
-            self._file.write("".join(record_to_json(self.app, self.names, r, event.now) + "\n" for r in event.records))
-            self._file.flush()
+    def _move(self, event: str) -> None:
+        self.state = OUTPUT_TRANSITIONS[(self.state, event)]
+
+    def _open(self) -> bool:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as error:
+            self._failed(error)
+            return False
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+        self._read_back()
+        return True
+
+    def _read_back(self) -> None:
+        """Cut a torn last line; remember the ids of the tail's lines."""
+        if self._size == 0:
+            return
+        start = max(0, self._size - TAIL_BYTES)
+        tail = os.pread(self._fd, self._size - start, start)
+        end = tail.rfind(b"\n") + 1
+        if end < len(tail):               # a torn line: never completed, so never counted as written
+            os.ftruncate(self._fd, start + end)
+            self._size = start + end
+        lines = tail[:end].split(b"\n")
+        if start > 0:
+            lines = lines[1:]               # the first may be a part of a line
+        for line in lines:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict) and isinstance(item.get(ID_KEY), str) and isinstance(item.get("ts"), int):
+                self._written.add(item[ID_KEY])
+                self._written_max = max(item["ts"], self._written_max or item["ts"])
+
+    def __call__(self, event: Delivered, ids: list[str] | None = None) -> None:
+        records = event.records
+        if ids is None:
+            ids = [None] * len(records)
+        written = self._written
+        for record, rid in zip(records, ids):
+            if written and rid in written:
+                continue
+            line = {"app": self.app, "ts": record[0], **dict(zip(self.names, record[1:])), "arrival": event.now}
+            if rid is not None:
+                line[ID_KEY] = rid
+            self.pending.append(json.dumps(line, ensure_ascii=False, default=as_text) + "\n")
+        if written and event.punctuation is not None and event.punctuation >= self._written_max:
+            self._written = set()
+        if self.pending and (self.state is OutputState.WRITING):
+            self.retry()
+
+    def retry(self) -> bool:
+        """Write the pending lines (whole lines or nothing); True if nothing is pending now."""
+        if not self.pending:
+            return True
+        if self._fd is None and not self._open():
+            return False
+        data = "".join(self.pending).encode()
+        try:
+            done = os.write(self._fd, data)
+            if done < len(data):
+                raise OSError(errno.ENOSPC, f"short write ({done} of {len(data)} bytes)")
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)     # no torn line left behind
+            self._failed(error)
+            return False
+        self._size += len(data)
+        self.pending.clear()
+        if self.state is OutputState.FAILING:
+            self._move("written")
+            self.error = None
+        return True
+
+    def _failed(self, error: OSError) -> None:
+        self.failures += 1
+        self.error = f"{self.path}: {error.strerror or error}"
+        self._move("failed")
 
     def close(self) -> None:
-        self._file.close()
+        self.retry()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class CallbackSink:
@@ -54,7 +239,7 @@ class CallbackSink:
     def __init__(self, function: Callable[[Delivered], None]):
         self._function = function
 
-    def __call__(self, event: Delivered) -> None:
+    def __call__(self, event: Delivered, ids: list[str] | None = None) -> None:
         self._function(event)
 
     def close(self) -> None:

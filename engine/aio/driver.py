@@ -44,7 +44,8 @@ from replicast.engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role
 from replicast.engine.messages import Hello, Proof
 from replicast.engine.node import (ControlRefused, DeadLetter, Decided, Delivered, NodeCore, PeerTimedOut, ProtocolError,
                          ReplicaChanged, StreamCutOff, configure, configure_pinned)
-from replicast.engine.sinks import DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink, dead_letter_payload, mqtt_items
+from replicast.engine.sinks import (BARE_PUNCTUATION_EVERY_US, DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink,
+                                    OutputIds, OutputState, dead_letter_payload, mqtt_items, mqtt_properties)
 from replicast.operators.errors import ReplicastError
 from replicast.operators.record import CLOSED
 from replicast.engine.wire import WireError, decode, encode
@@ -104,6 +105,13 @@ class NodeDriver:
                 self.sinks[app].append(FileSink(output.file, app, self._names[app]))
         for app, function in (callbacks or {}).items():
             self.sinks[app].append(CallbackSink(function))
+        #: Output ids per hosted application (docs/consume.md), and when its last punctuation went out.
+        self._ids = {app: OutputIds(app) for app in hosted_apps}
+        self._punctuated: dict[str, int] = {}
+        self._files = [sink for sinks in self.sinks.values() for sink in sinks if isinstance(sink, FileSink)]
+        self._failing: set[str] = set()
+        for sink in self._files:
+            self._output_state(sink)
         self._has_entries = any(r.name in config.query.streams for r in self.core.hosted)
         #: broker URL -> session; the node's own broker first (input, dead letters), if it needs one.
         self.mqtt_sessions: dict[str, BrokerSession] = {}
@@ -161,6 +169,8 @@ class NodeDriver:
         for url, session in self.mqtt_sessions.items():
             supervise("mqtt" if url == self._own_broker else f"mqtt {url}", session.run)
         supervise("metrics", self._refresh_metrics)
+        if self._files:
+            supervise("outputs", self._retry_outputs)
         self._transmit()
         try:
             await self._stop.wait()
@@ -372,19 +382,27 @@ class NodeDriver:
         if isinstance(event, Delivered):
             if event.punctuation is not None:
                 self.metrics.app_punctuation.labels(event.app).set(event.punctuation)
-            for sink in self.sinks.get(event.app, ()):
+            app = event.app
+            ids = self._ids[app].ids(event) if app in self._ids else None
+            for sink in self.sinks.get(app, ()):
                 try:
-                    sink(event)
+                    sink(event, ids)
                 except Exception as error:    # a sink that cannot take a delivery must not stop the node
-                    self.metrics.sink_errors.labels(event.app).inc()
-                    log.error("%s for %s failed: %s: %s", type(sink).__name__, event.app, type(error).__name__,
-                              shorten(str(error), 200), extra={"event": "sink_failed", "app": event.app})
-            # Punctuations ride along with records; a bare one is published only when the stream
-            # closes, so subscribers are not flooded every punctuation interval.
-            if event.app in self._mqtt_apps and (event.records or event.punctuation == CLOSED):
-                payload = mqtt_items(self._names[event.app], event)
-                for broker in self._mqtt_apps[event.app]:
-                    self.mqtt_sessions[broker.url].publish(OUT_TOPIC.format(app=event.app), payload)
+                    self.metrics.sink_errors.labels(app).inc()
+                    log.error("%s for %s failed: %s: %s", type(sink).__name__, app, type(error).__name__,
+                              shorten(str(error), 200), extra={"event": "sink_failed", "app": app})
+                if isinstance(sink, FileSink):
+                    self._output_state(sink)
+            # Punctuations ride along with records; a bare one is published when the stream closes
+            # or BARE_PUNCTUATION_EVERY_US after the last, so a consumer's memory of ids stays
+            # bounded (docs/consume.md) and subscribers are not flooded every punctuation interval.
+            if app in self._mqtt_apps and (event.records or self._bare_punctuation_due(event)):
+                if event.punctuation is not None:
+                    self._punctuated[app] = event.now
+                payload = mqtt_items(self._names[app], event, ids)
+                properties = mqtt_properties(app, event, ids or [])
+                for broker in self._mqtt_apps[app]:
+                    self.mqtt_sessions[broker.url].publish(OUT_TOPIC.format(app=app), payload, properties)
         elif isinstance(event, PeerTimedOut):
             writer = self.links.get(event.node)
             log.warning("no heartbeat from %s; dropping the link", event.node, extra={"event": "peer_timeout"})
@@ -413,6 +431,39 @@ class NodeDriver:
             log.warning("stream replica %s -> %s on %s lagged past the retention limit (%d items kept); "
                         "its log no longer waits for it", event.stream.source, event.stream.target, event.node,
                         event.retained, extra={"event": "stream_cut", "peer": event.node})
+
+    def _bare_punctuation_due(self, event: Delivered) -> bool:
+        if event.punctuation is None:
+            return False
+        last = self._punctuated.get(event.app)
+        return event.punctuation == CLOSED or last is None or event.now - last >= BARE_PUNCTUATION_EVERY_US
+
+    # -- file outputs (engine.sinks.FileSink: whole lines or nothing) ---------------------------
+    def _output_state(self, sink: FileSink) -> None:
+        """Report a file output's state change: metric, one log line (event), readiness."""
+        failing = sink.state is OutputState.FAILING
+        self.metrics.output_ready.labels(sink.app).set(0 if failing else 1)
+        if failing and sink.app not in self._failing:
+            self._failing.add(sink.app)
+            log.error("output of %s failing, %d line(s) waiting, retried: %s", sink.app, len(sink.pending),
+                      shorten(sink.error or "", 200), extra={"event": "output_failing", "app": sink.app})
+        elif not failing and sink.app in self._failing:
+            self._failing.discard(sink.app)
+            log.info("output of %s writing again", sink.app, extra={"event": "output_recovered", "app": sink.app})
+
+    async def _retry_outputs(self) -> None:
+        """Retry failing file outputs with back-off (each application on its own; the others run on)."""
+        backoff = Backoff(first=0.1, cap=5.0)
+        while True:
+            failing = [sink for sink in self._files if sink.state is OutputState.FAILING]
+            if not failing:
+                backoff.reset()
+                await asyncio.sleep(0.2)
+                continue
+            await asyncio.sleep(backoff.next())
+            for sink in failing:
+                sink.retry()
+                self._output_state(sink)
 
     def _dead_letter(self, stream: str, rejected: list[DeadLetter]) -> None:
         """The rejects of one source message: one log line, one bounded dead letter with the count."""
@@ -449,7 +500,7 @@ class NodeDriver:
         peers = set(self.config.nodes) - {self.name}
         return (peers <= set(self.links) and not self._supervisor.down
                 and self.mqtt_connected and self.core.ready()
-                and self._placed())
+                and not self._failing and self._placed())
 
     def _placed(self) -> bool:
         """With ``placement = "min-cost"``: the coordinator has wired this node's entry points

@@ -66,6 +66,8 @@ class NodeMetrics:
                                      ["task"], registry=self.registry)
         self.links_dropped = Counter("replicast_links_dropped", "links closed by this node, by reason",
                                      ["peer", "reason"], registry=self.registry)
+        self.output_ready = Gauge("replicast_output_ready", "0 while the application's file output fails "
+                                  "(lines wait in memory and are retried), else 1", ["app"], registry=self.registry)
         self.sink_errors = Counter("replicast_sink_errors", "deliveries an application sink failed to take",
                                    ["app"], registry=self.registry)
         self.source_errors = Counter("replicast_source_errors",

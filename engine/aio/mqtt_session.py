@@ -108,7 +108,7 @@ class BrokerSession:
         self.broker, self.settings, self.node, self.metrics = broker, settings, node, metrics
         self.topic, self.on_message = topic, on_message
         self.state = SessionState.NEW
-        self.outbox: deque[tuple[str, bytes]] = deque()
+        self.outbox: deque[tuple[str, bytes, list | None]] = deque()
         self._wakeup = asyncio.Event()
         self.protocol = aiomqtt.ProtocolVersion.V311 if broker.url == "embedded" else aiomqtt.ProtocolVersion.V5
         self.redeliveries = RedeliveryFilter()
@@ -123,9 +123,10 @@ class BrokerSession:
     def _move(self, event: str) -> None:
         self.state = TRANSITIONS[(self.state, event)]
 
-    def publish(self, topic: str, payload: bytes) -> None:
-        """Queue ``payload`` for ``topic`` (QoS 1); sent once connected, kept until acknowledged."""
-        self.outbox.append((topic, payload))
+    def publish(self, topic: str, payload: bytes, user_properties: list[tuple[str, str]] | None = None) -> None:
+        """Queue ``payload`` for ``topic`` (QoS 1); sent once connected, kept until acknowledged.
+        ``user_properties`` go with it where the broker speaks MQTT 5 (output ids, docs/consume.md)."""
+        self.outbox.append((topic, payload, user_properties))
         self._wakeup.set()
 
     # -- connecting -----------------------------------------------------------------------------
@@ -233,8 +234,12 @@ class BrokerSession:
         queue = self.outbox
         while True:
             while queue:
-                topic, payload = queue[0]
-                await client.publish(topic, payload, qos=1)
+                topic, payload, user_properties = queue[0]
+                properties = None
+                if user_properties and self.protocol is aiomqtt.ProtocolVersion.V5:
+                    properties = Properties(PacketTypes.PUBLISH)
+                    properties.UserProperty = user_properties
+                await client.publish(topic, payload, qos=1, properties=properties)
                 queue.popleft()                  # only once the broker has it: never lost on reconnect
             self._wakeup.clear()
             await self._wakeup.wait()
