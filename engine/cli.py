@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "replicast.experiments.cli",
     "replicast.engine.place_cli",
     "replicast.engine.explain_cli",
+    "replicast.engine.consume_cli",
 )
 
 

@@ -1,0 +1,155 @@
+"""``replicast.consume``: an application's records exactly once, from its sink replicas on one or
+more brokers (docs/consume.md).
+
+    async for record in consume("alerts", ["mqtt://127.0.0.1:1883"], position="alerts.pos"):
+        ...
+
+Each broker gets one MQTT session (QoS 1, a stable client id and a persistent session, so the
+broker queues what is published while the consumer is away); every payload goes through
+:class:`~replicast.consume_core.ExactlyOnce` (Alg. 1 on the output ids, §IV-B), and the position is
+saved to ``position`` (atomically: a temporary file renamed over it) after each payload's records
+were handed out — a consumer restarted with the same ``position`` and ``client_id`` neither skips
+nor repeats, except the records of the one payload it was handing out when it was killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from replicast.consume_core import ExactlyOnce, Order, Position
+from replicast.engine.mqtt_config import BrokerAddress, parse_broker_url
+from replicast.operators.errors import ReplicastError
+from replicast.operators.record import CLOSED
+
+__all__ = ["consume", "Consumer", "Order", "Position", "load_position", "save_position"]
+
+log = logging.getLogger("replicast.consume")
+
+OUT_TOPIC = "replicast/out/{app}"
+#: CONNACK codes for "this protocol version is not spoken here" (as engine.aio.mqtt_session).
+UNSUPPORTED_VERSION = (1, 132)
+SESSION_EXPIRY_S = 3600
+
+
+class ConsumeError(ReplicastError):
+    """A bad broker URL or position file (one line naming it)."""
+
+
+def load_position(path: Path) -> Position:
+    """The position saved at ``path``, or the start if there is none."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return Position()
+    except OSError as error:
+        raise ConsumeError(f"position {path}: {error.strerror or error}") from None
+    try:
+        return Position.from_json(text, str(path))
+    except ValueError as error:
+        raise ConsumeError(str(error)) from None
+
+
+def save_position(path: Path, position: Position) -> None:
+    """Write ``position`` to ``path`` atomically (a process killed meanwhile leaves the old one)."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(position.to_json())
+    os.replace(temporary, path)
+
+
+class Consumer:
+    """The sessions and the filter behind :func:`consume`; :meth:`records` iterates."""
+
+    def __init__(self, app: str, brokers: Sequence[str] = ("mqtt://127.0.0.1:1883",), *,
+                 order: Order = Order.ARRIVAL, position: str | Path | None = None, client_id: str | None = None,
+                 until_closed: bool = True, before_save=None):
+        if not brokers:
+            raise ConsumeError("consume: name at least one broker")
+        self.app, self.until_closed = app, until_closed
+        #: Called after a payload's records were handed out, before its position is saved (flush here).
+        self.before_save = before_save
+        self.brokers = [parse_broker_url(url, "consume", ConsumeError) for url in brokers]
+        self.position_path = Path(position) if position is not None else None
+        start = load_position(self.position_path) if self.position_path is not None else Position()
+        self.filter = ExactlyOnce(order, start)
+        self.client_id = client_id or f"replicast-consume-{app}"
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.bad_payloads = 0
+
+    async def records(self) -> AsyncIterator[dict]:
+        """Each record once (with its ``"@id"``); ends when the application closes (if
+        ``until_closed``).  The position is saved after each payload."""
+        tasks = [asyncio.create_task(self._session(i, broker), name=f"consume {broker.url}")
+                 for i, broker in enumerate(self.brokers)]
+        try:
+            while not (self.until_closed and self.filter.frontier == CLOSED):
+                getter = asyncio.ensure_future(self._queue.get())
+                done, _ = await asyncio.wait([getter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    for task in done:
+                        task.result()            # a bug in a session task: raise it here
+                    continue
+                try:
+                    items = json.loads(getter.result())
+                except ValueError:
+                    self.bad_payloads += 1
+                    continue
+                for record in self.filter.offer(items if isinstance(items, list) else [items]):
+                    yield record
+                if self.before_save is not None:
+                    self.before_save()
+                if self.position_path is not None:
+                    save_position(self.position_path, self.filter.position())
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _session(self, index: int, broker: BrokerAddress) -> None:
+        """One broker: connect, subscribe, queue payloads; reconnect for ever."""
+        identifier = self.client_id if len(self.brokers) == 1 else f"{self.client_id}-{index}"
+        protocol = aiomqtt.ProtocolVersion.V5
+        delay = 0.05
+        while True:
+            try:
+                if protocol is aiomqtt.ProtocolVersion.V5:
+                    properties = Properties(PacketTypes.CONNECT)
+                    properties.SessionExpiryInterval = SESSION_EXPIRY_S
+                    client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
+                                            clean_start=False, properties=properties, keepalive=10, timeout=10)
+                else:
+                    client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
+                                            clean_session=False, keepalive=10, timeout=10)
+                async with client:
+                    await client.subscribe(OUT_TOPIC.format(app=self.app), qos=1)
+                    delay = 0.05
+                    async for message in client.messages:
+                        payload = message.payload
+                        self._queue.put_nowait(payload if isinstance(payload, bytes) else str(payload).encode())
+            except aiomqtt.MqttCodeError as error:
+                code = getattr(error.rc, "value", error.rc)
+                if code in UNSUPPORTED_VERSION and protocol is aiomqtt.ProtocolVersion.V5:
+                    protocol = aiomqtt.ProtocolVersion.V311
+                    continue
+                log.warning("broker %s: %s", broker.url, error)
+            except aiomqtt.MqttError as error:
+                log.warning("broker %s: %s", broker.url, error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+async def consume(app: str, brokers: Sequence[str] = ("mqtt://127.0.0.1:1883",), **options) -> AsyncIterator[dict]:
+    """Iterate application ``app``'s records exactly once (module docstring; options as
+    :class:`Consumer`)."""
+    async for record in Consumer(app, brokers, **options).records():
+        yield record
+

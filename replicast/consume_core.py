@@ -1,0 +1,132 @@
+"""The pure part of the consumer library (docs/consume.md): Alg. 1 (§IV-B) on output ids, the
+punctuation frontier, timestamp ordering and the resumable position.  No clocks, no I/O.
+
+Every record an application sink publishes carries its output id ``"<ts>:<occurrence>:<digest>"``
+(:mod:`engine.sinks`): the same on every sink replica and every run.  :class:`ExactlyOnce` takes the
+payloads of one application from any number of sink replicas and brokers, in any interleaving, and
+passes each id once:
+
+* a record at or below the *frontier* (the highest punctuation seen, from any sink replica) is a
+  copy (Alg. 1 line 2): the sink that sent that punctuation had sent everything up to it before;
+* otherwise the first copy of an id passes and is remembered (lines 3–6: the occurrence is part of
+  the id, so equal records are counted by their ids);
+* a punctuation above the frontier raises it and forgets the ids at or below it (line 11): memory
+  is the distinct ids of one punctuation interval.
+
+``Order.TIMESTAMP`` holds the passed records and releases them at each punctuation, sorted by
+(ts, id) — the same order on every run.  :class:`Position` is what a restarted consumer needs to
+neither skip nor repeat: the frontier, and the ids above it already handed to the user.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+
+#: The key of a record's output id in a payload (engine.sinks.ID_KEY).
+ID_KEY = "@id"
+
+
+class Order(enum.Enum):
+    """How records are handed out."""
+
+    ARRIVAL = "arrival"          # as their first copy arrives (no added latency)
+    TIMESTAMP = "timestamp"      # sorted by (ts, id), released at each punctuation
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a consumer stands: every record at or below ``frontier`` was handed out, and above it
+    exactly those with ``ids``."""
+
+    frontier: int | None = None
+    ids: frozenset[str] = field(default_factory=frozenset)
+
+    def to_json(self) -> str:
+        return json.dumps({"frontier": self.frontier, "ids": sorted(self.ids)})
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "position") -> "Position":
+        try:
+            data = json.loads(text)
+            frontier, ids = data["frontier"], data["ids"]
+            if not (frontier is None or isinstance(frontier, int)) or not all(isinstance(i, str) for i in ids):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{where}: not a consumer position {{\"frontier\": int, \"ids\": [str…]}}") from None
+        return cls(frontier, frozenset(ids))
+
+
+def id_ts(record_id: str) -> int:
+    """The ts an output id names."""
+    return int(record_id.split(":", 1)[0])
+
+
+class ExactlyOnce:
+    """Alg. 1 on output ids for one application (module docstring).  Counters: ``copies`` (dropped
+    as already passed), ``late`` (dropped below the frontier), ``unidentified`` (records without an
+    id, from a sink older than ids: passed, at least once)."""
+
+    def __init__(self, order: Order = Order.ARRIVAL, position: Position | None = None):
+        self.order = order
+        position = position or Position()
+        self.frontier = position.frontier
+        self._seen: set[str] = set(position.ids)
+        self._held: list[tuple[int, str, dict]] = []    # Order.TIMESTAMP: passed, not yet released
+        self.copies = self.late = self.unidentified = 0
+        self.closed = False
+
+    @property
+    def remembered(self) -> int:
+        """Ids kept above the frontier (the memory bound)."""
+        return len(self._seen)
+
+    def position(self) -> Position:
+        """The position after the records handed out so far."""
+        if self.order is Order.TIMESTAMP:
+            held = {rid for _, rid, _ in self._held}
+            return Position(self.frontier, frozenset(self._seen - held))
+        return Position(self.frontier, frozenset(self._seen))
+
+    def offer(self, items: list) -> list[dict]:
+        """One payload (records ``{"ts", fields…, "@id"}`` and punctuations ``{"punctuation": p}``):
+        the records to hand out now, in order.  Items that are neither are ignored."""
+        out: list[dict] = []
+        seen, frontier = self._seen, self.frontier
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            ts = item.get("ts")
+            if isinstance(ts, int):
+                rid = item.get(ID_KEY)
+                if not isinstance(rid, str):
+                    self.unidentified += 1
+                    out.append(item)
+                elif frontier is not None and ts <= frontier:
+                    self.late += 1
+                elif rid in seen:
+                    self.copies += 1
+                else:
+                    seen.add(rid)
+                    if self.order is Order.TIMESTAMP:
+                        self._held.append((ts, rid, item))
+                    else:
+                        out.append(item)
+            elif isinstance(item.get("punctuation"), int):
+                p = item["punctuation"]
+                if frontier is None or p > frontier:
+                    frontier = self.frontier = p
+                    self._advance(p, out)
+                    seen = self._seen
+        return out
+
+    def _advance(self, p: int, out: list[dict]) -> None:
+        """Line 11: forget the ids at or below ``p``; release the held records up to it."""
+        self._seen = {rid for rid in self._seen if id_ts(rid) > p}
+        if self._held:
+            ready = [h for h in self._held if h[0] <= p]
+            if ready:
+                self._held = [h for h in self._held if h[0] > p]
+                ready.sort(key=lambda h: (h[0], h[1]))
+                out.extend(h[2] for h in ready)
