@@ -208,7 +208,7 @@ class FileSink:
         try:
             done = os.write(self._fd, data)
             if done < len(data):
-                raise OSError(errno.ENOSPC, f"short write ({done} of {len(data)} bytes)")
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (wrote {done} of {len(data)} bytes)")
         except OSError as error:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self._size)     # no torn line left behind
