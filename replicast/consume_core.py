@@ -15,7 +15,8 @@ passes each id once:
 
 ``Order.TIMESTAMP`` holds the passed records and releases them at each punctuation, sorted by
 (ts, id) — the same order on every run.  :class:`Position` is what a restarted consumer needs to
-neither skip nor repeat: the frontier, and the ids above it already handed to the user.
+neither skip nor repeat: the frontier, the ids above it already handed to the user, and (in
+timestamp order) the records passed but still held — the broker will not send those again.
 """
 
 from __future__ import annotations
@@ -38,24 +39,30 @@ class Order(enum.Enum):
 @dataclass(frozen=True)
 class Position:
     """Where a consumer stands: every record at or below ``frontier`` was handed out, and above it
-    exactly those with ``ids``."""
+    exactly those with ``ids``; ``held`` are records accepted but not yet handed out (timestamp
+    order), to be handed out at the next punctuation."""
 
     frontier: int | None = None
     ids: frozenset[str] = field(default_factory=frozenset)
+    held: tuple[dict, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({"frontier": self.frontier, "ids": sorted(self.ids)})
+        return json.dumps({"frontier": self.frontier, "ids": sorted(self.ids), "held": list(self.held)},
+                          ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str, where: str = "position") -> "Position":
         try:
             data = json.loads(text)
-            frontier, ids = data["frontier"], data["ids"]
-            if not (frontier is None or isinstance(frontier, int)) or not all(isinstance(i, str) for i in ids):
+            frontier, ids, held = data["frontier"], data["ids"], data.get("held", [])
+            if (not (frontier is None or isinstance(frontier, int)) or not all(isinstance(i, str) for i in ids)
+                    or not all(isinstance(h, dict) and isinstance(h.get(ID_KEY), str) and isinstance(h.get("ts"), int)
+                               for h in held)):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{where}: not a consumer position {{\"frontier\": int, \"ids\": [str…]}}") from None
-        return cls(frontier, frozenset(ids))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ValueError(f"{where}: not a consumer position {{\"frontier\": int, \"ids\": [str…], "
+                             f"\"held\": [record…]}}") from None
+        return cls(frontier, frozenset(ids), tuple(held))
 
 
 def id_ts(record_id: str) -> int:
@@ -73,7 +80,8 @@ class ExactlyOnce:
         position = position or Position()
         self.frontier = position.frontier
         self._seen: set[str] = set(position.ids)
-        self._held: list[tuple[int, str, dict]] = []    # Order.TIMESTAMP: passed, not yet released
+        self._held: list[tuple[int, str, dict]] = [(h["ts"], h[ID_KEY], h) for h in position.held]
+        self._seen.update(rid for _, rid, _ in self._held)
         self.copies = self.late = self.unidentified = 0
         self.closed = False
 
@@ -84,9 +92,9 @@ class ExactlyOnce:
 
     def position(self) -> Position:
         """The position after the records handed out so far."""
-        if self.order is Order.TIMESTAMP:
+        if self._held:
             held = {rid for _, rid, _ in self._held}
-            return Position(self.frontier, frozenset(self._seen - held))
+            return Position(self.frontier, frozenset(self._seen - held), tuple(h[2] for h in self._held))
         return Position(self.frontier, frozenset(self._seen))
 
     def offer(self, items: list) -> list[dict]:
