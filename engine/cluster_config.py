@@ -293,9 +293,9 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
         raise ClusterConfigError(f"{where}: [placement] must list every stream, operator and application of "
                                  f"{config.query_path}" + (f"; missing {missing}" if missing else "")
                                  + (f"; unknown {extra}" if extra else ""))
-    for app in query.applications:
-        if len(placement[app]) != 1:
-            raise ClusterConfigError(f"{where}: placement.{app}: an application runs on exactly one node")
+    for app in query.applications:       # k sink replicas: each publishes, with ids (docs/consume.md)
+        if len(set(placement[app])) != len(placement[app]):
+            raise ClusterConfigError(f"{where}: placement.{app}: a node holds at most one sink replica of it")
     for app in outputs:
         if app not in query.applications:
             raise ClusterConfigError(f"{where}: [outputs.{app}]: no such application")

@@ -25,7 +25,7 @@ def configure(query: Query, placement: Placement, node: str,
     """The control messages that set up ``node``'s part of a manual placement.
 
     ``placement`` maps every stream, operator and application to the nodes of its replicas (index
-    order); its length is the replica count (applications: exactly one node).  ``mode`` may run
+    order); its length is the replica count (an application's: its sink replicas, docs/consume.md).  ``mode`` may run
     fewer replicas than it lists (:func:`engine.core.modes.shape`).  In entry-stamped
     mode every entry-point replica is also connected to its peers: that stream replica carries no
     data, it tells each replica where its peers are (:mod:`engine.core.stamper`).  A caller configuring several nodes in
@@ -72,9 +72,6 @@ def placement_plan(query: Query, placement: Placement) -> PhysicalPlan:
     unknown = sorted(set(placement) - set(names))
     if unknown:
         raise QueryError(f"placement: {', '.join(unknown)} not in the query")
-    several = [n for n in query.applications if sum(1 for x in placement[n] if x) != 1]
-    if several:
-        raise QueryError(f"placement: an application runs on exactly one node: {', '.join(several)}")
     ids = {name: [ReplicaId(name, i) for i, node in enumerate(placement[name]) if node] for name in names}
     stream_replicas = [StreamReplica(source, target, port)
                        for name in (*query.operators, *query.applications)
