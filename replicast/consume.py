@@ -81,7 +81,7 @@ class Consumer:
         start = load_position(self.position_path) if self.position_path is not None else Position()
         self.filter = ExactlyOnce(order, start)
         self.client_id = client_id or f"replicast-consume-{app}"
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._queue: asyncio.Queue = asyncio.Queue()    # payloads, or a session task that ended
         self.bad_payloads = 0
 
     async def records(self) -> AsyncIterator[dict]:
@@ -89,17 +89,16 @@ class Consumer:
         ``until_closed``).  The position is saved after each payload."""
         tasks = [asyncio.create_task(self._session(i, broker), name=f"consume {broker.url}")
                  for i, broker in enumerate(self.brokers)]
+        for task in tasks:             # a session task never ends but by a bug: raise it here
+            task.add_done_callback(lambda task: task.cancelled() or self._queue.put_nowait(task))
         try:
             while not (self.until_closed and self.filter.frontier == CLOSED):
-                getter = asyncio.ensure_future(self._queue.get())
-                done, _ = await asyncio.wait([getter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    for task in done:
-                        task.result()            # a bug in a session task: raise it here
-                    continue
+                payload = await self._queue.get()
+                if isinstance(payload, asyncio.Task):
+                    payload.result()
+                    raise RuntimeError(f"{payload.get_name()} ended")
                 try:
-                    items = json.loads(getter.result())
+                    items = json.loads(payload)
                 except ValueError:
                     self.bad_payloads += 1
                     continue

@@ -1,0 +1,275 @@
+"""The exactly-once output path (docs/consume.md) against at-least-once delivery, in one run.
+
+    python3 benchmarks/exactly_once.py                       # 10^6 records, a private mosquitto
+    python3 benchmarks/exactly_once.py --records 100000      # a quick look
+
+Three measurements, each with its baseline measured in the same process:
+
+1. **Consumer, pure dedup path** — :class:`replicast.consume_core.ExactlyOnce` over the parsed
+   payloads of two sink replicas (every record twice, interleaved payload by payload, batches of
+   ``--batch`` records, a punctuation after each): unique records handed out per second of CPU,
+   against the same loop handing out every item (at-least-once: no filter).  Memory: the peak of
+   ``tracemalloc`` while the filter runs, and the most ids it remembered.
+2. **Consumer, end to end** — the same payloads published to a real mosquitto on loopback; the
+   consumer library (:class:`replicast.consume.Consumer`) against a plain aiomqtt subscriber that
+   parses and counts every record: records/s from the first message to the last.
+3. **Added latency** — one delivery of ``--latency-batch`` records every 2 ms: the sink side
+   (:class:`engine.sinks.OutputIds` and the payload with ids, or without) plus publish, broker,
+   and the consumer library (or a plain subscriber), publish-to-hand-out time per payload.
+   Rounds alternate the two paths; p50 and p99 of each, and their difference.
+
+Targets: added latency ≤ 1 ms at p50 and ≤ 5 ms at p99; consumer ≥ 200 000 records/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import aiomqtt
+
+from replicast.consume import Consumer
+from replicast.consume_core import ExactlyOnce
+from replicast.engine.core.events import Delivered
+from replicast.engine.sinks import OutputIds, mqtt_items
+from replicast.experiments.ports import free_loopback_ports
+from replicast.operators.record import CLOSED
+
+NAMES = ("server", "load")
+
+
+def deliveries(records: int, batch: int) -> list[Delivered]:
+    out, ts = [], 1_000_000
+    for start in range(0, records, batch):
+        rows = [(ts + i // 2, f"s{i % 50}", float(i % 7)) for i in range(start, min(records, start + batch))]
+        ts = rows[-1][0] + 1
+        out.append(Delivered("alerts", rows, rows[-1][0], 0))
+    out.append(Delivered("alerts", [], CLOSED, 0))
+    return out
+
+
+def payloads(events: list[Delivered], *, ids: bool) -> list[bytes]:
+    sink = OutputIds("alerts")
+    return [mqtt_items(NAMES, e, sink.ids(e) if ids else None) for e in events]
+
+
+def two_replicas(payload_list: list[bytes]) -> list[bytes]:
+    """Two sink replicas' copies, interleaved payload by payload."""
+    return [p for payload in payload_list for p in (payload, payload)]
+
+
+# -- 1. the pure dedup path -------------------------------------------------------------------------
+def dedup_rate(stream: list[bytes], rounds: int) -> tuple[float, float, int]:
+    """(records/s exactly once, items/s at least once, unique records)."""
+    parsed = [json.loads(p) for p in stream]
+    best_eo = best_alo = float("inf")
+    unique = 0
+    for _ in range(rounds):
+        gc.collect()
+        start = time.process_time()
+        consumer, unique = ExactlyOnce(), 0
+        for items in parsed:
+            unique += len(consumer.offer(items))
+        best_eo = min(best_eo, time.process_time() - start)
+        start = time.process_time()
+        passed = 0
+        for items in parsed:
+            passed += len([i for i in items if "ts" in i])
+        best_alo = min(best_alo, time.process_time() - start)
+    return unique / best_eo, passed / best_alo, unique
+
+
+def dedup_memory(stream: list[bytes]) -> tuple[int, int]:
+    """(peak bytes tracemalloc saw while filtering, most ids remembered)."""
+    parsed = [json.loads(p) for p in stream]
+    consumer, most = ExactlyOnce(), 0
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    for items in parsed:
+        consumer.offer(items)
+        most = max(most, consumer.remembered)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak, most
+
+
+# -- a private mosquitto ----------------------------------------------------------------------------
+class Mosquitto:
+    def __enter__(self) -> int:
+        binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        if not os.path.exists(binary):
+            sys.exit("mosquitto is not installed")
+        self.port = free_loopback_ports(1)[0]
+        self.dir = tempfile.TemporaryDirectory()
+        conf = Path(self.dir.name) / "mosquitto.conf"
+        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+                        "max_queued_messages 0\nmax_inflight_messages 0\n")
+        self.process = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        return self.port
+
+    def __exit__(self, *exc) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+        self.dir.cleanup()
+
+
+# -- 2. end to end ----------------------------------------------------------------------------------
+async def plain_subscriber(port: int, ready: asyncio.Event, topic: str) -> int:
+    seen = 0
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-plain-{os.getpid()}") as sub:
+        await sub.subscribe(topic, qos=1)
+        ready.set()
+        async for message in sub.messages:
+            items = json.loads(message.payload)
+            seen += sum(1 for i in items if "ts" in i)
+            if items and items[-1].get("punctuation") == CLOSED:
+                return seen
+
+
+async def library_subscriber(port: int, ready: asyncio.Event, app: str, client: str) -> int:
+    seen = 0
+    consumer = Consumer(app, [f"mqtt://127.0.0.1:{port}"], client_id=client)
+    records = consumer.records()
+    first = asyncio.ensure_future(records.__anext__())
+    await asyncio.sleep(0.5)                         # subscribed (no retained messages: wait, then publish)
+    ready.set()
+    try:
+        await first
+        seen = 1
+    except StopAsyncIteration:
+        return 0
+    async for _ in records:
+        seen += 1
+    return seen
+
+
+async def publish_all(port: int, topic: str, stream: list[bytes]) -> None:
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-pub-{os.getpid()}",
+                              max_queued_outgoing_messages=0) as pub:
+        for start in range(0, len(stream), 200):      # 200 in flight: not one broker round trip per message
+            await asyncio.gather(*(pub.publish(topic, payload, qos=1) for payload in stream[start:start + 200]))
+
+
+async def end_to_end(port: int, stream: list[bytes], library: bool, tag: str) -> tuple[float, int]:
+    app = f"bench{tag}"
+    topic = f"replicast/out/{app}"
+    ready = asyncio.Event()
+    task = asyncio.create_task(library_subscriber(port, ready, app, f"bench-lib-{tag}-{os.getpid()}") if library
+                               else plain_subscriber(port, ready, topic))
+    await ready.wait()
+    start = time.perf_counter()
+    await publish_all(port, topic, stream)
+    seen = await asyncio.wait_for(task, 600)
+    return seen / (time.perf_counter() - start), seen
+
+
+# -- 3. latency -------------------------------------------------------------------------------------
+async def latency(port: int, exactly_once: bool, n: int, batch: int, tag: str) -> list[float]:
+    app = f"lat{tag}"
+    topic = f"replicast/out/{app}"
+    sent: dict[int, int] = {}
+    got: list[float] = []
+    done = asyncio.Event()
+    events = deliveries(n * batch, batch)[:-1]
+
+    async def receive():
+        if exactly_once:
+            consumer = Consumer(app, [f"mqtt://127.0.0.1:{port}"], client_id=f"bench-lat-{tag}-{os.getpid()}",
+                                until_closed=False)
+            async for record in consumer.records():
+                if record["ts"] in sent:
+                    got.append((time.perf_counter_ns() - sent.pop(record["ts"])) / 1e6)
+                    if len(got) == n:
+                        done.set()
+                        return
+        else:
+            async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-lat-plain-{tag}-{os.getpid()}") as sub:
+                await sub.subscribe(topic, qos=1)
+                async for message in sub.messages:
+                    for item in json.loads(message.payload):
+                        if item.get("ts") in sent:
+                            got.append((time.perf_counter_ns() - sent.pop(item["ts"])) / 1e6)
+                            if len(got) == n:
+                                done.set()
+                                return
+
+    task = asyncio.create_task(receive())
+    await asyncio.sleep(0.5)
+    sink = OutputIds(app)
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-lat-pub-{tag}-{os.getpid()}") as pub:
+        for event in events:
+            sent[event.records[0][0]] = time.perf_counter_ns()
+            payload = mqtt_items(NAMES, event, sink.ids(event) if exactly_once else None)
+            await pub.publish(topic, payload, qos=1)
+            await asyncio.sleep(0.002)
+        await asyncio.wait_for(done.wait(), 60)
+    await task
+    return got
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-payloads", type=int, default=1000)
+    parser.add_argument("--latency-batch", type=int, default=10)
+    args = parser.parse_args(argv)
+
+    events = deliveries(args.records, args.batch)
+    start = time.process_time()
+    with_ids = payloads(events, ids=True)
+    sink_eo = time.process_time() - start
+    start = time.process_time()
+    without = payloads(events, ids=False)
+    sink_alo = time.process_time() - start
+    print(f"sink side, {args.records} records: payloads with ids {args.records / sink_eo:,.0f} records/s, "
+          f"without {args.records / sink_alo:,.0f} records/s (ratio {sink_alo / sink_eo:.2f})")
+
+    eo, alo, unique = dedup_rate(two_replicas(with_ids), args.rounds)
+    assert unique == args.records, (unique, args.records)
+    print(f"consumer, pure dedup (2 sink replicas, {2 * args.records} copies): {eo:,.0f} records/s exactly once; "
+          f"at least once {alo:,.0f} items/s (ratio {eo / alo:.2f}); target >= 200,000")
+    peak, most = dedup_memory(two_replicas(with_ids))
+    print(f"consumer memory over {args.records} records: tracemalloc peak {peak / 1024:,.0f} KiB, "
+          f"most ids remembered {most} (one punctuation interval: {args.batch})")
+
+    with Mosquitto() as port:
+        async def network():
+            rate_lib, seen_lib = await end_to_end(port, two_replicas(with_ids), True, "lib")
+            rate_plain, seen_plain = await end_to_end(port, two_replicas(without), False, "plain")
+            assert seen_lib == args.records and seen_plain == 2 * args.records, (seen_lib, seen_plain)
+            print(f"consumer, end to end on mosquitto (2 sink replicas): library {rate_lib:,.0f} records/s "
+                  f"exactly once; plain aiomqtt subscriber {rate_plain:,.0f} items/s at least once "
+                  f"(ratio {rate_lib / rate_plain:.2f})")
+            eo_lat, alo_lat = [], []
+            for r in range(4):
+                alo_lat += await latency(port, False, args.latency_payloads // 4, args.latency_batch, f"a{r}")
+                eo_lat += await latency(port, True, args.latency_payloads // 4, args.latency_batch, f"e{r}")
+            for name, values in (("at least once", alo_lat), ("exactly once", eo_lat)):
+                print(f"latency, {name}: p50 {pct(values, 50):.3f} ms, p99 {pct(values, 99):.3f} ms ({len(values)} payloads)")
+            print(f"added latency of exactly once: p50 {pct(eo_lat, 50) - pct(alo_lat, 50):+.3f} ms, "
+                  f"p99 {pct(eo_lat, 99) - pct(alo_lat, 99):+.3f} ms (targets <= 1 ms, <= 5 ms)")
+        asyncio.run(network())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
