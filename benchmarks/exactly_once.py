@@ -98,8 +98,9 @@ def dedup_memory(stream: list[bytes]) -> tuple[int, int]:
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
     for items in parsed:
-        consumer.offer(items)
+        consumer.offer(items[:-1])                   # the records, then their punctuation
         most = max(most, consumer.remembered)
+        consumer.offer(items[-1:])
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
     return peak, most

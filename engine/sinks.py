@@ -46,9 +46,12 @@ ID_KEY = "@id"
 BARE_PUNCTUATION_EVERY_US = 200_000
 
 
+_canonical = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=as_text).encode
+
+
 def canonical_bytes(record) -> bytes:
     """A record's field values (not its ts) as compact JSON: the same bytes on every replica."""
-    return json.dumps(record[1:], ensure_ascii=False, separators=(",", ":"), default=as_text).encode()
+    return _canonical(record[1:]).encode()
 
 
 class OutputIds:
@@ -63,9 +66,9 @@ class OutputIds:
 
     def ids(self, event: Delivered) -> list[str]:
         """The ids of ``event.records``, in order; then ``event.punctuation`` is applied."""
-        counts, prefix, out = self._counts, self._prefix, []
+        counts, prefix, out, blake2b, canonical = self._counts, self._prefix, [], hashlib.blake2b, _canonical
         for record in event.records:
-            digest = hashlib.blake2b(prefix + canonical_bytes(record), digest_size=8).hexdigest()
+            digest = blake2b(prefix + canonical(record[1:]).encode(), digest_size=8).hexdigest()
             key = (record[0], digest)
             occurrence = counts.get(key, 0)
             counts[key] = occurrence + 1
