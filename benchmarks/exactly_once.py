@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -233,6 +234,7 @@ def main(argv=None) -> int:
     parser.add_argument("--latency-payloads", type=int, default=1000)
     parser.add_argument("--latency-batch", type=int, default=10)
     args = parser.parse_args(argv)
+    logging.getLogger("mqtt").setLevel(logging.ERROR)      # aiomqtt's "pending publish calls" notes
 
     events = deliveries(args.records, args.batch)
     start = time.process_time()
