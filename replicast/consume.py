@@ -130,6 +130,7 @@ class Consumer:
                                             clean_session=False, keepalive=10, timeout=10)
                 async with client:
                     await client.subscribe(OUT_TOPIC.format(app=self.app), qos=1)
+                    log.info("subscribed to %s on %s", OUT_TOPIC.format(app=self.app), broker.url)
                     delay = 0.05
                     async for message in client.messages:
                         payload = message.payload

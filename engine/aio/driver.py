@@ -41,7 +41,7 @@ from replicast.engine.aio.supervise import Backoff, Supervisor
 from replicast.engine.aio.tcp_source import SourceServer
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role, Stage, shorten
-from replicast.engine.messages import Hello, Proof
+from replicast.engine.messages import Hello, Proof, Snapshot
 from replicast.engine.node import (ControlRefused, DeadLetter, Decided, Delivered, NodeCore, PeerTimedOut, ProtocolError,
                          ReplicaChanged, StreamCutOff, configure, configure_pinned)
 from replicast.engine.sinks import (BARE_PUNCTUATION_EVERY_US, DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink,
@@ -67,6 +67,8 @@ MAX_UNAUTHENTICATED = 32
 REFUSAL_LOG_BURST = 20
 #: A peer whose unsent bytes exceed this is disconnected; it is replayed from its acks on return.
 MAX_WRITE_BUFFER = 64 * 1024 * 1024
+#: Longest a link waits for a sink replica's output to reach its broker before the snapshot goes.
+SNAPSHOT_HOLD_S = 1.0
 IN_TOPIC = "replicast/in/+"
 
 
@@ -109,6 +111,8 @@ class NodeDriver:
         self._ids = {app: OutputIds(app) for app in hosted_apps}
         self._punctuated: dict[str, int] = {}
         self._files = [sink for sinks in self.sinks.values() for sink in sinks if isinstance(sink, FileSink)]
+        #: node -> (deadline, [(session, queued mark)], frames): a link held for a sink's snapshot.
+        self._held: dict[str, tuple[float, list, list[bytes], object]] = {}
         self._failing: set[str] = set()
         for sink in self._files:
             self._output_state(sink)
@@ -337,6 +341,8 @@ class NodeDriver:
         """Flush the core's outbox to the links, handle its events, re-arm the timer."""
         frames: dict[str, list[bytes]] = defaultdict(list)
         for node, message in self.core.messages_to_send():   # acks come coalesced (engine.core.links)
+            if isinstance(message, Snapshot) and message.donor.name in self._mqtt_apps:
+                self._hold_for_output(node, message.donor.name)
             try:
                 frames[node].append(encode(message))
             except Exception as error:     # a value the wire cannot carry: a bug upstream, never a crash
@@ -344,6 +350,9 @@ class NodeDriver:
                 log.error("cannot encode a %s for %s: %s: %s", type(message).__name__, node, type(error).__name__,
                           shorten(str(error), 200), extra={"event": "encode_failed", "peer": node})
         for node, chunks in frames.items():
+            if node in self._held:
+                self._held[node][2].extend(chunks)
+                continue
             writer = self.links.get(node)
             if writer is None:
                 continue                      # replayed by on_peer_up when the link returns
@@ -368,6 +377,29 @@ class NodeDriver:
                 self._timer.cancel()
             self._timer_when = when
             self._timer = asyncio.get_running_loop().call_later(max(0.0, (when - now_us()) / 1e6), self._on_timer)
+
+    # -- a sink replica's snapshot waits for what it delivered to be published --------------------
+    def _hold_for_output(self, node: str, app: str) -> None:
+        """A sink replica gives a joining one its snapshot: the joiner will publish only what comes
+        after it, so everything this one delivered before must be at the broker first, or a kill
+        of this node now would lose it (docs/consume.md).  The frames to ``node`` wait until the
+        app's sessions have every message queued so far acknowledged, at most SNAPSHOT_HOLD_S."""
+        marks = [(session, session.queued) for broker in self._mqtt_apps[app]
+                 if (session := self.mqtt_sessions[broker.url]).acked < session.queued]
+        if marks and node not in self._held:
+            hold = min(SNAPSHOT_HOLD_S, self.config.peer_timeout_ms / 3000)
+            self._held[node] = (time.monotonic() + hold, marks, [], self.links.get(node))
+            for session, _ in marks:
+                session.on_acked = self._release_held
+
+    def _release_held(self) -> None:
+        for node, (deadline, marks, chunks, link) in list(self._held.items()):
+            if all(session.acked >= mark for session, mark in marks) or time.monotonic() >= deadline:
+                del self._held[node]
+                writer = self.links.get(node)
+                if writer is not None and writer is link and chunks:    # a new link replays on its own
+                    seal = self._sealers[node].seal
+                    writer.write(b"".join([piece for chunk in chunks for piece in seal(chunk)]))
 
     def _on_timer(self) -> None:
         self._timer = self._timer_when = None
@@ -528,6 +560,8 @@ class NodeDriver:
             await asyncio.sleep(0.2)
 
     def _refresh_once(self) -> None:
+        if self._held:
+            self._release_held()          # a hold past its deadline (no acknowledgement came)
         self.metrics.mqtt_connected.set(1 if self.mqtt_connected else 0)
         if self.core.coordination is not None:
             self._measure_load()

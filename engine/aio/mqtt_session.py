@@ -109,6 +109,9 @@ class BrokerSession:
         self.topic, self.on_message = topic, on_message
         self.state = SessionState.NEW
         self.outbox: deque[tuple[str, bytes, list | None]] = deque()
+        #: Messages queued and acknowledged by the broker since the start (the driver waits on these).
+        self.queued = self.acked = 0
+        self.on_acked: Callable[[], None] | None = None
         self._wakeup = asyncio.Event()
         self.protocol = aiomqtt.ProtocolVersion.V311 if broker.url == "embedded" else aiomqtt.ProtocolVersion.V5
         self.redeliveries = RedeliveryFilter()
@@ -127,6 +130,7 @@ class BrokerSession:
         """Queue ``payload`` for ``topic`` (QoS 1); sent once connected, kept until acknowledged.
         ``user_properties`` go with it where the broker speaks MQTT 5 (output ids, docs/consume.md)."""
         self.outbox.append((topic, payload, user_properties))
+        self.queued += 1
         self._wakeup.set()
 
     # -- connecting -----------------------------------------------------------------------------
@@ -241,5 +245,8 @@ class BrokerSession:
                     properties.UserProperty = user_properties
                 await client.publish(topic, payload, qos=1, properties=properties)
                 queue.popleft()                  # only once the broker has it: never lost on reconnect
+                self.acked += 1
+                if self.on_acked is not None:
+                    self.on_acked()
             self._wakeup.clear()
             await self._wakeup.wait()

@@ -23,7 +23,7 @@ import aiomqtt
 from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import ROOT, cluster, free_ports, kill, metric, mosquitto, two_node_cluster
+from tests.integration.helpers import ROOT, cluster, free_ports, kill, metric, mosquitto, two_node_cluster, wait_for
 
 TICK_S = 0.05
 #: CI scale (~10 s of input); the full chaos run is
@@ -34,12 +34,12 @@ BATCH = int(os.environ.get("CONSUME_CHAOS_BATCH", 10))
 KILL_EVERY = int(os.environ.get("CONSUME_CHAOS_KILL_EVERY", 60))
 RESTART_AFTER = 20                 # ticks from a node's kill to its restart
 CONSUMER_DOWN = 10                 # ticks the consumer stays dead
-SETTLE = 20                        # ticks both sink replicas are ready before a kill
+SETTLE = int(os.environ.get("CONSUME_CHAOS_SETTLE", 20))   # ticks both sink replicas are ready before a kill
 
 
 def consumer(broker_port: int, tmp_path, part: int) -> subprocess.Popen:
     out = open(tmp_path / f"consumed-{part}.jsonl", "w")
-    return subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "-q", "consume", "alerts",
+    return subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "consume", "alerts",
                              "--broker", f"mqtt://127.0.0.1:{broker_port}", "--position", str(tmp_path / "alerts.pos"),
                              "--client-id", "test-consume"],
                             cwd=ROOT, stdout=out, stderr=open(tmp_path / f"consume-{part}.log", "w"))
@@ -61,7 +61,8 @@ def test_two_sink_replicas_kills_and_a_restarted_consumer_give_exactly_the_refer
         query = load_query(tmp_path / "query.toml")
         with cluster(path, tmp_path / "run") as processes:
             consumers = [consumer(broker_port, tmp_path, 0)]
-            time.sleep(1.0)                               # subscribed (its session then keeps the rest)
+            wait_for(lambda: "subscribed to" in (tmp_path / "consume-0.log").read_text(), 30,
+                     "the consumer's subscription (its session then keeps the rest)")
             rng = random.Random(int(os.environ.get("CONSUME_CHAOS_SEED", 7)))
             metrics = {"a": ports[1], "b": ports[3]}
             live, restart_at, pending_kill = {"a", "b"}, {}, False
