@@ -10,29 +10,16 @@ import contextlib
 import json
 import subprocess
 import sys
+import urllib.request
 import uuid
 
 import aiomqtt
 import pytest
 
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import ROOT, free_ports, mosquitto, wait_for, wait_port
+from tests.integration.helpers import CPU_FILTER_QUERY, ROOT, free_ports, mosquitto, wait_for, wait_port
 
-QUERY = """
-[[streams]]
-name = "cpu"
-fields = { server = "str", load = "float" }
-
-[[operators]]
-name = "busy"
-kind = "filter"
-input = "cpu"
-where = "load > 0.5"
-
-[[applications]]
-name = "alerts"
-input = "busy"
-
+QUERY = CPU_FILTER_QUERY + """
 [[applications]]
 name = "everything"
 input = "cpu"
@@ -40,7 +27,6 @@ input = "cpu"
 
 
 def samples(port: int, name: str) -> dict[str, float]:
-    import urllib.request
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
         return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in page.read().decode().splitlines()
                 if line.startswith(name)}
