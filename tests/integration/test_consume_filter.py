@@ -115,3 +115,17 @@ def test_records_without_ids_pass_and_are_counted():
 def test_a_bad_position_is_named(text):
     with pytest.raises(ValueError, match="where.json: not a consumer position"):
         Position.from_json(text, "where.json")
+
+
+def test_the_consumer_core_is_pure():
+    """DESIGN.md §3: the filter, ordering and position read no clock and do no I/O."""
+    import ast
+    from pathlib import Path
+
+    from tests.test_purity import FORBIDDEN
+    path = Path(__file__).resolve().parents[2] / "replicast" / "consume_core.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not imported & (FORBIDDEN | {"os", "aiomqtt", "pathlib"}), imported
+    assert "open(" not in path.read_text(encoding="utf-8")
