@@ -129,3 +129,14 @@ def test_the_consumer_core_is_pure():
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert not imported & (FORBIDDEN | {"os", "aiomqtt", "pathlib"}), imported
     assert "open(" not in path.read_text(encoding="utf-8")
+
+
+def test_the_command_names_a_bad_position_file(tmp_path, capsys):
+    from replicast.engine.cli import main
+    position = tmp_path / "alerts.pos"
+    position.write_text('{"frontier": "x"}')
+    assert main(["consume", "alerts", "--position", str(position)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("replicast consume: error:") and str(position) in err and len(err.splitlines()) == 1
+    assert main(["consume", "alerts", "--broker", "http://x"]) == 2
+    assert "broker must be" in capsys.readouterr().err
