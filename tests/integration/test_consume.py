@@ -114,7 +114,7 @@ def test_two_sink_replicas_kills_and_a_restarted_consumer_give_exactly_the_refer
                             victim = restart_at.pop(tick)
                             processes[victim] = {"pid": restart(victim, tick).pid}
                             live.add(victim)
-                        if tick % (3 * KILL_EVERY) == KILL_EVERY - 1:
+                        if tick % (3 * KILL_EVERY) == KILL_EVERY - 1 and tick + CONSUMER_DOWN < TICKS:
                             os.kill(consumers[-1].pid, signal.SIGKILL)
                             consumers[-1].wait()
                             log.setdefault("consumer_kills", []).append(tick)
