@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -41,12 +42,13 @@ input = "busy"
 
 
 def two_node_cluster(directory: Path, *, secret: str, ports: list[int], broker_port: int, placement: str,
-                     broker: str = "embedded", top: str = "", node_a: str = "", extra: str = "") -> Path:
+                     broker: str = "embedded", top: str = "", node_a: str = "", mqtt: str = "",
+                     extra: str = "") -> Path:
     """Write CPU_FILTER_QUERY and a cluster file with nodes a and b into ``directory``; returns its path.
 
     ``ports`` are a's port, a's metrics port, b's port, b's metrics port; ``placement`` is the body of
-    the [placement] table; ``top``, ``node_a`` and ``extra`` add lines to the top level, a's table,
-    and the end of the file.
+    the [placement] table; ``top``, ``node_a``, ``mqtt`` and ``extra`` add lines to the top level,
+    a's table, the [mqtt] table and the end of the file.
     """
     (directory / "query.toml").write_text(CPU_FILTER_QUERY)
     path = directory / "cluster.toml"
@@ -57,6 +59,7 @@ punctuation_ms = 50
 [mqtt]
 broker = "{broker}"
 port = {broker_port}
+{mqtt}
 [[nodes]]
 name = "a"
 port = {ports[0]}
@@ -248,3 +251,19 @@ def assert_fig1_reference(query, published: dict[str, list[dict]], arrivals: dic
             f"; extra {list(Counter(got) - Counter(reference[app]))[:3]}"
         if spec.ordered:
             assert got == reference[app], app
+
+
+#: An output id as sinks publish it (docs/consume.md): "<ts>:<occurrence>:<16 hex digits>".
+OUTPUT_ID = re.compile(r"^(-?\d+):(\d+):[0-9a-f]{16}$")
+
+
+def without_output_id(item: dict) -> dict:
+    """A published item without its output id, after checking that a record has one naming its own
+    timestamp (punctuations carry none): for comparing outputs with a reference."""
+    if "ts" not in item:
+        assert "@id" not in item, item
+        return item
+    rest = dict(item)
+    match = OUTPUT_ID.match(str(rest.pop("@id", "")))
+    assert match and int(match.group(1)) == item["ts"], item
+    return rest
