@@ -208,7 +208,8 @@ def _list(value: Any, what: str) -> tuple:
 def _report_fields(r: ServerReport) -> list:
     return [r.server, dict(r.rtt_ms), r.load, r.capacity, [_replica_fields(h) for h in r.hosted],
             [[*_replica_fields(x), n] for x, n in r.records_out.items()],
-            [[*_stream_fields(s), i.weight, i.delay_us] for s, i in r.inputs.items()]]
+            [[*_stream_fields(s), i.weight, i.delay_us] for s, i in r.inputs.items()],
+            [_stream_fields(s) for s in r.routes]]
 
 
 def _report(f: tuple) -> Report:
@@ -225,8 +226,14 @@ def _report(f: tuple) -> Report:
         if len(row) != 7:
             raise WireError(f"a report input needs 7 fields, got {len(row)}")
         inputs[_stream(row)] = InputReport(_number(row[5], "input weight"), _int(row[6], "input delay"))
+    routes = []
+    for row in _list(f[7], "report routes"):
+        row = _list(row, "report route")
+        if len(row) != 5:
+            raise WireError(f"a report route needs 5 fields, got {len(row)}")
+        routes.append(_stream(row))
     return Report(ServerReport(_str(f[0], "report server"), rtt, _number(f[2], "load"), _number(f[3], "capacity"),
-                               hosted, out, inputs))
+                               hosted, out, inputs, tuple(routes)))
 
 
 # code, class, fields of a message, message from fields (after the code)
@@ -269,7 +276,7 @@ _CODECS: list[tuple[int, type, Callable[[Any], list], Callable[[tuple], Message]
      lambda f: DeterminantAck(_replica(f[0], f[1]), _int(f[2], "seq")), 3),
     (18, NoSnapshot, lambda m: [*_replica_fields(m.joiner), *_replica_fields(m.donor), m.reason],
      lambda f: NoSnapshot(_replica(f[0], f[1]), _replica(f[2], f[3]), _str(f[4], "reason")), 5),
-    (21, Report, lambda m: _report_fields(m.report), _report, 7),
+    (21, Report, lambda m: _report_fields(m.report), _report, 8),
     # entry-stamped mode (messages rule 8)
     (40, ViewBallot, lambda m: [m.stream, m.candidate, m.term, _view_fields(m.view)],
      lambda f: ViewBallot(_str(f[0], "stream"), _index(f[1]), _int(f[2], "term"), _view(f[3])), 4),

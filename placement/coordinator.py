@@ -16,7 +16,9 @@ Rules of this module (as the node core's):
    successor can still revive by creating.  Afterwards the view follows the reports: a server's
    report that lacks replicas or input stream replicas the view gives it, or shows ones the view
    lacks (a node restarted, a decision lost), corrects the view — unless the coordinator sent that
-   server a decision within ``settle_us`` (the report may predate it).
+   server a decision within ``settle_us`` (the report may predate it).  What the report shows and
+   the view lacks joins the view; what the view places there and the report lacks is re-issued
+   (rule 7).
 4. Servers silent for ``expiry_us`` are down: their replicas leave the view (no decision is sent to
    a dead server) and revival no longer uses them.
 5. Periodic work, counted from the deployment (adopted or made): utilities every
@@ -25,6 +27,13 @@ Rules of this module (as the node core's):
    for replicas whose inputs are all later than ``revival_threshold_us`` (10 s, §V-C).  Creating new
    upstream replicas is allowed only while the cost is under θ ("the coordinator can also assist").
 6. Bad input never raises: unknown servers and unusable values are counted in :attr:`counters`.
+7. A live server that lacks what the view places on it — replicas, input stream replicas, routes
+   (a node restarted after a crash runs only what its own configuration says; a decision was lost)
+   — gets it again: ``restore`` decisions deploy the replicas where they were and connect every
+   stream replica it lacks at both ends.  The view was chosen under the fault-tolerance invariant
+   (:mod:`placement.tolerance`); the server is up again, so putting back what it ran restores it.
+   A server silent for ``expiry_us`` left the view (rule 4): then only revival brings back what it
+   hosted, and on its return only its routes (of pinned replicas the view takes back) are restored.
 """
 
 from __future__ import annotations
@@ -208,15 +217,13 @@ class CoordinatorCore:
         self.deployment = deployment
 
     def _reconcile(self, report: ServerReport, now: int) -> None:
-        """Rule 3: correct the view of ``report.server`` from what it says it runs."""
+        """Rule 3: correct the view of ``report.server`` from what it says it runs, and give it back
+        what the view places there and it lost (rule 7)."""
         i = self.servers.index(report.server)
         if now - self._told.get(i, -self.config.settle_us - 1) <= self.config.settle_us:
             return
         view, workload = self.deployment, self.workload()
         hosted = set(report.hosted)
-        for replica in [r for r, s in view.hosts.items() if s == i and r not in hosted]:
-            view.remove_replica(replica)
-            self.counters["vanished_replicas"] += 1
         known = set(workload.pinned) | set(workload.operators)
         for replica in sorted(hosted - set(view.hosts)):
             if replica.name in known:
@@ -224,15 +231,47 @@ class CoordinatorCore:
                 self.collected.replicas.pop(replica, None)
                 self.counters["appeared_replicas"] += 1
         inputs = set(report.inputs)
-        for stream in [s for r, s_ in list(view.hosts.items()) if s_ == i for s in list(view.in_streams(r))]:
-            if stream not in inputs:
-                view.remove_stream(stream)
-                self.counters["vanished_streams"] += 1
         for stream in sorted(inputs - view.streams, key=lambda s: (s.source, s.target, s.port)):
             if stream.source in view.hosts and view.hosts.get(stream.target) == i and _wired(stream, workload):
                 view.add_stream(stream)
                 self.collected.streams.discard(stream)
                 self.counters["appeared_streams"] += 1
+        self._reissue(now)
+
+    def _reissue(self, now: int) -> None:
+        """Rule 7: the replicas the view places on a server that its last report lacks, and the
+        stream replicas that the last report of either end lacks (as an input of a hosted replica,
+        or as a route of one), are deployed and connected again — at both ends, so the other end
+        asks for the stream replica again (a restarted node's entry points have none of the routes
+        the coordinator had connected, and their receivers would otherwise wait for them for ever).
+        Only a report received more than ``settle_us`` after the last decision sent to its server
+        counts (an earlier one may predate the decision), and a stream replica only when both its
+        ends' reports count;
+        all of them are looked at together, so a replica and its stream replicas go in one batch."""
+        view = self.deployment
+        settled = {}
+        for server, (report, at) in self._reports.items():
+            i = self.servers.index(server)
+            if at - self._told.get(i, -self.config.settle_us - 1) > self.config.settle_us:
+                settled[i] = (set(report.hosted), set(report.inputs), set(report.routes))
+        lost_replicas = {r for r, i in view.hosts.items() if i in settled and r not in settled[i][0]}
+
+        def lacks(stream) -> bool:
+            source, target = view.hosts[stream.source], view.hosts[stream.target]
+            return source in settled and target in settled and \
+                (stream not in settled[target][1] or stream not in settled[source][2])
+        lost_streams = [s for s in view.streams if lacks(s)]
+        if not lost_replicas and not lost_streams:
+            return
+        actual = view.copy()
+        for replica in lost_replicas:
+            actual.remove_replica(replica)
+        for stream in lost_streams:
+            if stream in actual.streams:
+                actual.remove_stream(stream)
+        self.counters["reissued_replicas"] += len(lost_replicas)
+        self.counters["reissued_streams"] += len(view.streams) - len(actual.streams)
+        self._emit(changes(actual, view, self.servers, "restore"), now)
 
     def _expire(self, now: int) -> None:
         for server, (_, at) in list(self._reports.items()):

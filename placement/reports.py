@@ -10,7 +10,11 @@ its report with :func:`engine.core.stats.server_report` and sends it as a ``Repo
 * ``inputs``: for every stream replica into a hosted replica, its cumulative arrival-rank weight
   (its port's duplicate filter's weight at that stream replica's index) and ``delay_us``, how far
   the newest punctuation received on it lags the node's clock, less one punctuation interval (§V-C);
-* ``load``/``capacity``: CPU in use and available, in cores.
+* ``load``/``capacity``: CPU in use and available, in cores;
+* ``routes``: the stream replicas its hosted replicas send on (their routes): what the coordinator
+  connected at this end.  A node restarted after a crash has lost the routes the coordinator had
+  connected (its own configuration has only its entry points), and only its report can say so — its
+  receivers still list those stream replicas as inputs.
 """
 
 from __future__ import annotations
@@ -38,3 +42,4 @@ class ServerReport:
     hosted: tuple[ReplicaId, ...] = ()
     records_out: Mapping[ReplicaId, int] = field(default_factory=dict)
     inputs: Mapping[StreamReplica, InputReport] = field(default_factory=dict)
+    routes: tuple[StreamReplica, ...] = ()

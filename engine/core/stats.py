@@ -108,6 +108,8 @@ def server_report(core: "NodeCore", now: int, load: float = 0.0, capacity: float
       punctuation interval (a source punctuates once per interval, so a stream on time lags by its
       latency plus up to one interval).  A stream replica that has carried no punctuation yet is as
       late as the time since it was connected here, less one interval.  Never negative.
+    * ``routes``: the stream replicas the hosted replicas send on (the coordinator reconnects
+      those a restarted node lost, docs/placement.md);
     * ``rtt_ms``: the heartbeat round trips; ``records_out`` per hosted replica (the coordinator
       turns them into rates); ``load``/``capacity``: what the driver measured (the core has no clock
       of its own to measure CPU with).
@@ -126,6 +128,7 @@ def server_report(core: "NodeCore", now: int, load: float = 0.0, capacity: float
             weight = float(per_port[stream.port][inbound.index])
         heard = inbound.punctuation if inbound.punctuation is not None else inbound.since
         inputs[stream] = InputReport(weight, max(0, now - heard - interval))
+    routes = tuple(stream for h in core.hosted.values() for stream in h.routes)
     return ServerReport(core.name, {peer: us / 1000.0 for peer, us in core.rtt_us.items()}, float(load),
                         float(capacity), tuple(core.hosted), {r: h.records_out for r, h in core.hosted.items()},
-                        inputs)
+                        inputs, routes)

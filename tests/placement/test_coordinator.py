@@ -76,7 +76,8 @@ class Cluster:
                       for s, (_, b) in self.streams.items() if b == server}
             yield ServerReport(server, {p: float(RTT[i, j]) for j, p in enumerate(SERVERS) if j != i}, load=0.0,
                                capacity=1.0, hosted=tuple(sorted(self.hosted[server])),
-                               records_out={r: self.outputs.get(r, 0) for r in self.hosted[server]}, inputs=inputs)
+                               records_out={r: self.outputs.get(r, 0) for r in self.hosted[server]}, inputs=inputs,
+                               routes=tuple(s for s, (a, _) in self.streams.items() if a == server))
 
     def deployment_matches(self, core):
         view = core.deployment
@@ -246,15 +247,28 @@ def test_a_coordinator_deploys_operators_around_the_entry_points_and_application
     cluster.deployment_matches(core)
 
 
-def test_the_view_follows_what_servers_report_once_decisions_have_settled():
+def test_a_server_that_lost_what_the_view_places_there_gets_it_back_once_decisions_have_settled():
+    """Rule 7: a node restarted without a replica the coordinator had deployed there, and its entry
+    points without the routes the coordinator had connected: once ``settle_us`` has passed since the
+    last decision for it, the coordinator deploys the replica there again and connects every stream
+    replica it lacks at both ends."""
     core, cluster, _ = started()
     victim = ReplicaId("o", 1)
     server = SERVERS[core.deployment.hosts[victim]]
+    before = core.deployment.copy()
     cluster.hosted[server].discard(victim)                      # the node restarted without it
-    for s in [s for s in cluster.streams if victim in (s.source, s.target)]:
+    lost = [s for s in cluster.streams if victim in (s.source, s.target)
+            or cluster.streams[s][0] == server]                 # … and without its routes
+    for s in lost:
         del cluster.streams[s]
+    assert lost
     step(core, cluster, 30 * SEC)                               # within settle_us of the initial decisions
-    assert victim in core.deployment.hosts
-    step(core, cluster, 71 * SEC)
-    assert victim not in core.deployment.hosts and core.counters["vanished_replicas"] == 1
+    assert core.counters["reissued_replicas"] == 0
+    decisions = [d for t in (71, 100, 130, 160, 190) for d in step(core, cluster, t * SEC)]
+    assert {d.replica for d in decisions if isinstance(d, Deploy)} == {victim}
+    assert {d.stream for d in decisions if isinstance(d, Connect)} >= set(lost)
+    assert decisions and all(d.reason == "restore" for d in decisions)
+    assert core.counters["reissued_replicas"] == 1 and core.counters["reissued_streams"] >= len(lost)
+    assert core.deployment == before
     cluster.deployment_matches(core)
+    assert step(core, cluster, 220 * SEC) == []                 # nothing more to restore
