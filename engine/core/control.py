@@ -19,6 +19,11 @@ Rules of this module:
    rule 4), so a port left with only inputs complete above it rejoins — garbage collection that
    takes a port's last whole input after a revival based above it (§V-B, §V-C) left it stalled
    for good before.
+7. Connecting a stream replica the receiver already has, from the same node, while it waits for
+   its sender's answer or was told the sender does not host it (``UNPOSITIONED``, ``VANISHED``),
+   asks for it again: a coordinator re-connects what a restarted node lost
+   (docs/placement.md, "A server that restarted"), and the receiver's first request may have
+   expired at the sender before the route was back.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from replicast.engine.core.events import ControlRefused
 from replicast.engine.core.hosted import Hosted, Inbound, Route
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.stamper import StampState
-from replicast.engine.core.states import ReplicaState
+from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -39,6 +44,10 @@ from replicast.operators.replica import OperatorReplica, application_sink
 
 if TYPE_CHECKING:
     from replicast.engine.core.node import NodeCore
+
+
+#: Inbound states in which a repeated ConnectStream asks for the stream replica again (rule 7).
+_ASK_AGAIN = (InboundState.UNPOSITIONED, InboundState.VANISHED)
 
 
 class Control:
@@ -138,7 +147,12 @@ class Control:
                 route = source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
                 core.sender.retrim(source)
                 core.sender.connected(stream, route, now)
-        if message.target_node == core.name and stream not in core.inbound:
+        inbound = core.inbound.get(stream)
+        if message.target_node == core.name and inbound is not None:
+            if inbound.node == message.source_node and inbound.state in _ASK_AGAIN:     # rule 7
+                core.receiver.request(stream, inbound, core.hosted[stream.target])
+            return
+        if message.target_node == core.name:
             target = core.hosted.get(stream.target)
             if target is None:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.target} is not hosted here", src)
