@@ -32,6 +32,7 @@ import ssl
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Callable
 
 from replicast.engine.aio.logs import LogBudget
@@ -104,7 +105,9 @@ class NodeDriver:
             if output is None or output.mqtt:
                 self._mqtt_apps[app] = (output.brokers if output is not None and output.brokers else (own,))
             if output is not None and output.file is not None:
-                self.sinks[app].append(FileSink(output.file, app, self._names[app]))
+                # ``{node}`` in the path: one file per sink replica where several share a disk
+                self.sinks[app].append(FileSink(Path(str(output.file).replace("{node}", name)), app,
+                                                self._names[app]))
         for app, function in (callbacks or {}).items():
             self.sinks[app].append(CallbackSink(function))
         #: Output ids per hosted application (docs/consume.md), and when its last punctuation went out.

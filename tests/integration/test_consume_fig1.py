@@ -1,0 +1,173 @@
+"""The Fig. 1 walkthrough of docs/consume.md, as a user would run it: ``replicast cluster up`` of the
+Fig. 1 cluster with two sink replicas per application (examples/make_cluster_fig1.py
+``--sink-replicas 2``: every application on ``app`` and on a server), ``replicast consume APP`` for
+each application as its own process (JSON lines on stdout), and kill -9 of a sink host — first the
+server n2 (alerts' second sink, also entry points and operators), then ``app`` (every application's
+first sink) — each restarted with the command ``cluster up`` recorded in ``RUN_DIR/state.json``
+(docs/deploy.md, "Restarting a node").  Every consumer prints exactly `replay`'s reference: none
+twice, none missing.
+
+The pause the consumer sees around a kill (the longest gap between consecutive alerts lines, against
+the longest without a kill) and the copies a plain subscriber sees are printed, not asserted: they
+are timings and counts on a shared machine; docs/consume.md records a run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiomqtt
+
+from replicast.operators.query_file import load_query
+from replicast.operators.record import CLOSED
+from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, free_ports, kill, make_cluster_module,
+                                       metric, mosquitto, publish_fig1_round, wait_for)
+
+PUNCTUATION_MS = 100
+TICK_S = 0.1
+TICKS = 150
+#: (tick from which to kill, victim): a kill waits until both sink replicas have been ready SETTLE ticks.
+KILLS = [(30, "n2"), (90, "app")]
+RESTART_AFTER = 10                 # ticks from a kill to the restart
+SETTLE = 10
+
+
+class Lines:
+    """A consumer process's stdout, each JSON line with the monotonic time it was read."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process, self.lines = process, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), json.loads(line)))
+
+
+def consume(app: str, broker_port: int, tmp_path: Path) -> Lines:
+    return Lines(subprocess.Popen(
+        [sys.executable, "-m", "replicast.engine.cli", "consume", app, "--broker", f"mqtt://127.0.0.1:{broker_port}",
+         "--position", str(tmp_path / f"{app}.pos")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=open(tmp_path / f"consume-{app}.log", "w"), text=True))
+
+
+def ready(port: int) -> bool:
+    try:
+        return metric(port, "replicast_ready") == 1
+    except OSError:
+        return False
+
+
+def max_gap(times: list[float]) -> float:
+    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+def test_shipped_example_is_the_generators_output():
+    make = make_cluster_module()
+    text = make.cluster_toml(query="cluster-fig1-query.toml", ports=list(range(17400, 17407)),
+                             metrics_ports=list(range(17500, 17507)), broker="embedded", broker_port=18834,
+                             secret="change-me-fig1-demo", output_dir="../out/cluster-fig1-eo", sources=True,
+                             sink_replicas=2).replace("examples/cluster-fig1.toml", "examples/cluster-fig1-eo.toml")
+    assert (ROOT / "examples/cluster-fig1-eo.toml").read_text() == text
+    assert 'alerts = ["app", "n2"]' in text
+
+
+def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exactly_the_reference(tmp_path):
+    make = make_cluster_module()
+    query = load_query(ROOT / "examples/cluster-fig1-query.toml")
+    with mosquitto(tmp_path) as broker_port:
+        ports = free_ports(14)
+        path = tmp_path / "cluster.toml"
+        path.write_text(make.cluster_toml(
+            query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
+            broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret="consume-fig1-secret",
+            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS, sink_replicas=2))
+        metrics = dict(zip(["app", *make.SERVERS], ports[7:]))
+        sinks = make.sink_nodes(2)["alerts"]
+        restarted: list[subprocess.Popen] = []
+        consumers: dict[str, Lines] = {}
+        published = {f"{kind}_{s}": [] for s in make.SERVERS for kind in ("cpu", "ping")}
+        raw: dict[str, Counter] = {app: Counter() for app in make.APPLICATIONS}
+        events: list[tuple[str, str, float]] = []        # (what, node, monotonic time)
+        with cluster(path, tmp_path / "run") as processes:
+            try:
+                for app in make.APPLICATIONS:
+                    consumers[app] = consume(app, broker_port, tmp_path)
+                for app in make.APPLICATIONS:
+                    wait_for(lambda: "subscribed to" in (tmp_path / f"consume-{app}.log").read_text(), 30,
+                             f"{app}'s consumer subscription")
+
+                async def drive() -> None:
+                    kills, restart_at, down, ready_since = list(KILLS), {}, None, None
+                    async with aiomqtt.Client("127.0.0.1", broker_port, identifier="test-pub") as pub, \
+                            aiomqtt.Client("127.0.0.1", broker_port, identifier="test-raw") as sub:
+                        await sub.subscribe("replicast/out/#", qos=1)
+                        raw_task = asyncio.create_task(collect_raw(sub))
+                        for tick in range(TICKS):
+                            await publish_fig1_round(pub, make.SERVERS, tick, published)
+                            both = down is None and all(ready(metrics[n]) for n in sinks)
+                            ready_since = (tick if ready_since is None else ready_since) if both else None
+                            if kills and tick >= kills[0][0] and both and tick - ready_since >= SETTLE:
+                                down = kills.pop(0)[1]
+                                kill(processes[down])
+                                events.append(("kill", down, time.monotonic()))
+                                restart_at[tick + RESTART_AFTER] = down
+                            if tick in restart_at:
+                                # docs/deploy.md, "Restarting a node": the command cluster up recorded
+                                name = restart_at.pop(tick)
+                                restarted.append(subprocess.Popen(
+                                    processes[name]["command"], cwd=ROOT, stdout=open(tmp_path / f"{name}-{tick}.log", "w"),
+                                    stderr=subprocess.STDOUT))
+                                events.append(("restart", name, time.monotonic()))
+                            if down is not None and events[-1][0] == "restart" and ready(metrics[down]):
+                                events.append(("ready", down, time.monotonic()))
+                                down = None
+                            await asyncio.sleep(TICK_S)
+                        assert not kills, f"kills not done (sink replicas not ready long enough): {kills}"
+                        for stream in published:
+                            await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": CLOSED}), qos=1)
+                        await asyncio.wait_for(raw_task, 60)
+
+                async def collect_raw(sub) -> None:
+                    closed = set()
+                    async for message in sub.messages:
+                        app = str(message.topic).rsplit("/", 1)[-1]
+                        items = json.loads(message.payload)
+                        raw[app].update(i["@id"] for i in items if "ts" in i)
+                        if any(i.get("punctuation") == CLOSED for i in items):
+                            closed.add(app)
+                            if len(closed) == len(raw):
+                                return
+
+                asyncio.run(drive())
+                for app, lines in consumers.items():
+                    assert lines.process.wait(60) == 0, (tmp_path / f"consume-{app}.log").read_text()[-2000:]
+                    lines.thread.join(10)
+            finally:
+                for process in [*(c.process for c in consumers.values()), *restarted]:
+                    if process.poll() is None:
+                        process.terminate()
+                        process.wait(10)
+    got = {app: [record for _, record in lines.lines] for app, lines in consumers.items()}
+    kills = [(node, t) for what, node, t in events if what == "kill"]
+    readies = [t for what, _, t in events if what == "ready"]
+    times = [t for t, _ in consumers["alerts"].lines]
+    quiet = [t for t in times if t < kills[0][1]]
+    normal = max_gap(quiet[len(quiet) // 4:])               # before the first kill, after start-up
+    around = {node: max_gap([t for t in times if k - 1 <= t <= r + 1]) for (node, k), r in zip(kills, readies)}
+    print(f"alerts lines {len(got['alerts'])}, longest gap without a kill {normal:.3f} s, around each kill "
+          f"(1 s before it to 1 s after the restarted node is ready) {({n: round(g, 3) for n, g in around.items()})}; "
+          f"plain subscriber copies per record {({app: dict(Counter(c.values())) for app, c in raw.items()})}; "
+          f"events {[(w, n, round(t - events[0][2], 2)) for w, n, t in events]}")
+    assert [node for node, _ in kills] == [victim for _, victim in KILLS] and len(readies) == len(KILLS), events
+    assert_fig1_reference(query, published, got, PUNCTUATION_MS)        # none missing, none twice
+    for app, records in got.items():
+        assert len({r["@id"] for r in records}) == len(records), app
+        assert sum(raw[app].values()) > len(records), app       # both sink replicas published: copies on the topic
