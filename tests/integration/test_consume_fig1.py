@@ -171,3 +171,7 @@ def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exac
     for app, records in got.items():
         assert len({r["@id"] for r in records}) == len(records), app
         assert sum(raw[app].values()) > len(records), app       # both sink replicas published: copies on the topic
+        # one file per sink replica ({node} in the path); a restarted one read its tail back: no line twice
+        for node in make.sink_nodes(2)[app]:
+            ids = [json.loads(line)["@id"] for line in (tmp_path / "out" / f"{app}-{node}.jsonl").read_text().splitlines()]
+            assert ids and len(set(ids)) == len(ids), (app, node)
