@@ -23,6 +23,7 @@ same way, so a consumer runs Alg. 1 (§IV-B) on the ids: first copy wins, and a 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import errno
 import hashlib
@@ -35,6 +36,8 @@ from replicast.engine.events import as_text
 from replicast.engine.node import Delivered
 
 OUT_TOPIC = "replicast/out/{app}"
+#: Retained: the last punctuation a sink of ``app`` published on this broker (docs/consume.md).
+FRONTIER_TOPIC = "replicast/frontier/{app}"
 DEAD_LETTER_TOPIC = "replicast/dead-letter"
 
 
@@ -100,6 +103,83 @@ def mqtt_properties(app: str, event: Delivered, ids: list[str]) -> list[tuple[st
     if event.punctuation is not None:
         properties.append(("replicast-punctuation", str(event.punctuation)))
     return properties
+
+
+def frontier_payload(punctuation: int) -> bytes:
+    """The retained message on ``FRONTIER_TOPIC``: ``{"punctuation": p}``."""
+    return json.dumps({"punctuation": punctuation}).encode()
+
+
+def parse_frontier(payload: bytes) -> int | None:
+    """The punctuation of a retained frontier message, None if it holds none (or is not one)."""
+    try:
+        item = json.loads(payload)
+    except ValueError:
+        return None
+    p = item.get("punctuation") if isinstance(item, dict) else None
+    return p if isinstance(p, int) and not isinstance(p, bool) else None
+
+
+class GateState(enum.Enum):
+    """Where a restarted sink's MQTT output stands against the frontier it published before."""
+
+    READING = "reading"          # waiting for the retained frontier: deliveries held
+    SKIPPING = "skipping"        # records at or below the frontier were published before: dropped
+    PASSING = "passing"          # above it: everything goes out
+
+
+GATE_TRANSITIONS = {
+    (GateState.READING, "known"): GateState.SKIPPING,
+    (GateState.READING, "none"): GateState.PASSING,
+    (GateState.SKIPPING, "passed"): GateState.PASSING,
+}
+
+
+class RestartGate:
+    """A restarted sink's MQTT output (docs/consume.md, "A restarted sink"): a punctuation ``p``
+    retained on ``FRONTIER_TOPIC`` says some sink of the application published every record with
+    ``ts <= p`` to that broker, so the restarted sink drops those instead of publishing them again
+    (a plain subscriber sees fewer repeats; the ids make the rest harmless to ``replicast.consume``).
+    Deliveries are held while the frontier is read; the first punctuation ``>= p`` opens the gate."""
+
+    def __init__(self, reading: bool = True):
+        self.state = GateState.READING if reading else GateState.PASSING
+        self.frontier: int | None = None
+        self.held: list[tuple[Delivered, list[str] | None]] = []
+        self.skipped = 0
+
+    def _move(self, event: str) -> None:
+        self.state = GATE_TRANSITIONS[(self.state, event)]
+
+    def offer(self, event: Delivered, ids: list[str] | None) -> list[tuple[Delivered, list[str] | None]]:
+        """The deliveries to publish now (with their ids), out of this one."""
+        if self.state is GateState.PASSING:
+            return [(event, ids)]
+        if self.state is GateState.READING:
+            self.held.append((event, ids))
+            return []
+        return [kept] if (kept := self._filter(event, ids)) is not None else []
+
+    def known(self, frontier: int | None) -> list[tuple[Delivered, list[str] | None]]:
+        """The frontier was read (None: nothing retained, or not readable): the held deliveries to
+        publish now."""
+        self.frontier = frontier
+        self._move("none" if frontier is None else "known")
+        held, self.held = self.held, []
+        return [out for event, ids in held for out in self.offer(event, ids)]
+
+    def _filter(self, event: Delivered, ids: list[str] | None) -> tuple[Delivered, list[str] | None] | None:
+        frontier = self.frontier
+        keep = [n for n, record in enumerate(event.records) if record[0] > frontier]
+        self.skipped += len(event.records) - len(keep)
+        if event.punctuation is not None and event.punctuation >= frontier:
+            self._move("passed")         # every later record has ts > punctuation >= frontier
+        if len(keep) == len(event.records):
+            return event, ids
+        if not keep and event.punctuation is None:
+            return None
+        records = [event.records[n] for n in keep]
+        return dataclasses.replace(event, records=records), (None if ids is None else [ids[n] for n in keep])
 
 
 class OutputState(enum.Enum):

@@ -35,9 +35,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
+import aiomqtt
+
 from replicast.engine.aio.logs import LogBudget
 from replicast.engine.aio.metrics import NodeMetrics
-from replicast.engine.aio.mqtt_session import BrokerSession
+from replicast.engine.aio.mqtt_session import BrokerSession, read_retained
 from replicast.engine.aio.supervise import Backoff, Supervisor
 from replicast.engine.aio.tcp_source import SourceServer
 from replicast.engine.cluster_config import ClusterConfig
@@ -45,8 +47,10 @@ from replicast.engine.handshake import NONCE_BYTES, FrameSealer, Handshake, Role
 from replicast.engine.messages import Hello, Proof, Snapshot
 from replicast.engine.node import (ControlRefused, DeadLetter, Decided, Delivered, NodeCore, PeerTimedOut, ProtocolError,
                          ReplicaChanged, StreamCutOff, configure, configure_pinned)
-from replicast.engine.sinks import (BARE_PUNCTUATION_EVERY_US, DEAD_LETTER_TOPIC, OUT_TOPIC, CallbackSink, FileSink,
-                                    OutputIds, OutputState, dead_letter_payload, mqtt_items, mqtt_properties)
+from replicast.engine.sinks import (BARE_PUNCTUATION_EVERY_US, DEAD_LETTER_TOPIC, FRONTIER_TOPIC, OUT_TOPIC,
+                                    CallbackSink, FileSink, GateState, OutputIds, OutputState, RestartGate,
+                                    dead_letter_payload, frontier_payload, mqtt_items, mqtt_properties,
+                                    parse_frontier)
 from replicast.operators.errors import ReplicastError
 from replicast.operators.record import CLOSED
 from replicast.engine.wire import WireError, decode, encode
@@ -71,6 +75,11 @@ MAX_WRITE_BUFFER = 64 * 1024 * 1024
 #: Longest a link waits for a sink replica's output to reach its broker before the snapshot goes.
 SNAPSHOT_HOLD_S = 1.0
 IN_TOPIC = "replicast/in/+"
+#: A restarted sink reading its retained frontier: how long after the subscription a retained
+#: message may take to arrive, and how long it tries an unreachable broker before publishing
+#: everything (at least once, as without a frontier).
+FRONTIER_WAIT_S = 0.5
+FRONTIER_GIVE_UP_S = 10.0
 
 
 def now_us() -> int:
@@ -113,6 +122,10 @@ class NodeDriver:
         #: Output ids per hosted application (docs/consume.md), and when its last punctuation went out.
         self._ids = {app: OutputIds(app) for app in hosted_apps}
         self._punctuated: dict[str, int] = {}
+        #: A restarted node's MQTT sinks hold their output until the frontier they published before
+        #: is read back (docs/consume.md, "A restarted sink"); the last frontier each retained.
+        self._gates = {app: RestartGate(reading=restarted) for app in self._mqtt_apps}
+        self._retained: dict[str, int] = {}
         self._files = [sink for sinks in self.sinks.values() for sink in sinks if isinstance(sink, FileSink)]
         #: node -> (deadline, [(session, queued mark)], frames): a link held for a sink's snapshot.
         self._held: dict[str, tuple[float, list, list[bytes], object]] = {}
@@ -178,6 +191,9 @@ class NodeDriver:
         supervise("metrics", self._refresh_metrics)
         if self._files:
             supervise("outputs", self._retry_outputs)
+        for app, gate in self._gates.items():
+            if gate.state is GateState.READING:
+                supervise(f"frontier {app}", lambda app=app: self._read_frontier(app))
         self._transmit()
         try:
             await self._stop.wait()
@@ -431,13 +447,13 @@ class NodeDriver:
             # Punctuations ride along with records; a bare one is published when the stream closes
             # or BARE_PUNCTUATION_EVERY_US after the last, so a consumer's memory of ids stays
             # bounded (docs/consume.md) and subscribers are not flooded every punctuation interval.
-            if app in self._mqtt_apps and (event.records or self._bare_punctuation_due(event)):
-                if event.punctuation is not None:
-                    self._punctuated[app] = event.now
-                payload = mqtt_items(self._names[app], event, ids)
-                properties = mqtt_properties(app, event, ids or [])
-                for broker in self._mqtt_apps[app]:
-                    self.mqtt_sessions[broker.url].publish(OUT_TOPIC.format(app=app), payload, properties)
+            if app in self._mqtt_apps:
+                gate = self._gates[app]
+                skipped = gate.skipped
+                for out, out_ids in gate.offer(event, ids):
+                    self._publish(out, out_ids)
+                if gate.skipped > skipped:
+                    self.metrics.sink_skipped.labels(app).inc(gate.skipped - skipped)
         elif isinstance(event, PeerTimedOut):
             writer = self.links.get(event.node)
             log.warning("no heartbeat from %s; dropping the link", event.node, extra={"event": "peer_timeout"})
@@ -466,6 +482,56 @@ class NodeDriver:
             log.warning("stream replica %s -> %s on %s lagged past the retention limit (%d items kept); "
                         "its log no longer waits for it", event.stream.source, event.stream.target, event.node,
                         event.retained, extra={"event": "stream_cut", "peer": event.node})
+
+    def _publish(self, event: Delivered, ids: list[str] | None) -> None:
+        """One delivery to the application's brokers, then (retained) its punctuation as the frontier
+        a restarted sink reads back."""
+        app = event.app
+        if not (event.records or self._bare_punctuation_due(event)):
+            return
+        if event.punctuation is not None:
+            self._punctuated[app] = event.now
+        payload = mqtt_items(self._names[app], event, ids)
+        properties = mqtt_properties(app, event, ids or [])
+        retain = event.punctuation is not None and event.punctuation > self._retained.get(app, -1)
+        for broker in self._mqtt_apps[app]:
+            session = self.mqtt_sessions[broker.url]
+            session.publish(OUT_TOPIC.format(app=app), payload, properties)
+            if retain:       # after the payload on the same session: the broker has that first
+                session.publish(FRONTIER_TOPIC.format(app=app), frontier_payload(event.punctuation), retain=True)
+        if retain:
+            self._retained[app] = event.punctuation
+
+    async def _read_frontier(self, app: str) -> None:
+        """Read the frontier retained for ``app`` on each of its brokers (the lowest counts: each
+        broker holds what was published to it), then let the held deliveries through the gate."""
+        frontiers: list[int | None] = []
+        deadline = time.monotonic() + FRONTIER_GIVE_UP_S
+        for broker in self._mqtt_apps[app]:
+            backoff = Backoff(0.1, 1.0)
+            while True:
+                try:
+                    payload = await read_retained(broker, self.config.mqtt, self.name, FRONTIER_TOPIC.format(app=app),
+                                                  wait_s=FRONTIER_WAIT_S, suffix=f"frontier-{app}")
+                    frontiers.append(None if payload is None else parse_frontier(payload))
+                    break
+                except aiomqtt.MqttError as error:
+                    if time.monotonic() >= deadline:
+                        log.warning("cannot read %s's frontier from MQTT broker %s (%s): publishing what this "
+                                    "restarted sink delivers, repeats included", app, broker.url,
+                                    shorten(str(error), 200), extra={"event": "frontier_unread", "app": app})
+                        frontiers.append(None)
+                        break
+                    await asyncio.sleep(backoff.next())
+        frontier = None if None in frontiers or not frontiers else min(frontiers)
+        log.info("restarted sink %s: frontier %s retained on its broker(s); records at or below it are not "
+                 "published again", app, frontier, extra={"event": "frontier_read", "app": app, "frontier": frontier})
+        gate = self._gates[app]
+        skipped = gate.skipped
+        for out, out_ids in gate.known(frontier):
+            self._publish(out, out_ids)
+        if gate.skipped > skipped:
+            self.metrics.sink_skipped.labels(app).inc(gate.skipped - skipped)
 
     def _bare_punctuation_due(self, event: Delivered) -> bool:
         if event.punctuation is None:

@@ -70,6 +70,9 @@ class NodeMetrics:
                                   "(lines wait in memory and are retried), else 1", ["app"], registry=self.registry)
         self.sink_errors = Counter("replicast_sink_errors", "deliveries an application sink failed to take",
                                    ["app"], registry=self.registry)
+        self.sink_skipped = Counter("replicast_sink_skipped_records", "records a restarted sink did not publish "
+                                    "again: at or below the frontier retained on replicast/frontier/<app>",
+                                    ["app"], registry=self.registry)
         self.source_errors = Counter("replicast_source_errors",
                                      "source messages dropped because handling them raised (a bug: see the log)",
                                      ["stream"], registry=self.registry)

@@ -108,7 +108,7 @@ class BrokerSession:
         self.broker, self.settings, self.node, self.metrics = broker, settings, node, metrics
         self.topic, self.on_message = topic, on_message
         self.state = SessionState.NEW
-        self.outbox: deque[tuple[str, bytes, list | None]] = deque()
+        self.outbox: deque[tuple[str, bytes, list | None, bool]] = deque()
         #: Messages queued and acknowledged by the broker since the start (the driver waits on these).
         self.queued = self.acked = 0
         self.on_acked: Callable[[], None] | None = None
@@ -126,10 +126,12 @@ class BrokerSession:
     def _move(self, event: str) -> None:
         self.state = TRANSITIONS[(self.state, event)]
 
-    def publish(self, topic: str, payload: bytes, user_properties: list[tuple[str, str]] | None = None) -> None:
+    def publish(self, topic: str, payload: bytes, user_properties: list[tuple[str, str]] | None = None, *,
+                retain: bool = False) -> None:
         """Queue ``payload`` for ``topic`` (QoS 1); sent once connected, kept until acknowledged.
-        ``user_properties`` go with it where the broker speaks MQTT 5 (output ids, docs/consume.md)."""
-        self.outbox.append((topic, payload, user_properties))
+        ``user_properties`` go with it where the broker speaks MQTT 5 (output ids, docs/consume.md);
+        ``retain``: the broker keeps it for later subscribers (a sink's frontier)."""
+        self.outbox.append((topic, payload, user_properties, retain))
         self.queued += 1
         self._wakeup.set()
 
@@ -238,15 +240,39 @@ class BrokerSession:
         queue = self.outbox
         while True:
             while queue:
-                topic, payload, user_properties = queue[0]
+                topic, payload, user_properties, retain = queue[0]
                 properties = None
                 if user_properties and self.protocol is aiomqtt.ProtocolVersion.V5:
                     properties = Properties(PacketTypes.PUBLISH)
                     properties.UserProperty = user_properties
-                await client.publish(topic, payload, qos=1, properties=properties)
+                await client.publish(topic, payload, qos=1, properties=properties, retain=retain)
                 queue.popleft()                  # only once the broker has it: never lost on reconnect
                 self.acked += 1
                 if self.on_acked is not None:
                     self.on_acked()
             self._wakeup.clear()
             await self._wakeup.wait()
+
+
+async def read_retained(broker: BrokerAddress, settings: MqttSettings, node: str, topic: str, *,
+                        wait_s: float, suffix: str = "frontier") -> bytes | None:
+    """The message retained on ``topic`` at ``broker`` (None if none arrives within ``wait_s`` of the
+    subscription's acknowledgement: a broker sends retained messages right after it).  A short clean
+    session of its own (client id ``<node's>-<suffix>``: distinct per reader, or the broker drops the
+    older connection), MQTT 3.1.1 (every broker, amqtt too);
+    raises MqttError if the broker cannot be reached."""
+    tls = tls_context(settings, node) if broker.tls else None
+    async with aiomqtt.Client(broker.host, broker.port, identifier=f"{settings.identifier(node)}-{suffix}",
+                              username=settings.username, password=settings.password, tls_context=tls,
+                              protocol=aiomqtt.ProtocolVersion.V311, clean_session=True, keepalive=10,
+                              timeout=10) as client:
+        await client.subscribe(topic, qos=1)
+        try:
+            async with asyncio.timeout(wait_s):
+                async for message in client.messages:
+                    if message.retain:
+                        payload = message.payload
+                        return payload if isinstance(payload, bytes) else str(payload or "").encode()
+        except TimeoutError:
+            return None
+    return None

@@ -79,7 +79,10 @@ def test_shipped_example_is_the_generators_output():
     assert 'alerts = ["app", "n2"]' in text
 
 
-def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exactly_the_reference(tmp_path):
+def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, str]]):
+    """Cluster up, a consumer per application, the kills and restarts of ``kills_plan``, then CLOSED;
+    returns (query, published, each consumer's lines, each app's raw copies by id, the raw payloads
+    of alerts with their arrival times, events)."""
     make = make_cluster_module()
     query = load_query(ROOT / "examples/cluster-fig1-query.toml")
     with mosquitto(tmp_path) as broker_port:
@@ -88,14 +91,15 @@ def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exac
         path.write_text(make.cluster_toml(
             query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
             broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret="consume-fig1-secret",
-            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS, sink_replicas=2))
+            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS, sink_replicas=sink_replicas))
         metrics = dict(zip(["app", *make.SERVERS], ports[7:]))
-        sinks = make.sink_nodes(2)["alerts"]
+        sinks = make.sink_nodes(sink_replicas)["alerts"]
         restarted: list[subprocess.Popen] = []
         consumers: dict[str, Lines] = {}
         published = {f"{kind}_{s}": [] for s in make.SERVERS for kind in ("cpu", "ping")}
         raw: dict[str, Counter] = {app: Counter() for app in make.APPLICATIONS}
         events: list[tuple[str, str, float]] = []        # (what, node, monotonic time)
+        raw_alerts: list[tuple[float, list]] = []
         with cluster(path, tmp_path / "run") as processes:
             try:
                 for app in make.APPLICATIONS:
@@ -105,7 +109,7 @@ def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exac
                              f"{app}'s consumer subscription")
 
                 async def drive() -> None:
-                    kills, restart_at, down, ready_since = list(KILLS), {}, None, None
+                    kills, restart_at, down, ready_since = list(kills_plan), {}, None, None
                     async with aiomqtt.Client("127.0.0.1", broker_port, identifier="test-pub") as pub, \
                             aiomqtt.Client("127.0.0.1", broker_port, identifier="test-raw") as sub:
                         await sub.subscribe("replicast/out/#", qos=1)
@@ -141,6 +145,8 @@ def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exac
                         app = str(message.topic).rsplit("/", 1)[-1]
                         items = json.loads(message.payload)
                         raw[app].update(i["@id"] for i in items if "ts" in i)
+                        if app == "alerts":
+                            raw_alerts.append((time.monotonic(), items))
                         if any(i.get("punctuation") == CLOSED for i in items):
                             closed.add(app)
                             if len(closed) == len(raw):
@@ -155,6 +161,12 @@ def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exac
                     if process.poll() is None:
                         process.terminate()
                         process.wait(10)
+    return query, published, consumers, raw, raw_alerts, events
+
+
+def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exactly_the_reference(tmp_path):
+    make = make_cluster_module()
+    query, published, consumers, raw, _, events = walkthrough(tmp_path, 2, KILLS)
     got = {app: [record for _, record in lines.lines] for app, lines in consumers.items()}
     kills = [(node, t) for what, node, t in events if what == "kill"]
     readies = [t for what, _, t in events if what == "ready"]
@@ -175,3 +187,18 @@ def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exac
         for node in make.sink_nodes(2)[app]:
             ids = [json.loads(line)["@id"] for line in (tmp_path / "out" / f"{app}-{node}.jsonl").read_text().splitlines()]
             assert ids and len(set(ids)) == len(ids), (app, node)
+
+
+def test_a_restarted_only_sink_publishes_nothing_again_below_its_retained_frontier(tmp_path):
+    """One sink replica per application (the plain Fig. 1 cluster): kill -9 of ``app`` and its
+    restart.  The restarted sinks read the frontier retained on ``replicast/frontier/<app>`` and do
+    not publish again what they had published below it, so a plain subscriber (no ids, no library)
+    sees every alert once; the consumer still prints exactly the reference."""
+    query, published, consumers, raw, raw_alerts, events = walkthrough(tmp_path, 1, [(30, "app")])
+    got = {app: [record for _, record in lines.lines] for app, lines in consumers.items()}
+    kill_time = next(t for what, _, t in events if what == "kill")
+    last = max((i["punctuation"] for t, items in raw_alerts if t < kill_time for i in items if "punctuation" in i))
+    repeats = {app: sum(n - 1 for n in copies.values()) for app, copies in raw.items()}
+    print(f"plain subscriber: repeated records {repeats}; alerts' last punctuation before the kill {last}")
+    assert_fig1_reference(query, published, got, PUNCTUATION_MS)
+    assert repeats == {app: 0 for app in raw}, repeats
