@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from replicast.engine.core.events import Delivered
-from replicast.engine.sinks import ID_KEY, FileSink, OutputIds, OutputState, mqtt_items, mqtt_properties
+from replicast.engine.sinks import (ID_KEY, FileSink, GateState, OutputIds, OutputState, RestartGate, frontier_payload,
+                                    mqtt_items, mqtt_properties, parse_frontier)
 
 NAMES = ("server", "load")
 
@@ -163,3 +164,37 @@ def test_a_read_only_directory_does_not_stop_the_sink(small_tmpfs):
     assert sink.retry() and sink.state is OutputState.WRITING
     assert [l[ID_KEY] for l in lines(small_tmpfs / "out" / "alerts.jsonl")] == all_ids(deliveries())
     sink.close()
+
+
+def test_a_restarted_sink_holds_until_its_frontier_is_read_then_skips_what_is_at_or_below_it():
+    events = deliveries()
+    ids = OutputIds("alerts")
+    named = [(event, ids.ids(event)) for event in events]
+    gate = RestartGate()
+    assert gate.state is GateState.READING
+    assert [gate.offer(event, i) for event, i in named[:2]] == [[], []]             # held
+    out = gate.known(parse_frontier(frontier_payload(2)))
+    # the first delivery's records are all at or below 2: nothing; the second keeps (3, a) and its punctuation
+    assert [(e.records, e.punctuation, i) for e, i in out] == [([(3, "a", 0.5)], 2, [named[1][1][1]])]
+    assert gate.state is GateState.PASSING and gate.skipped == 4              # its punctuation reached 2
+    assert gate.offer(*named[2]) == [named[2]]                                 # then everything, unchanged
+
+
+def test_a_gate_skips_until_a_punctuation_reaches_the_frontier():
+    gate = RestartGate()
+    gate.known(3)
+    first, second = deliveries()[:2]
+    assert gate.offer(first, None) == []                                       # all <= 3, no punctuation
+    (event, ids), = gate.offer(second, None)
+    assert event.records == [] and event.punctuation == 2 and gate.state is GateState.SKIPPING
+    assert gate.offer(deliveries()[2], None)[0][0].records == [(4, "c", 2.0)]
+    assert gate.state is GateState.PASSING
+
+
+def test_no_frontier_or_a_first_start_passes_everything():
+    gate = RestartGate()
+    event = deliveries()[0]
+    assert gate.offer(event, None) == []
+    assert gate.known(parse_frontier(b"not json")) == [(event, None)]
+    assert RestartGate(reading=False).offer(event, None) == [(event, None)]
+    assert parse_frontier(b'{"punctuation": true}') is None and parse_frontier(b"[1]") is None
