@@ -38,6 +38,10 @@ OUT_TOPIC = "replicast/out/{app}"
 #: CONNACK codes for "this protocol version is not spoken here" (as engine.aio.mqtt_session).
 UNSUPPORTED_VERSION = (1, 132)
 SESSION_EXPIRY_S = 3600
+#: Seconds an MQTT 5 CONNECT may wait for its CONNACK before the next attempt speaks 3.1.1: a
+#: 3.1.1-only broker (amqtt, the embedded one) answers an MQTT 5 CONNECT with properties by waiting
+#: for more bytes, not by refusing its version.
+V5_CONNECT_PROBE_S = 3
 
 
 class ConsumeError(ReplicastError):
@@ -117,18 +121,20 @@ class Consumer:
         """One broker: connect, subscribe, queue payloads; reconnect for ever."""
         identifier = self.client_id if len(self.brokers) == 1 else f"{self.client_id}-{index}"
         protocol = aiomqtt.ProtocolVersion.V5
-        delay = 0.05
+        delay, spoken = 0.05, False          # spoken: a CONNACK came back in this protocol
         while True:
             try:
                 if protocol is aiomqtt.ProtocolVersion.V5:
                     properties = Properties(PacketTypes.CONNECT)
                     properties.SessionExpiryInterval = SESSION_EXPIRY_S
                     client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
-                                            clean_start=False, properties=properties, keepalive=10, timeout=10)
+                                            clean_start=False, properties=properties, keepalive=10,
+                                            timeout=10 if spoken else V5_CONNECT_PROBE_S)
                 else:
                     client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
                                             clean_session=False, keepalive=10, timeout=10)
                 async with client:
+                    spoken = True
                     await client.subscribe(OUT_TOPIC.format(app=self.app), qos=1)
                     log.info("subscribed to %s on %s", OUT_TOPIC.format(app=self.app), broker.url)
                     delay = 0.05
@@ -142,6 +148,10 @@ class Consumer:
                     continue
                 log.warning("broker %s: %s", broker.url, error)
             except aiomqtt.MqttError as error:
+                if not spoken and protocol is aiomqtt.ProtocolVersion.V5 and "timed out" in str(error):
+                    log.info("broker %s: no answer to an MQTT 5 CONNECT; trying 3.1.1", broker.url)
+                    protocol = aiomqtt.ProtocolVersion.V311
+                    continue
                 log.warning("broker %s: %s", broker.url, error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
