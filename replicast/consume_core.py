@@ -79,9 +79,10 @@ class ExactlyOnce:
         self.order = order
         position = position or Position()
         self.frontier = position.frontier
-        self._seen: set[str] = set(position.ids)
+        #: id -> the ts it names, above the frontier (forgetting needs no parsing of ids)
+        self._seen: dict[str, int] = {rid: id_ts(rid) for rid in position.ids}
         self._held: list[tuple[int, str, dict]] = [(h["ts"], h[ID_KEY], h) for h in position.held]
-        self._seen.update(rid for _, rid, _ in self._held)
+        self._seen.update((rid, ts) for ts, rid, _ in self._held)
         self.copies = self.late = self.unidentified = 0
         self.closed = False
 
@@ -94,7 +95,7 @@ class ExactlyOnce:
         """The position after the records handed out so far."""
         if self._held:
             held = {rid for _, rid, _ in self._held}
-            return Position(self.frontier, frozenset(self._seen - held), tuple(h[2] for h in self._held))
+            return Position(self.frontier, frozenset(self._seen.keys() - held), tuple(h[2] for h in self._held))
         return Position(self.frontier, frozenset(self._seen))
 
     def offer(self, items: list) -> list[dict]:
@@ -116,7 +117,7 @@ class ExactlyOnce:
                 elif rid in seen:
                     self.copies += 1
                 else:
-                    seen.add(rid)
+                    seen[rid] = ts
                     if self.order is Order.TIMESTAMP:
                         self._held.append((ts, rid, item))
                     else:
@@ -131,7 +132,7 @@ class ExactlyOnce:
 
     def _advance(self, p: int, out: list[dict]) -> None:
         """Line 11: forget the ids at or below ``p``; release the held records up to it."""
-        self._seen = {rid for rid in self._seen if id_ts(rid) > p}
+        self._seen = {rid: ts for rid, ts in self._seen.items() if ts > p}
         if self._held:
             ready = [h for h in self._held if h[0] <= p]
             if ready:
