@@ -169,17 +169,18 @@ async def publish_all(port: int, topic: str, stream: list[bytes]) -> None:
             await asyncio.gather(*(pub.publish(topic, payload, qos=1) for payload in stream[start:start + 200]))
 
 
-async def end_to_end(port: int, stream: list[bytes], library: bool, tag: str) -> tuple[float, int]:
+async def end_to_end(port: int, stream: list[bytes], library: bool, tag: str) -> tuple[float, int, float]:
+    """(items handed out per second, how many, CPU seconds of this process: subscriber and publisher)."""
     app = f"bench{tag}"
     topic = f"replicast/out/{app}"
     ready = asyncio.Event()
     task = asyncio.create_task(library_subscriber(port, ready, app, f"bench-lib-{tag}-{os.getpid()}") if library
                                else plain_subscriber(port, ready, topic))
     await ready.wait()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await publish_all(port, topic, stream)
     seen = await asyncio.wait_for(task, 600)
-    return seen / (time.perf_counter() - start), seen
+    return seen / (time.perf_counter() - start), seen, time.process_time() - cpu
 
 
 # -- 3. latency -------------------------------------------------------------------------------------
@@ -230,6 +231,22 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
 
+def consumer_only(args) -> int:
+    """The library against a plain subscriber, alternately, with the CPU time each run took."""
+    events = deliveries(args.records, args.batch)
+    with_ids, without = two_replicas(payloads(events, ids=True)), two_replicas(payloads(events, ids=False))
+    with Mosquitto() as port:
+        async def network():
+            for r in range(args.rounds):
+                rate_lib, seen_lib, cpu_lib = await end_to_end(port, with_ids, True, f"lib{r}")
+                rate_plain, seen_plain, cpu_plain = await end_to_end(port, without, False, f"plain{r}")
+                assert seen_lib == args.records and seen_plain == 2 * args.records, (seen_lib, seen_plain)
+                print(f"round {r}: library {rate_lib:,.0f} records/s ({2 * rate_lib:,.0f} copies/s, CPU {cpu_lib:.2f} s); "
+                      f"plain aiomqtt subscriber {rate_plain:,.0f} items/s (CPU {cpu_plain:.2f} s)")
+        asyncio.run(network())
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -237,9 +254,13 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-payloads", type=int, default=1000)
     parser.add_argument("--latency-batch", type=int, default=10)
+    parser.add_argument("--consumer-only", action="store_true", help="only the end-to-end consumer comparison, "
+                        "--rounds times alternately (wall-clock rates and CPU seconds: the machine is shared)")
     args = parser.parse_args(argv)
     logging.getLogger("mqtt").setLevel(logging.ERROR)      # aiomqtt's "pending publish calls" notes
 
+    if args.consumer_only:
+        return consumer_only(args)
     from replicast.simulator.epoch_commit import compare
     for v in compare():
         design = v.design if v.interval_s is None else f"{v.design}, checkpoint every {v.interval_s:g} s"
@@ -266,8 +287,8 @@ def main(argv=None) -> int:
 
     with Mosquitto() as port:
         async def network():
-            rate_lib, seen_lib = await end_to_end(port, two_replicas(with_ids), True, "lib")
-            rate_plain, seen_plain = await end_to_end(port, two_replicas(without), False, "plain")
+            rate_lib, seen_lib, _ = await end_to_end(port, two_replicas(with_ids), True, "lib")
+            rate_plain, seen_plain, _ = await end_to_end(port, two_replicas(without), False, "plain")
             assert seen_lib == args.records and seen_plain == 2 * args.records, (seen_lib, seen_plain)
             print(f"consumer, end to end on mosquitto (2 sink replicas): library {rate_lib:,.0f} records/s "
                   f"exactly once; plain aiomqtt subscriber {rate_plain:,.0f} items/s at least once "
