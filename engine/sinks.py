@@ -8,7 +8,9 @@ input formats, so one cluster's output can feed another's input:
   (``replicast plot latency``);
 * :func:`mqtt_items` — the MQTT payload on ``replicast/out/<app>``: a JSON list of records
   ``{"ts", fields…, "@id"}`` followed, if any, by ``{"punctuation": p}``;
-* :class:`CallbackSink` — a Python callable, for embedding.
+* :class:`CallbackSink` — a Python callable, for embedding;
+* :class:`RestartGate` — a restarted sink's MQTT output against the frontier retained on
+  ``replicast/frontier/<app>`` (:func:`frontier_payload`): what it published before is not published again.
 
 **Output ids** (docs/consume.md, DESIGN.md §11).  Replica-consistent operators deliver the same
 records to every replica of an application, in every run, so a record is named by
