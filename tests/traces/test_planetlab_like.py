@@ -1,7 +1,6 @@
 """``replicast trace synth --like planetlab``: PlanetLab's static structure, Seattle's dynamics."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,8 +8,9 @@ import pytest
 from replicast.engine.cli import main
 from replicast.traces import calibrate
 from replicast.traces.store import TraceStore
+from tests.traces.conftest import NETLATENCY
 
-PLANETLAB_FRAMES = Path("/work/shared/traces/netlatency/PlanetLab")
+PLANETLAB_FRAMES = NETLATENCY / "PlanetLab"
 
 
 def frames_of(path):
