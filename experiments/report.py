@@ -296,7 +296,7 @@ def fig5_rows(result: dict | None) -> list[str]:
         trend = "grows with kmax" if all(a <= b for a, b in zip(grows, grows[1:])) else "does not grow steadily with kmax"
         kept = [r["kmax"] for r in mine if _within(r, objective)]
         broken = [r["kmax"] for r in mine if not _within(r, objective)]
-        verdict = (f"p99 within the objective at every kmax" if not broken else
+        verdict = ("p99 within the objective at every kmax" if not broken else
                    f"p99 within the objective at kmax {_list(kept) or 'none'}, over it at kmax {_list(broken)}")
         out.append(f"| Fig. 5 | {variant}: network cost saved against static min-cost, per kmax (p99 latency against "
                    f"static; decisions) | {claim}; the share saved grows with kmax (bars only, no numbers) | saves "

@@ -160,7 +160,7 @@ class Tolerance:
 
     def _refeed(self, failure: Failure, removal: Removal) -> tuple[set[ReplicaId], set[ReplicaId]]:
         """The fed replicas under ``failure`` once ``removal`` is gone, and those whose status changed."""
-        deployment, hosts, down, cut = self.deployment, self.deployment.hosts, failure.servers, failure.links
+        deployment, hosts, down = self.deployment, self.deployment.hosts, failure.servers
         # A node whose every replica up is removed is no longer up: its consumers' ports are exempt.
         gone_nodes = {r.name for r in removal.replicas
                       if not any(hosts[x] not in down and x not in removal.replicas for x in deployment.replicas_of(r.name))}

@@ -215,6 +215,17 @@ def make_cluster_module():
     return module
 
 
+def fig1_cluster_toml(tmp_path: Path, broker_port: int, ports: list[int], *, punctuation_ms: float,
+                      secret: str = "integration-secret", **options) -> str:
+    """The Fig. 1 cluster file (examples/make_cluster_fig1.py) of a test run: 7 node ports then 7
+    metrics ports from ``ports``, the test's own broker, outputs under ``tmp_path/out``, no sources
+    (the test publishes); ``options`` go to ``cluster_toml`` (``min_cost``, ``sink_replicas`` …)."""
+    return make_cluster_module().cluster_toml(
+        query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
+        broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret=secret,
+        output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=punctuation_ms, **options)
+
+
 async def publish_fig1_round(pub, servers: list[str], tick: int, published: dict[str, list]) -> None:
     """One round of the Fig. 1 cluster's sources over MQTT: a cpu record and two pings per server,
     then a punctuation on every stream; ``published`` collects what went out, by stream."""

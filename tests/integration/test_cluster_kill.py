@@ -23,8 +23,8 @@ import pytest
 from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import (ROOT, cluster, collect_outputs, free_ports, kill, make_cluster_module, mosquitto,
-                                       publish_fig1_round, without_output_id)
+from tests.integration.helpers import (ROOT, cluster, collect_outputs, fig1_cluster_toml, free_ports, kill,
+                                       make_cluster_module, mosquitto, publish_fig1_round, without_output_id)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -72,11 +72,7 @@ def test_sigkill_of_a_server_changes_nothing_the_applications_receive(tmp_path, 
     query = load_query(ROOT / "examples/cluster-fig1-query.toml")
     with mosquitto(tmp_path) as broker_port:
         ports = free_ports(14)
-        text = make.cluster_toml(query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7],
-                                 metrics_ports=ports[7:],
-                                 broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port,
-                                 secret="integration-secret", output_dir=str(tmp_path / "out"), sources=False,
-                                 punctuation_ms=PUNCTUATION_MS)
+        text = fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS)
         ticks = TICKS
         if mode != "replication":
             text = f'mode = "{mode}"\n' + text

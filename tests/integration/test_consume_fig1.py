@@ -26,8 +26,8 @@ import aiomqtt
 
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, free_ports, kill, make_cluster_module,
-                                       metric, mosquitto, publish_fig1_round, wait_for)
+from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, fig1_cluster_toml, free_ports, kill,
+                                       make_cluster_module, metric, mosquitto, publish_fig1_round, wait_for)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -88,10 +88,8 @@ def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, 
     with mosquitto(tmp_path) as broker_port:
         ports = free_ports(14)
         path = tmp_path / "cluster.toml"
-        path.write_text(make.cluster_toml(
-            query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
-            broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret="consume-fig1-secret",
-            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS, sink_replicas=sink_replicas))
+        path.write_text(fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS,
+                                          secret="consume-fig1-secret", sink_replicas=sink_replicas))
         metrics = dict(zip(["app", *make.SERVERS], ports[7:]))
         sinks = make.sink_nodes(sink_replicas)["alerts"]
         restarted: list[subprocess.Popen] = []

@@ -15,8 +15,9 @@ import aiomqtt
 
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, collect_outputs, free_ports, kill,
-                                       make_cluster_module, metric, mosquitto, publish_fig1_round)
+from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, collect_outputs, fig1_cluster_toml,
+                                       free_ports, kill, make_cluster_module, metric, mosquitto,
+                                       publish_fig1_round)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -55,10 +56,7 @@ def test_restart_then_kill_the_peer_for_good(tmp_path):
         ports = free_ports(14)
         metrics_port = dict(zip(["app", *make.SERVERS], ports[7:]))
         cluster_file = tmp_path / "cluster.toml"
-        cluster_file.write_text(make.cluster_toml(
-            query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
-            broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret="integration-secret",
-            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS))
+        cluster_file.write_text(fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS))
         restarted = None
         with cluster(cluster_file, tmp_path / "run") as processes:
             def actions(tick: int, log: dict) -> bool:

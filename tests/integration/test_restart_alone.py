@@ -24,8 +24,8 @@ import pytest
 
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, collect_outputs, free_ports, kill,
-                                       make_cluster_module, mosquitto, publish_fig1_round)
+from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, collect_outputs, fig1_cluster_toml,
+                                       free_ports, kill, make_cluster_module, mosquitto, publish_fig1_round)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -98,10 +98,8 @@ def test_one_node_killed_and_restarted_nothing_else(tmp_path, coordinator):
     with mosquitto(tmp_path) as broker_port:
         ports = free_ports(14)
         cluster_file = tmp_path / "cluster.toml"
-        cluster_file.write_text(make.cluster_toml(
-            query=str(ROOT / "examples/cluster-fig1-query.toml"), ports=ports[:7], metrics_ports=ports[7:],
-            broker=f"mqtt://127.0.0.1:{broker_port}", broker_port=broker_port, secret="integration-secret",
-            output_dir=str(tmp_path / "out"), sources=False, punctuation_ms=PUNCTUATION_MS, min_cost=coordinator))
+        cluster_file.write_text(fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS,
+                                                  min_cost=coordinator))
         run_dir = tmp_path / "run"
         restarted = None
         with cluster(cluster_file, run_dir) as processes:

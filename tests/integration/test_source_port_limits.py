@@ -25,7 +25,7 @@ SECRET = "source-port-test"
 
 def write_cluster(tmp_path: Path, ports: list[int], limits: str = "", top: str = "") -> Path:
     """a hosts the entry point (source port ports[3]) and the filter; b the application, writing a file."""
-    extra = f"[outputs.alerts]\nfile = \"out/alerts.jsonl\"\n" + (f"[source_connections]\n{limits}\n" if limits else "")
+    extra = "[outputs.alerts]\nfile = \"out/alerts.jsonl\"\n" + (f"[source_connections]\n{limits}\n" if limits else "")
     return two_node_cluster(tmp_path, secret=SECRET, ports=[ports[1], ports[2], ports[4], ports[5]],
                             broker_port=ports[0], node_a=f"source_port = {ports[3]}", top=top,
                             placement='cpu = ["a"]\nbusy = ["a"]\nalerts = ["b"]', extra=extra)
