@@ -155,16 +155,19 @@ def test_a_control_frame_the_node_cannot_apply_drops_the_link_and_the_node_dials
         with conn:
             _, sealer, _, _ = accept_as(conn, "b", SECRET.encode(), {"a"})
             bogus = StreamReplica(ReplicaId("busy", 5), ReplicaId("nowhere", 3), 0)
+            refused = metric(one_node["a_metrics"], "replicast_refused_control_total")
             conn.sendall(sealed(sealer, encode(ConnectStream(bogus, "b", "a"))))
+            wait_for(lambda: metric(one_node["a_metrics"], "replicast_refused_control_total") > refused, 10,
+                     "a to refuse the ConnectStream for a replica it does not host")
             conn.settimeout(10)
-            assert conn.recv(65536) is not None
-        again, _ = server.accept()                      # the dial task lives: a dials again
+            assert conn.recv(65536) != b"", "a dropped the link for a frame it refused"   # keep-alives go on
+        again, _ = server.accept()                      # we closed the link: the dial task lives, a dials again
         again.close()
     finally:
         server.close()
-    # (The core now refuses such a frame itself and counts it; were it to raise, the driver would
-    # log "unapplicable_frame", count replicast_links_dropped_total{reason="unapplicable"} and drop
-    # only this link.  Either way the dial task lives, which is what failed before.)
+    # (The core refuses such a frame itself and counts it; were it to raise, the driver would log
+    # "unapplicable_frame", count replicast_links_dropped_total{reason="unapplicable"} and drop only
+    # this link.  Either way the dial task lives, which is what failed before.)
     assert metric(one_node["a_metrics"], "replicast_mqtt_connected") == 1.0
 
 
