@@ -1,8 +1,9 @@
 """A cluster file's placement coordinator (§V): ``placement = "min-cost"`` and the ``[coordinator]`` table.
 
 * ``placement = "min-cost"``: nobody places operators by hand.  Every node runs the entry points and
-  applications ``[coordinator] pin`` gives it (``pin = { stream_or_app = "node" }``; anything not
-  pinned goes to the first node of the file) and reports to the elected coordinator (the live node
+  applications ``[coordinator] pin`` gives it (``pin = { stream_or_app = "node" }``, or a list of
+  nodes for several replicas: ``cpu_n1 = ["n1", "n2"]``; anything not pinned goes to the first node
+  of the file) and reports to the elected coordinator (the live node
   with the smallest name); the coordinator deploys the operators, ``kmax`` replicas each by Alg. 5
   over the RTTs the nodes measured, once every node has reported and every pair has an RTT (or
   ``settle_s`` after it was elected).
@@ -63,7 +64,7 @@ class CoordinatorSettings:
     dmin_ms: float = 30.0
     source_rate: float = 1.0          # records/s of every source stream, until measured
     cpu_us: float = 10.0              # CPU per record, for the loads Alg. 5 expects
-    pin: dict[str, str] = field(default_factory=dict)
+    pin: dict[str, tuple[str, ...]] = field(default_factory=dict)   # replica i on the i-th node
     # scenarios only: also simulate the deployment without the coordinator
     compare_static: bool = True
 
@@ -129,19 +130,33 @@ def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: 
                         f"the file has {len(nodes)}")
         pin = table.get("pin", {})
         if not isinstance(pin, dict):
-            raise error(f"{where}: 'pin' must be a table stream_or_application = \"node\", got {pin!r}")
-        for name, node in pin.items():
-            if name not in query.streams and name not in query.applications:
-                raise error(f"{where}: pin.{name}: not a stream or application of {query.source}")
-            if node not in nodes:
-                raise error(f"{where}: pin.{name}: unknown node {node!r} (nodes: {', '.join(nodes)})")
-        values["pin"] = dict(pin)
+            raise error(f"{where}: 'pin' must be a table stream_or_application = \"node\" or [\"node\", …], "
+                        f"got {pin!r}")
+        values["pin"] = {name: _pinned_nodes(name, value, f"{where}: pin.{name}", error, nodes, query)
+                         for name, value in pin.items()}
     return CoordinatorSettings(**values)
 
 
+def _pinned_nodes(name: str, value: Any, where: str, error: type[Exception], nodes: list[str],
+                  query: Query) -> tuple[str, ...]:
+    """One ``pin`` entry: a node, or a list of distinct nodes (replica 0 on the first, docs/placement.md)."""
+    if name not in query.streams and name not in query.applications:
+        raise error(f"{where}: not a stream or application of {query.source}")
+    listed = [value] if isinstance(value, str) else value
+    if not isinstance(listed, list) or not listed or not all(isinstance(n, str) for n in listed):
+        raise error(f"{where}: expected a node name or a non-empty list of node names, got {value!r}")
+    for node in listed:
+        if node not in nodes:
+            raise error(f"{where}: unknown node {node!r} (nodes: {', '.join(nodes)})")
+    if len(set(listed)) < len(listed):
+        raise error(f"{where}: a node is listed twice in {listed!r}")
+    return tuple(listed)
+
+
 def pinned_placement(settings: CoordinatorSettings, query: Query, nodes: list[str]) -> dict[str, list[str]]:
-    """Entry points and applications on their pinned node (the first node if not pinned)."""
-    return {name: [settings.pin.get(name, nodes[0])] for name in (*query.streams, *query.applications)}
+    """Entry points and applications on their pinned nodes, replica 0 on the first (the first node of
+    the file if not pinned)."""
+    return {name: list(settings.pin.get(name, (nodes[0],))) for name in (*query.streams, *query.applications)}
 
 
 def coordination_setup(settings: CoordinatorSettings, query: Query, nodes: list[str],

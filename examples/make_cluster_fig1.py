@@ -6,7 +6,8 @@ operator; the applications run on a seventh node, ``app`` — the user's side, a
 killing any one of n1…n6 changes nothing the applications receive.
 
 With ``--placement min-cost`` (examples/cluster-fig1-placement.toml) nothing is placed by hand: each
-server's entry points are pinned to it and the applications to ``app``; the placement coordinator
+server's entry points are pinned to it and to the next server, as above (two replicas: a restarted
+server's entry points join from their live peer, docs/lifecycle.md) and the applications to ``app``; the placement coordinator
 deploys the operators (Alg. 5) once the nodes have reported, then garbage-collects (docs/placement.md).
 
     python3 examples/make_cluster_fig1.py                 # regenerate the bundled files
@@ -82,7 +83,8 @@ def cluster_toml(*, query: str, ports: list[int], metrics_ports: list[int], brok
             lines.append(f'ssh = {{ host = "{ssh_hosts[name]}", user = "replicast" }}')
         lines.append("")
     if min_cost:
-        pins = ", ".join(f'{kind}_{server} = "{server}"' for server in SERVERS for kind in ("cpu", "ping"))
+        pins = ", ".join(f'{stream} = [{", ".join(chr(34) + n + chr(34) for n in nodes)}]'
+                         for stream, nodes in placement().items() if stream.startswith(("cpu_", "ping_")))
         apps = ", ".join(f'{app} = "app"' for app in APPLICATIONS)
         lines[lines.index('entry_mode = "source"') + 3:lines.index('entry_mode = "source"') + 3] = [
             'placement = "min-cost"           # the coordinator deploys the operators (docs/placement.md)']

@@ -10,9 +10,10 @@ and application → its servers in replica-index order.
   ``k`` uses its first ``k``, so a run at ``k + 1`` adds one replica to the run at ``k`` rather than
   moving the others — degrees are compared on the same base deployment.
 * **min-cost** (Alg. 5, :mod:`simulator.coordinator`): relaxation, ``kmax`` phases and refinement
-  over the trace's latencies, with ``[deployment]``'s ``alpha`` and ``dmin_ms``; entry points stay at
-  their sources' servers and applications where they are put (so ``entry_replicas = "kmax"`` is
-  refused: placement does not replicate entry points).
+  over the trace's latencies, with ``[deployment]``'s ``alpha`` and ``dmin_ms``; entry points'
+  replica 0 stays at its source's server (with ``entry_replicas = "kmax"`` the others are placed as
+  above: Alg. 5 leaves them where they are, like a cluster file's pin to several servers) and
+  applications where they are put.
 * **random-from-min-cost** (Fig. 4(a), "random", :func:`simulator.coordinator.random_placement`):
   §VI-E's baseline — min-cost at kmax = 1, every further replica on a random candidate server of
   Alg. 5 (same ``alpha`` and ``dmin_ms``), nested across kmax like ``random``.
@@ -45,9 +46,6 @@ def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: lis
            network: Callable[[], Any] | None = None) -> dict[str, list[str]]:
     """The placement at ``kmax``; ``network()`` gives min-cost its :class:`placement.model.Network`."""
     where = f"{scenario.path}: [deployment]"
-    if scenario.deployment in PLACED and scenario.entry_replicas != "1":
-        raise ScenarioError(f"{where}: kind = \"{scenario.deployment}\" places operators; entry points stay at their "
-                            f"sources (entry_replicas = 1), got entry_replicas = {scenario.entry_replicas!r}")
     if scenario.deployment in PLACED and network is None:
         raise ScenarioError(f"{where}: kind = \"{scenario.deployment}\" needs the trace's network")
     if kmax > len(servers):
@@ -70,8 +68,11 @@ def deploy(scenario: Scenario, query: Query, sources: list[Source], servers: lis
                      for app in query.applications})
         estimate = workload(query, sources, servers, pins)
         if scenario.deployment == "random-from-min-cost":
-            return random_placement(network(), estimate, kmax, scenario.alpha, scenario.dmin_ms, scenario.seed, where)
-        return min_cost_placement(network(), estimate, kmax, scenario.alpha, scenario.dmin_ms, where)
+            placed = random_placement(network(), estimate, kmax, scenario.alpha, scenario.dmin_ms, scenario.seed, where)
+        else:
+            placed = min_cost_placement(network(), estimate, kmax, scenario.alpha, scenario.dmin_ms, where)
+        # Alg. 5 placed replica 0 of each entry point; with entry_replicas = "kmax" the others run as above.
+        return {**placed, **{stream: placement[stream] for stream in query.streams}}
     for name in query.operators:
         if scenario.deployment == "manual":
             chosen = scenario.manual.get(name)

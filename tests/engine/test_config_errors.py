@@ -109,6 +109,9 @@ def test_a_min_cost_cluster_file_pins_entry_points_and_applications(tmp_path):
     setup = config.coordination("a")
     assert setup.servers == ("a",) and setup.config.deploy.kmax == 1 and setup.config.deploy.dmin_ms == 0
     assert set(setup.estimate.pinned) == {"cpu", "alerts"} and setup.estimate.operators == ("busy",)
+    # A list pins replicas 0, 1, … (a single node here, the file has one)
+    listed = load_cluster(min_cost_cluster(tmp_path, 'kmax = 1\npin = { cpu = ["a"] }'))
+    assert listed.placement == {"cpu": ["a"], "alerts": ["a"]}
 
 
 @pytest.mark.parametrize("coordinator, message", [
@@ -119,6 +122,9 @@ def test_a_min_cost_cluster_file_pins_entry_points_and_applications(tmp_path):
     ("alpha = 1.5", "[coordinator]: 'alpha' must be at most 1, got 1.5"),
     ('pin = { nothing = "a" }', "[coordinator]: pin.nothing: not a stream or application"),
     ('pin = { cpu = "z" }', "[coordinator]: pin.cpu: unknown node 'z' (nodes: a)"),
+    ('pin = { cpu = ["a", "z"] }', "[coordinator]: pin.cpu: unknown node 'z' (nodes: a)"),
+    ('pin = { cpu = ["a", "a"] }', "[coordinator]: pin.cpu: a node is listed twice in ['a', 'a']"),
+    ('pin = { cpu = [] }', "[coordinator]: pin.cpu: expected a node name or a non-empty list of node names, got []"),
 ])
 def test_a_bad_coordinator_table_is_one_line(tmp_path, coordinator, message):
     with pytest.raises(ClusterConfigError) as error:

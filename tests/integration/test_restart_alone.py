@@ -84,9 +84,7 @@ ENTRY_POINT_GAP = ("the coordinator now deploys and connects again what the rest
                    "(docs/placement.md, 'Not done yet')")
 
 
-@pytest.mark.parametrize("coordinator", [False, pytest.param(True, marks=pytest.mark.xfail(reason=ENTRY_POINT_GAP,
-                                                                                          strict=True))],
-                         ids=["placement", "coordinator"])
+@pytest.mark.parametrize("coordinator", [False, True], ids=["placement", "coordinator"])
 def test_one_node_killed_and_restarted_nothing_else(tmp_path, coordinator):
     """With the coordinator the entry points are pinned, one replica each (examples/
     cluster-fig1-placement.toml): a server's own sources are down while it is (Fig. 1: each source

@@ -247,6 +247,22 @@ def test_a_coordinator_deploys_operators_around_the_entry_points_and_application
     cluster.deployment_matches(core)
 
 
+def test_an_entry_point_pinned_to_several_servers_feeds_every_replica_of_its_consumers():
+    """A pin to several servers (docs/placement.md): the nodes run ``e#0`` and ``e#1``; Alg. 5 places
+    around ``e#0`` and the coordinator wires ``e#1`` like it, so a restarted ``e#0`` has a live peer."""
+    cluster = Cluster()
+    cluster.hosted["s0"].add(ReplicaId("e", 0))
+    cluster.hosted["s1"].add(ReplicaId("e", 1))
+    cluster.hosted["s5"].add(ReplicaId("a", 0))
+    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config())
+    decisions = step(core, cluster, 10 * SEC)
+    assert core.counters["adopted"] == 0 and core.deployment.count("e") == 2
+    assert {d.replica.name for d in decisions if isinstance(d, Deploy)} == {"u", "o"}
+    for u in core.deployment.replicas_of("u"):
+        assert {s.source for s in core.deployment.in_streams(u)} == {ReplicaId("e", 0), ReplicaId("e", 1)}
+    cluster.deployment_matches(core)
+
+
 def test_a_server_that_lost_what_the_view_places_there_gets_it_back_once_decisions_have_settled():
     """Rule 7: a node restarted without a replica the coordinator had deployed there, and its entry
     points without the routes the coordinator had connected: once ``settle_us`` has passed since the

@@ -110,9 +110,6 @@ def test_coordinator_settings_are_checked(tmp_path):
         parse_coordinator({"kmin": 0}, "x: [coordinator]")
     with pytest.raises(ScenarioError, match="unknown key"):
         parse_coordinator({"gc_every": 3}, "x: [coordinator]")
-    scenario = replace(load_scenario(DATA / "placement.toml"), entry_replicas="kmax")
-    with pytest.raises(ScenarioError, match="entry_replicas = 1"):
-        run(Prepared(scenario), 2)
     scenario = replace(load_scenario(DATA / "revival.toml"), mode=Mode.NONE)
     with pytest.raises(ScenarioError, match=r"\[coordinator\] needs mode \"replication\".*got 'none'"):
         run(Prepared(scenario), 2)
