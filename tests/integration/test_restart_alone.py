@@ -9,7 +9,9 @@ them for ever (docs/lifecycle.md, "Inputs that vanish").  Then, with that fixed,
 records and nothing closed: the coordinator dropped what the restarted server no longer ran from its
 view but sent nothing, so its entry points' routes were never connected again.  The coordinator now
 deploys and connects again what a live server's report lacks (docs/placement.md, "A server that
-restarted"); what is left is ``ENTRY_POINT_GAP``."""
+restarted").  Then, with one entry replica per stream, windows over the restarted server's downtime
+were declared lost (its entry points knew their streams only from their first punctuation); the
+entry points are now pinned to two servers each, and the restarted ones join from their live peer."""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 
 import aiomqtt
 import pytest
@@ -30,8 +31,6 @@ from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, col
 PUNCTUATION_MS = 100
 TICK_S = 0.1
 KILL_AT, RESTART_AT, LAST_TICK = 15, 25, 90
-#: Ticks after its restart before a server's own sources publish again (see ``paused``).
-SOURCE_BACK_AFTER = 10
 
 
 def deployed(run_dir) -> dict[str, str]:
@@ -46,7 +45,7 @@ def deployed(run_dir) -> dict[str, str]:
     return out
 
 
-async def drive(broker_port: int, servers: list[str], actions, paused) -> tuple[dict, dict]:
+async def drive(broker_port: int, servers: list[str], actions) -> tuple[dict, dict]:
     published = {f"{kind}_{s}": [] for s in servers for kind in ("cpu", "ping")}
     arrivals: dict[str, list] = {}
     closed: set[str] = set()
@@ -60,12 +59,7 @@ async def drive(broker_port: int, servers: list[str], actions, paused) -> tuple[
         collector = asyncio.create_task(collect_outputs(sub, on_items, applications=3))
         for tick in range(LAST_TICK):
             actions(tick)
-            up = [s for s in servers if not paused(tick, s)]
-            await publish_fig1_round(pub, up, tick, published)
-            for stream in published:                 # every stream's punctuation, a paused one's too
-                if stream.rsplit("_", 1)[1] not in up:
-                    await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": time.time_ns() // 1000 - 1}),
-                                      qos=1)
+            await publish_fig1_round(pub, servers, tick, published)
             await asyncio.sleep(TICK_S)
         for stream in published:
             await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": CLOSED}), qos=1)
@@ -77,20 +71,11 @@ async def drive(broker_port: int, servers: list[str], actions, paused) -> tuple[
     return published, arrivals
 
 
-ENTRY_POINT_GAP = ("the coordinator now deploys and connects again what the restarted server lost (restore decisions), "
-                   "but its pinned entry points have one replica each: restarted, an entry point claims its stream "
-                   "only from its first punctuation, so the unions' ports for it cannot advance over the downtime; "
-                   "the replicas rebuild and declare windows over it lost, though nothing was published in it "
-                   "(docs/placement.md, 'Not done yet')")
-
-
 @pytest.mark.parametrize("coordinator", [False, True], ids=["placement", "coordinator"])
 def test_one_node_killed_and_restarted_nothing_else(tmp_path, coordinator):
-    """With the coordinator the entry points are pinned, one replica each (examples/
-    cluster-fig1-placement.toml): a server's own sources are down while it is (Fig. 1: each source
-    runs beside its server's entry points) and come back a second after it restarted, so nothing a
-    surviving replica could have carried is lost.  Without it, every entry point has two replicas
-    and the sources never stop."""
+    """With the coordinator the entry points are pinned to two servers each (examples/
+    cluster-fig1-placement.toml), as the cluster file without it places them: the sources never
+    stop, the live peer carries the victim's streams, and its restarted entry points join from it."""
     make = make_cluster_module()
     query = load_query(ROOT / "examples/cluster-fig1-query.toml")
     with mosquitto(tmp_path) as broker_port:
@@ -119,11 +104,8 @@ def test_one_node_killed_and_restarted_nothing_else(tmp_path, coordinator):
                                                   str(cluster_file), "--name", victim, "--log-json",
                                                   "--state-dir", str(run_dir / "state")],
                                                  cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-            def paused(tick: int, server: str) -> bool:
-                return coordinator and server == victim and KILL_AT <= tick < RESTART_AT + SOURCE_BACK_AFTER
-
             try:
-                published, arrivals = asyncio.run(drive(broker_port, make.SERVERS, actions, paused))
+                published, arrivals = asyncio.run(drive(broker_port, make.SERVERS, actions))
             finally:
                 if restarted is not None:
                     restarted.terminate()

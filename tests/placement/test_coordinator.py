@@ -234,32 +234,23 @@ def test_rates_are_measured_from_output_counters(kmax):
     assert core.workload().rate["o"] == pytest.approx(1.0)
 
 
-def test_a_coordinator_deploys_operators_around_the_entry_points_and_applications_nodes_run():
+@pytest.mark.parametrize("entry_servers", [("s0",), ("s0", "s1")], ids=["one", "several"])
+def test_a_coordinator_deploys_operators_around_the_entry_points_and_applications_nodes_run(entry_servers):
     """Nodes run their pinned entry points and applications from their own configuration; the
-    coordinator deploys only what is missing around them."""
+    coordinator deploys only what is missing around them.  A pin to several servers
+    (docs/placement.md): Alg. 5 places around ``e#0`` and the coordinator wires ``e#1`` like it, so
+    every replica of ``u`` reads from both and a restarted ``e#0`` has a live peer."""
     cluster = Cluster()
-    cluster.hosted["s0"].add(ReplicaId("e", 0))
+    for i, server in enumerate(entry_servers):
+        cluster.hosted[server].add(ReplicaId("e", i))
     cluster.hosted["s5"].add(ReplicaId("a", 0))
     core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config())
     decisions = step(core, cluster, 10 * SEC)
     assert core.counters["adopted"] == 0 and core.deployment.count("o") == 3
-    assert {d.replica.name for d in decisions if isinstance(d, Deploy)} == {"u", "o"}
-    cluster.deployment_matches(core)
-
-
-def test_an_entry_point_pinned_to_several_servers_feeds_every_replica_of_its_consumers():
-    """A pin to several servers (docs/placement.md): the nodes run ``e#0`` and ``e#1``; Alg. 5 places
-    around ``e#0`` and the coordinator wires ``e#1`` like it, so a restarted ``e#0`` has a live peer."""
-    cluster = Cluster()
-    cluster.hosted["s0"].add(ReplicaId("e", 0))
-    cluster.hosted["s1"].add(ReplicaId("e", 1))
-    cluster.hosted["s5"].add(ReplicaId("a", 0))
-    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config())
-    decisions = step(core, cluster, 10 * SEC)
-    assert core.counters["adopted"] == 0 and core.deployment.count("e") == 2
+    assert core.deployment.count("e") == len(entry_servers)
     assert {d.replica.name for d in decisions if isinstance(d, Deploy)} == {"u", "o"}
     for u in core.deployment.replicas_of("u"):
-        assert {s.source for s in core.deployment.in_streams(u)} == {ReplicaId("e", 0), ReplicaId("e", 1)}
+        assert {s.source for s in core.deployment.in_streams(u)} == {ReplicaId("e", i) for i in range(len(entry_servers))}
     cluster.deployment_matches(core)
 
 

@@ -141,4 +141,4 @@ def test_the_example_scenario_and_cluster_file_load():
     scenario = load_scenario(root / "sim-fig1-placement.toml")
     assert scenario.deployment == "min-cost" and scenario.coordinator.kmin == 2
     config = load_cluster(root / "cluster-fig1-placement.toml")
-    assert config.min_cost and config.placement["cpu_n3"] == ["n3"] and config.coordinator.kmax == 2
+    assert config.min_cost and config.placement["cpu_n3"] == ["n3", "n4"] and config.coordinator.kmax == 2
