@@ -4,7 +4,8 @@
 #
 #   Java 17+ (PySpark), mosquitto + its clients (broker tests), openssl (TLS tests),
 #   iproute2 (wide-area emulation tests), openssh-server (sshd "hosts" of the 'cluster up' over ssh
-#   tests; the tests start their own sshd, nothing is enabled) — from Debian packages, as root or through sudo;
+#   tests; the tests start their own sshd, nothing is enabled), chromium (the dashboard's headless-browser
+#   test) — from Debian packages, as root or through sudo;
 #   then this package with its test and benchmark extras: pip install -e '.[all,test,bench]'.
 #
 # Re-running is cheap: packages present are not touched, and pip runs again only when setup.cfg
@@ -22,6 +23,7 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 { command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1; } || need+=(iproute2)
 [ -x /usr/sbin/sshd ] || command -v sshd >/dev/null 2>&1 || need+=(openssh-server)
 { command -v ssh-keygen >/dev/null 2>&1; } || need+=(openssh-client)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo";
