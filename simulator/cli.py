@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from replicast.engine.core.modes import MODES, parse_mode
+from replicast.engine.node import MODES, parse_mode
 from replicast.examples import example_path
 from replicast.operators.errors import ReplicastError
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from replicast.engine.core.coordination import CoordinationSetup
+from replicast.engine.node import CoordinationSetup
 from replicast.engine.placement_config import CoordinatorSettings
 from replicast.engine.placement_config import parse_coordinator as parse_settings
 from replicast.operators.query import Query

@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import simpy
 
-from replicast.engine.core.configure import add_replica, remove_replica
-from replicast.engine.core.modes import shape
+from replicast.engine.node import add_replica, remove_replica
+from replicast.engine.node import shape
 from replicast.engine.messages import Batch, ConnectStream, DeployReplica
 from replicast.operators.plan import ReplicaId
 from replicast.engine.node import (DeadLetter, Decided, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,

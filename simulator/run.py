@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from replicast.engine.core.modes import Mode, shape
+from replicast.engine.node import Mode, shape
 from replicast.engine.events import read_events
 from replicast.engine.node import NodeOptions
 from replicast.operators.query import Query

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replicast.engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
+from replicast.engine.node import MODES as ENGINE_MODES, Mode, parse_mode
 from replicast.engine.entry import MODES
 from replicast.operators.config_file import read_toml, typed_key
 from replicast.operators.errors import ReplicastError

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from replicast.engine.core.modes import Mode
+from replicast.engine.node import Mode
 from replicast.operators.plan import plan
 from replicast.operators.record import Record
 from replicast.simulator.deploy import deploy

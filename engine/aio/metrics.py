@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from replicast.engine.core.stats import COUNTERS, LATENCY_BOUNDS_US
+from replicast.engine.node import COUNTERS, LATENCY_BOUNDS_US
 
 #: Latency buckets (seconds), those the core counts (engine.core.stats.LATENCY_BOUNDS_US).
 LATENCY_BUCKETS = tuple(bound / 1e6 for bound in LATENCY_BOUNDS_US)
