@@ -4,7 +4,8 @@ hosts (:mod:`cluster.remote`, :mod:`cluster.remote_ops`, docs/cluster.md).  What
 
 ``up`` checks the whole cluster file and every port first (:mod:`cluster.preflight`), then starts
 the embedded amqtt broker (unless the cluster file names a broker URL), one ``replicast node``
-process per node, and the cluster file's ``[[sources]]``; it waits until every node reports ready
+process per node under a keeper that restarts it when it stops itself on a bug (:mod:`cluster.keeper`),
+and the cluster file's ``[[sources]]``; it waits until every node reports ready
 on its metrics endpoint, records the processes in ``RUN_DIR/state.json`` and returns.  A process
 that dies meanwhile is named with the last line of its log.  ``down`` stops exactly those
 processes (SIGTERM, then SIGKILL after a grace period).
@@ -138,7 +139,9 @@ def run_up(args: argparse.Namespace) -> int:
         shutil.rmtree(state_dir, ignore_errors=True)
         for name in config.nodes:
             path = wan.config_path(name) if wan else config.path
-            nodes[f"node {name}"] = spawn(name, [sys.executable, "-m", "replicast.engine.cli", "node", "--config",
+            # Under a keeper (cluster.keeper): a node that stops itself on a bug is started again and rejoins.
+            nodes[f"node {name}"] = spawn(name, [sys.executable, "-m", "replicast.cluster.keeper", "--name", name, "--",
+                                                 sys.executable, "-m", "replicast.engine.cli", "node", "--config",
                                                  str(path.resolve()), "--name", name, "--log-json",
                                                  "--state-dir", str(state_dir.resolve())],
                                           run_dir, wan and wan.wrap(name))

@@ -6,9 +6,16 @@ import argparse
 import asyncio
 import gc
 import logging
+import sys
 from pathlib import Path
 
 from replicast.engine.cluster_config import ClusterConfigError, load_cluster
+
+#: ``replicast node``'s exit status when the node stopped itself because of a bug — its core failed
+#: (engine/node.py, crash-only) or a driver task was in a crash loop (engine.aio.supervise) — as
+#: opposed to 2, an error in what it was given.  A supervisor restarts it on this status
+#: (``cluster up``'s keeper: cluster.keeper; systemd: ``Restart=on-failure``); it rejoins by snapshot.
+EXIT_BUG = 70
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.log_json:
         from replicast.engine.aio.logs import use_json_logs
         use_json_logs(name, logging.getLogger().level)
-    from replicast.engine.aio.driver import NodeDriver
+    from replicast.engine.aio.driver import NodeDriver, NodeFailed
     restarted = note_start(args.state_dir, config, name)
 
     async def main() -> None:
@@ -42,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
         tune_gc()
         await driver.run()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except NodeFailed as error:
+        print(f"replicast node: error: {error}", file=sys.stderr)
+        return EXIT_BUG
     return 0
 
 
