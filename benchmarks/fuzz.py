@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+import psutil  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from replicast.engine.entry import EntryPoint, decode_payload  # noqa: E402
@@ -294,11 +295,8 @@ class Source(threading.Thread):
 
 
 def rss_mib(pid: int) -> float:
-    """The resident set of process ``pid`` (Linux /proc), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    """The resident set of process ``pid`` (psutil), in MiB."""
+    return psutil.Process(pid).memory_info().rss / 2**20
 
 
 def hostile_sources(port: int, pid: int, n: int, line_limit: int = 64 * 1024) -> dict:

@@ -47,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import psutil  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from replicast.cluster.readiness import node_ready  # noqa: E402
@@ -169,12 +170,12 @@ def batch_frames(k: int, records: int, batch: int) -> tuple[list[list[bytes]], l
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` so far (Linux), or None."""
+    """User + system CPU seconds of process ``pid`` so far (psutil), or None if it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return times.user + times.system
 
 
 def timed(main, pid: int, records: int) -> tuple[float, float | None]:

@@ -41,7 +41,9 @@ def bind_problem(host: str, port: int) -> str | None:
 
 
 def alive(pid: int, argv: list) -> bool:
-    """Whether process ``pid`` runs (not a zombie) *and* is the one started with ``argv`` (pids are reused)."""
+    """Whether process ``pid`` runs (not a zombie) *and* is the one started with ``argv`` (pids are reused).
+    Read from /proc by hand: this script runs on a host's bare Python, where psutil may not be
+    installed (the local side, :mod:`cluster.processes`, uses psutil)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().split(b"\0")

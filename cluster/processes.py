@@ -2,7 +2,7 @@
 
 A started process is a dict ``{name, pid, command, log}`` (what ``RUN_DIR/state.json`` keeps), its
 output going to ``RUN_DIR/<name>.log``.  ``cluster down`` may run in another process than ``up``, so
-a process counts as ours only while its ``/proc`` command line is the one we started (pids are
+a process counts as ours only while its command line (psutil) is the one we started (pids are
 reused).
 """
 
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
+
+import psutil
 
 from replicast.cluster import host_agent
 from replicast.operators.errors import ReplicastError
 
-#: Processes started by this command, by pid: right after fork /proc still shows our own command line.
+#: Processes started by this command, by pid: right after fork a child still shows our own command line.
 _POPEN: dict[int, subprocess.Popen] = {}
 
 
@@ -70,32 +70,37 @@ def blame_dead(processes: dict[str, dict]) -> None:
 
 
 def alive(process: dict) -> bool:
-    """Whether ``process`` still runs *and* is the process we started (pids are reused)."""
-    return host_agent.alive(process["pid"], process["command"])
+    """Whether ``process`` still runs (not a zombie) *and* is the process we started (pids are reused)."""
+    try:
+        handle = psutil.Process(process["pid"])
+        return handle.status() != psutil.STATUS_ZOMBIE and handle.cmdline() == list(process["command"])
+    except psutil.Error:
+        return False
 
 
 def stop(processes: list[dict], grace: float) -> int:
     """SIGTERM every running process (last started first), SIGKILL after ``grace`` s; returns how many."""
     live = [p for p in reversed(processes) if running(p)]
+    handles = []
     for process in live:
-        os.kill(process["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(running(p) for p in live):
-        for p in live:
-            _reap(p)
-        time.sleep(0.05)
+        try:
+            handle = psutil.Process(process["pid"])
+            handle.terminate()
+            handles.append(handle)
+        except psutil.NoSuchProcess:
+            pass
+    _, remaining = psutil.wait_procs(handles, timeout=grace)     # reaps our own children too
+    for handle in remaining:
+        try:
+            handle.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(remaining, timeout=5)
     for process in live:
-        if running(process):
-            os.kill(process["pid"], signal.SIGKILL)
-        _reap(process)
+        popen = _POPEN.get(process["pid"])
+        if popen is not None:
+            popen.poll()
     return len(live)
-
-
-def _reap(process: dict) -> None:
-    try:
-        os.waitpid(process["pid"], os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def write_state(path: Path, processes: list[dict], **extra) -> None:

@@ -285,8 +285,10 @@ class RemoteCluster:
 
 
 def _node_argv(host: Host, name: str, cluster_file: str) -> list[str]:
-    return [host.path("venv", "bin", "python"), "-m", "replicast.engine.cli", "node", "--config", cluster_file,
-            "--name", name, "--log-json", "--state-dir", host.path("state")]
+    """The node under its keeper (cluster.keeper: restarted when it stops itself on a bug), as locally."""
+    python = host.path("venv", "bin", "python")
+    return [python, "-m", "replicast.cluster.keeper", "--name", name, "--", python, "-m", "replicast.engine.cli", "node",
+            "--config", cluster_file, "--name", name, "--log-json", "--state-dir", host.path("state")]
 
 
 def environment_names(config: ClusterConfig) -> list[str]:

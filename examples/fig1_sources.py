@@ -5,7 +5,7 @@ Every half second (§VI-B) it publishes, source-stamped, ``{"ts", "server", "loa
 ``replicast/in/ping_<node>``; every ``--punctuation-ms`` it publishes ``{"punctuation": now − 1}``
 on both topics (in-band, so every entry-point replica sees the same sequence).  The RTT is the
 time of a TCP connect to the other node's port; the load is the busy share of all CPUs over the
-last interval, from /proc/stat.
+last interval (psutil's ``cpu_percent``: the share of all CPUs busy since its last call).
 """
 
 from __future__ import annotations
@@ -17,17 +17,11 @@ import socket
 import time
 
 import aiomqtt
+import psutil
 
 
 def now_us() -> int:
     return time.time_ns() // 1000
-
-
-def cpu_times() -> tuple[int, int]:
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, sum(fields)
 
 
 def rtt_ms(host: str, port: int) -> float | None:
@@ -45,14 +39,12 @@ async def run(args: argparse.Namespace) -> None:
              if name != args.node and name.startswith("n")}
     cpu_topic, ping_topic = f"replicast/in/cpu_{args.node}", f"replicast/in/ping_{args.node}"
     async with aiomqtt.Client(args.broker_host, args.broker_port, identifier=f"fig1-source-{args.node}") as client:
-        busy0, total0 = cpu_times()
+        psutil.cpu_percent()             # the first call starts the interval
         next_sample = next_punctuation = time.monotonic()
         while True:
             if time.monotonic() >= next_sample:
                 next_sample += args.interval_ms / 1000
-                busy, total = cpu_times()
-                load = round((busy - busy0) / max(1, total - total0), 4)
-                busy0, total0 = busy, total
+                load = round(psutil.cpu_percent() / 100, 4)
                 ts = now_us()
                 await client.publish(cpu_topic, json.dumps({"ts": ts, "server": args.node, "load": load}), qos=1)
                 loop = asyncio.get_running_loop()

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.integration.helpers import ROOT, free_ports
@@ -194,15 +195,9 @@ def processes_under(*directories: Path) -> list[str]:
     """The command lines of running processes naming any of ``directories`` (what a cluster on these
     hosts started: every node, broker and source command names its host's directory)."""
     found = []
-    marks = [str(d).encode() for d in directories]
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(m in cmdline for m in marks):
-            found.append(f"{entry.name}: {cmdline.replace(bytes(1), b' ').decode(errors='replace')}")
+    marks = [str(d) for d in directories]
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(process.info["cmdline"] or ())
+        if process.info["status"] != psutil.STATUS_ZOMBIE and any(m in cmdline for m in marks):
+            found.append(f"{process.pid}: {cmdline}")
     return found
