@@ -419,8 +419,7 @@ def fuzz_live(tcp_frames: int, payload_count: int, strangers: int, seeds: list[b
                 "foreign_records_delivered": sum(v for s, v in servers.items() if s not in genuine),
                 "silent_streams": 0 if metrics["b"].get('replicast_app_punctuation{app="alerts"}') == float(CLOSED) else 1,
                 "crashes": sum(not v for v in alive.values()) + sum(
-                    v for m in metrics.values() for k, v in m.items() if k.startswith("replicast_task_failures_total")
-                    or k.startswith("replicast_source_errors_total")),
+                    v for m in metrics.values() for k, v in m.items() if k.startswith("replicast_task_failures_total")),
                 "alive": alive,
                 "latency_quiet": latency(lines, quiet_from, fuzz_from),
                 "latency_under_fuzz": latency(lines, fuzz_from, fuzz_until),

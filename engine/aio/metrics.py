@@ -73,9 +73,6 @@ class NodeMetrics:
         self.sink_skipped = Counter("replicast_sink_skipped_records", "records a restarted sink did not publish "
                                     "again: at or below the frontier retained on replicast/frontier/<app>",
                                     ["app"], registry=self.registry)
-        self.source_errors = Counter("replicast_source_errors",
-                                     "source messages dropped because handling them raised (a bug: see the log)",
-                                     ["stream"], registry=self.registry)
         self.dead_letter_messages = Counter("replicast_dead_letter_messages",
                                             "dead letters published (one per source message, with a count)",
                                             registry=self.registry)

@@ -163,7 +163,11 @@ def test_a_cut_between_two_entry_replicas_stamps_each_event_once(tmp_path):
         wait_for(lambda: linked(ports["a_metrics"], "b"), 30, "a and b linked again")
         publish(ports["broker"], 30, 10)
         wait_for(lambda: len({r["server"] for r in delivered(tmp_path)}) >= 40, 30, "40 events at c")
-        time.sleep(1.0)                                  # anything delivered twice arrives by now
+        # Every event was stamped before now: once the application's punctuation passes now, anything
+        # stamped twice has been delivered (a punctuation p promises every later record has ts > p).
+        mark = time.time_ns() // 1000
+        wait_for(lambda: (sample(ports["c_metrics"], 'replicast_app_punctuation{app="alerts"}') or 0) >= mark, 30,
+                 "the application's punctuation past every stamp")
     finally:
         proxy.stop()
         processes.stop()
