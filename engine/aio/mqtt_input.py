@@ -15,14 +15,21 @@ remembered (a restart starts a clean session, so the broker does not redeliver t
 message that reached us with DUP set without ever having been handled (its first copy was lost) is
 taken, as it must be.
 
-aiomqtt (2.x) drops paho's DUP flag; :class:`DupAwareClient` keeps it on the message.
+aiomqtt (2.5) drops paho's DUP flag and the CONNACK's session-present flag, and has no public API
+for either (its public surface is the client's calls, ``messages`` and the message's topic,
+payload, qos, retain, mid and properties).  :class:`DupAwareClient` therefore wraps two of its
+callback hooks, and only wraps them: each calls aiomqtt's own hook, which queues the message for
+the public ``messages`` iterator as before; the wrapper only notes, beside it, the DUP flag by
+packet identifier (:meth:`DupAwareClient.was_dup`, read when the message comes out of the iterator)
+and the session-present flag.  ``tests/engine/test_mqtt_input.py`` checks that contract against the
+installed aiomqtt, so an upgrade that changes the hooks fails there, not in production.
 A redelivery filter belongs to one broker session (packet identifiers are per session).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import aiomqtt
 
@@ -31,23 +38,38 @@ REMEMBERED = 4096
 
 
 class DupAwareClient(aiomqtt.Client):
-    """An aiomqtt client whose messages carry ``dup`` (paho's DUP flag of the PUBLISH packet), and
-    which keeps the CONNACK's ``session_present`` flag (aiomqtt drops both; engine.aio.mqtt_session
-    needs the second to count sessions a broker forgot)."""
+    """An aiomqtt client that notes the DUP flag of each PUBLISH it receives (by packet identifier,
+    for :meth:`was_dup`) and the CONNACK's ``session_present`` flag (engine.aio.mqtt_session needs it
+    to count sessions a broker forgot); messages still come through the public ``messages``."""
 
     session_present = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        #: Per packet identifier, the DUP flags of the messages queued for ``messages`` and not yet
+        #: read, in arrival order: a broker may reuse an identifier once we acknowledged it (paho
+        #: acknowledges when the hook returns, before the message is read), and the queue is FIFO
+        #: and unbounded (aiomqtt's default), so the first flag queued is the next message's.
+        self._dups: dict[int, deque[bool]] = {}
+
+    def was_dup(self, message: aiomqtt.Message) -> bool:
+        """Whether the broker sent ``message`` (the next one from ``messages`` with its packet
+        identifier) with DUP set: then it may be a redelivery."""
+        flags = self._dups.get(message.mid)
+        if not flags:
+            return False
+        dup = flags.popleft()
+        if not flags:
+            del self._dups[message.mid]
+        return dup
 
     def _on_connect(self, client, userdata, flags, reason_code, properties=None) -> None:   # aiomqtt's hook
         self.session_present = bool(getattr(flags, "session_present", False))
         super()._on_connect(client, userdata, flags, reason_code, properties)
 
     def _on_message(self, client, userdata, message) -> None:   # aiomqtt's hook for paho's on_message
-        m = aiomqtt.Message._from_paho_message(message)          # noqa: SLF001 (what aiomqtt itself does)
-        m.dup = bool(message.dup)
-        try:
-            self._queue.put_nowait(m)
-        except Exception:                       # asyncio.QueueFull: aiomqtt logs and discards too
-            self._logger.warning("Message queue is full. Discarding message.")
+        self._dups.setdefault(message.mid, deque()).append(bool(message.dup))
+        super()._on_message(client, userdata, message)
 
 
 class RedeliveryFilter:

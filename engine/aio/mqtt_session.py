@@ -223,14 +223,14 @@ class BrokerSession:
         for task in done:
             task.result()                  # re-raise what ended it (MqttError or a bug)
 
-    async def _input(self, client: aiomqtt.Client) -> None:
+    async def _input(self, client: DupAwareClient) -> None:
         async for message in client.messages:
             topic = str(message.topic)
             payload = message.payload
             if not isinstance(payload, (bytes, bytearray)):
                 payload = str(payload if payload is not None else "").encode()
             payload = bytes(payload)
-            if self.redeliveries.is_redelivery(message.mid, getattr(message, "dup", False), topic, payload):
+            if self.redeliveries.is_redelivery(message.mid, client.was_dup(message), topic, payload):
                 self.metrics.mqtt_redeliveries.inc()
                 continue
             if self.on_message is not None:
