@@ -20,11 +20,12 @@ from pathlib import Path
 import aiomqtt
 import psutil
 
+from replicast.cluster.readiness import node_ready
 from replicast.engine.node_cli import EXIT_BUG
 from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import cluster, collect_outputs, free_ports, metric
+from tests.integration.helpers import cluster, collect_outputs, free_ports
 
 AFTER = 60
 TICK_S = 0.1
@@ -111,7 +112,7 @@ def test_a_core_bug_stops_the_node_its_keeper_restarts_it_and_the_output_is_exac
             if "crashed" in seen and "ready" not in seen:
                 for name in "ab":
                     now = node_of(keepers[name])
-                    if now not in (None, first[name]) and _ready(metrics[name]):
+                    if now not in (None, first[name]) and node_ready("127.0.0.1", metrics[name]):
                         seen["ready"], seen["node"] = tick, name
                 assert tick < seen["crashed"] + 300, "the crashed node never came back ready"
             return "ready" not in seen or tick < seen["ready"] + AFTER_READY_TICKS
@@ -146,13 +147,6 @@ def test_a_core_bug_stops_the_node_its_keeper_restarts_it_and_the_output_is_exac
     assert Counter(got) == Counter(reference), (f"{len(got)} received, {len(reference)} expected; missing "
                                                 f"{list((Counter(reference) - Counter(got)))[:3]}, extra "
                                                 f"{list((Counter(got) - Counter(reference)))[:3]}")
-
-
-def _ready(metrics_port: int) -> bool:
-    try:
-        return metric(metrics_port, "replicast_ready") == 1
-    except OSError:
-        return False
 
 
 def test_without_the_planted_bug_nothing_restarts(tmp_path):
