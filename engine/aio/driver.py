@@ -72,6 +72,7 @@ class NodeDriver:
         #: Why the node stopped on its own (its core failed, a task in a crash loop), or None.
         self.failure: str | None = None
         self._stop = asyncio.Event()
+        self.metrics = NodeMetrics(name)            # before the core: _core_failed reports on it
         self.core = GuardedCore(NodeCore(name, config.query, config.options(), now=now_us(), restarted=restarted,
                                          coordination=config.coordination(name)), on_error=self._core_failed)
         if config.min_cost:          # the coordinator deploys the operators (engine.placement_config)
@@ -79,7 +80,6 @@ class NodeDriver:
         else:
             self.core.apply(configure(config.query, config.placement, name, config.entry_modes, mode=config.mode),
                             now=now_us())
-        self.metrics = NodeMetrics(name)
         self.peers = PeerLinks(config, name, self.metrics, on_up=self._on_peer_up, on_message=self._receive,
                                on_read=self._transmit, on_down=self._on_peer_down)
         hosted_apps = [r.name for r in self.core.hosted if r.name in config.query.applications]
