@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         from replicast.engine.aio.logs import use_json_logs
         use_json_logs(name, logging.getLogger().level)
     from replicast.engine.aio.driver import NodeDriver, NodeFailed
+    from replicast.engine.node import CoreFailed
     restarted = note_start(args.state_dir, config, name)
 
     async def main() -> None:
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
-    except NodeFailed as error:
+    except (NodeFailed, CoreFailed) as error:          # CoreFailed: the core failed while being configured
         print(f"replicast node: error: {error}", file=sys.stderr)
         return EXIT_BUG
     return 0
