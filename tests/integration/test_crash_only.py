@@ -134,6 +134,9 @@ def test_a_core_bug_stops_the_node_its_keeper_restarts_it_and_the_output_is_exac
                 and line["replica"] == "relay#" + ("0" if crashed == "a" else "1") and line["state"] == "live"]
     assert rejoined and "snapshot" in rejoined[-1]["message"], rejoined
     assert not any(line.get("event") in ("core_failed", "node_restarting") for line in lines[other] + lines["c"])
+    ready_again = [line["t"] for line in lines[crashed] if line.get("event") == "ready" and line["t"] > failed[0]["t"]]
+    print(f"node {crashed}: core failed at record {AFTER}, ready again {ready_again[0] - failed[0]['t']:.2f} s later "
+          f"(exit, keeper's back-off, start, rejoin by snapshot); {len(published)} records published")
 
     # The reference: the same query in one failure-free process (its marker already claimed).
     (tmp_path / "claimed").touch()
