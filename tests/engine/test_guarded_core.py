@@ -14,28 +14,12 @@ from replicast.engine.node import (CORE_TRANSITIONS, CoreFailed, CoreState, Core
                                    NodeCore, ReplicaState, configure, next_core_state)
 from replicast.engine.core.states import advance
 from replicast.operators.query_file import parse_query
+from tests.integration.crash_operator import crash_query
 
-QUERY = """
-[[streams]]
-name = "cpu"
-fields = { server = "str", load = "float" }
-
-[[operators]]
-name = "relay"
-kind = "python"
-input = "cpu"
-class = "tests.integration.crash_operator:CrashOnce"
-fields = { server = "str", load = "float" }
-args = { after = 3, marker = "MARKER" }
-
-[[applications]]
-name = "out"
-input = "relay"
-"""
 
 
 def guarded(tmp_path, errors: list) -> GuardedCore:
-    query = parse_query(QUERY.replace("MARKER", str(tmp_path / "marker")), "query.toml")
+    query = parse_query(crash_query(3, tmp_path / "marker"), "query.toml")
     core = GuardedCore(NodeCore("a", query, now=1), on_error=errors.append)
     core.apply(configure(query, {"cpu": ["a"], "relay": ["a"], "out": ["a"]}, "a"), now=1)
     return core

@@ -41,3 +41,24 @@ class CrashOnce(Operator):
         except FileExistsError:
             return False
         return True
+
+
+def crash_query(after: int, marker: str) -> str:
+    """A query file (TOML): stream ``cpu`` -> :class:`CrashOnce` ``relay`` -> application ``out``."""
+    return f"""
+[[streams]]
+name = "cpu"
+fields = {{ server = "str", load = "float" }}
+
+[[operators]]
+name = "relay"
+kind = "python"
+input = "cpu"
+class = "tests.integration.crash_operator:CrashOnce"
+fields = {{ server = "str", load = "float" }}
+args = {{ after = {after}, marker = "{marker}" }}
+
+[[applications]]
+name = "out"
+input = "relay"
+"""

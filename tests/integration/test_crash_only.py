@@ -25,6 +25,7 @@ from replicast.engine.node_cli import EXIT_BUG
 from replicast.engine.replay import replay
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
+from tests.integration.crash_operator import crash_query
 from tests.integration.helpers import cluster, collect_outputs, free_ports
 
 AFTER = 60
@@ -32,27 +33,10 @@ TICK_S = 0.1
 RECORDS_PER_TICK = 6
 #: Rounds published after the crashed node is ready again (its replicas then carry half the load).
 AFTER_READY_TICKS = 15
-QUERY = """
-[[streams]]
-name = "cpu"
-fields = {{ server = "str", load = "float" }}
-
-[[operators]]
-name = "relay"
-kind = "python"
-input = "cpu"
-class = "tests.integration.crash_operator:CrashOnce"
-fields = {{ server = "str", load = "float" }}
-args = {{ after = {after}, marker = "{marker}" }}
-
-[[applications]]
-name = "out"
-input = "relay"
-"""
 
 
 def cluster_file(directory: Path, ports: list[int]) -> Path:
-    (directory / "query.toml").write_text(QUERY.format(after=AFTER, marker=directory / "bug-fired"))
+    (directory / "query.toml").write_text(crash_query(AFTER, directory / "bug-fired"))
     nodes = "".join(f'[[nodes]]\nname = "{name}"\nport = {ports[2 * i]}\nmetrics_port = {ports[2 * i + 1]}\n\n'
                     for i, name in enumerate("abc"))
     path = directory / "cluster.toml"
@@ -141,7 +125,7 @@ def test_a_core_bug_stops_the_node_its_keeper_restarts_it_and_the_output_is_exac
     # The reference: the same query in one failure-free process (its marker already claimed).
     (tmp_path / "claimed").touch()
     reference_query = tmp_path / "reference.toml"
-    reference_query.write_text(QUERY.format(after=AFTER, marker=tmp_path / "claimed"))
+    reference_query.write_text(crash_query(AFTER, tmp_path / "claimed"))
     query = load_query(reference_query)
     stream = [(r["ts"], r["server"], r["load"]) for r in published]
     reference = replay(query, {"cpu": stream}, replicas=1, punctuation_us=50_000).outputs["out"]
