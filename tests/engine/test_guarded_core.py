@@ -1,5 +1,5 @@
 """engine/node.py's crash-only wrapper on a real NodeCore: the first exception out of the core —
-from a source message inside an operator, or an IllegalTransition on the timer — moves it to ERROR,
+inside an operator on a source message or a peer's frame, or an IllegalTransition on the timer — moves it to ERROR,
 is handed to ``on_error`` once, and every later input and drained output is refused; bad input
 from outside is refused by the core without an exception and leaves it RUNNING."""
 
@@ -9,19 +9,21 @@ import json
 
 import pytest
 
-from replicast.engine.messages import Heartbeat
+from replicast.engine.messages import Batch, Heartbeat, StreamHead
 from replicast.engine.node import (CORE_TRANSITIONS, CoreFailed, CoreState, CoreStep, GuardedCore, IllegalTransition,
                                    NodeCore, ReplicaState, configure, next_core_state)
 from replicast.engine.core.states import advance
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.query_file import parse_query
 from tests.integration.crash_operator import crash_query
 
 
 
-def guarded(tmp_path, errors: list) -> GuardedCore:
+def guarded(tmp_path, errors: list, entry_on: str = "a") -> GuardedCore:
     query = parse_query(crash_query(3, tmp_path / "marker"), "query.toml")
     core = GuardedCore(NodeCore("a", query, now=1), on_error=errors.append)
-    core.apply(configure(query, {"cpu": ["a"], "relay": ["a"], "out": ["a"]}, "a"), now=1)
+    core.apply(configure(query, {"cpu": [entry_on], "relay": ["a"], "out": ["a"]}, "a"), now=1)
     return core
 
 
@@ -56,6 +58,19 @@ def test_an_exception_in_an_operator_stops_the_core_for_good(tmp_path):
     assert core.statistics() and not core.ready()              # reads stay allowed (rule 3)
 
 
+def test_an_exception_while_taking_a_peers_frame_stops_it_too(tmp_path):
+    errors = []
+    core = guarded(tmp_path, errors, entry_on="b")             # the entry point is b's: records come as frames
+    core.on_peer_up("b", now=2)
+    stream = StreamReplica(ReplicaId("cpu", 0), ReplicaId("relay", 0), 0)
+    core.receive("b", StreamHead(stream, 0, 0, NO_PUNCTUATION), now=3)
+    with pytest.raises(CoreFailed, match="InjectedBug"):
+        core.receive("b", Batch(stream, 0, 0, [(10, "s", 0.5), (11, "s", 0.5), (12, "s", 0.5)], None), now=4)
+    assert core.state is CoreState.ERROR and len(errors) == 1
+    with pytest.raises(CoreFailed):
+        core.messages_to_send()                                # nothing the half-updated core queued leaves
+
+
 def test_an_illegal_transition_on_the_timer_stops_it_too(tmp_path):
     errors = []
     core = guarded(tmp_path, errors)
@@ -70,10 +85,16 @@ def test_bad_input_from_outside_is_refused_by_the_core_not_raised(tmp_path):
     core = guarded(tmp_path, errors)
     for call in every_call(core).values():
         call()                                                  # a heartbeat from a stranger, an empty apply …
-    assert core.on_source("cpu", b"\x91" * 1000 + b"\xc0", now=20) in (True, False)
+    before = core.statistics()
+    core.on_source("cpu", b"\x91" * 1000 + b"\xc0", now=20)
     core.on_source("cpu", b"not json", now=21)
     core.on_source("nowhere", record(22), now=22)
+    core.receive("b", StreamHead(StreamReplica(ReplicaId("cpu", 9), ReplicaId("nowhere", 0), 0), 0, 0, NO_PUNCTUATION),
+                 now=23)
+    after = core.statistics()
     assert core.state is CoreState.RUNNING and errors == [] and core.ready()
+    refused = lambda stats: stats["replicas"]["cpu#0"]["malformed"] + stats["dead_letters"]  # noqa: E731
+    assert refused(after) >= refused(before) + 2 and after["unknown_streams"] > before["unknown_streams"]   # counted
 
 
 def test_every_row_of_the_table():
