@@ -66,7 +66,7 @@ def test_core_files_exist():
 ALLOWED = {
     "__future__", "ast", "bisect", "collections", "copy", "dataclasses", "enum", "fractions", "functools",
     "graphlib", "heapq", "itertools", "json", "math", "operator", "re", "struct", "typing", "warnings",
-    "msgpack", "numpy", "scipy", "sortedcontainers", "replicast",
+    "msgpack", "msgspec", "numpy", "scipy", "sortedcontainers", "replicast",
 }
 #: Modules of the pure packages that still do file or import I/O, each allowed exactly what it
 #: uses until it moves beside its driver (the query and config loaders, the placement picture,

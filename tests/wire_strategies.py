@@ -12,10 +12,10 @@ import json
 import msgpack
 from hypothesis import strategies as st
 
-from replicast.engine.wire import _CODECS   # noqa: PLC2701 (the codes and field counts are the wire format)
+from replicast.engine.frames import BY_CODE, required_fields
 
-CODES = sorted({code for code, *_ in _CODECS})
-FIELDS = {code: n for code, _, _, _, n in _CODECS}
+CODES = sorted(BY_CODE)
+FIELDS = {code: required_fields(frame) for code, frame in BY_CODE.items()}
 
 #: Scalars at and beyond the edges msgpack and the node care about.
 EDGE_INTS = [0, -1, 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1, 10**6]

@@ -11,7 +11,7 @@ from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, Dep
                              Hello, Hold, JoinStamping, Mark, NoSnapshot, NotHosted, Proof, RemoveReplica, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                              ViewBallot, ViewDecided, ViewReply)
-from replicast.engine import wire
+from replicast.engine import frames as schema
 from replicast.engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
 from replicast.operators.plan import ReplicaId, StreamReplica
 from tests.operators.strategies import keyed_records
@@ -100,7 +100,7 @@ def test_oversized_frame_is_refused():
 def test_ints_the_core_could_not_send_back_are_refused(fields):
     """Found by benchmarks/fuzz.py: msgpack carries 2**63 … 2**64-1, and a core replying with
     offset + 1 (or echoing such a value) then produced a message it could not encode."""
-    code = next(c for c, cls, *_ in wire._CODECS if cls is Ack)
+    code = schema.code(schema.BY_MESSAGE[Ack])
     with pytest.raises(WireError, match="64-bit|bad replica|bad port"):
         decode(msgpack.packb([code, *fields[1:]]))
 
@@ -139,7 +139,7 @@ def test_a_stream_seen_before_is_read_as_strictly_as_a_new_one(frames):
     warm = [outcome(b) for b in bodies]                  # the cache fills as it goes
     cold = []
     for b in bodies:
-        wire._streams.clear()
+        schema._streams.clear()
         cold.append(outcome(b))
     assert warm == cold
     for (_, i, _, j, port, epoch, offset, punctuation, n), got in zip(frames, warm):
@@ -150,13 +150,13 @@ def test_a_stream_seen_before_is_read_as_strictly_as_a_new_one(frames):
 
 
 def test_the_remembered_streams_are_bounded(monkeypatch):
-    monkeypatch.setattr(wire, "_STREAMS_KEPT", 4)
-    wire._streams.clear()
+    monkeypatch.setattr(schema, "_STREAMS_KEPT", 4)
+    schema._streams.clear()
     for i in range(10):
         stream = StreamReplica(ReplicaId("load", i), ReplicaId("correlate", 0), 0)
         [body] = FrameDecoder().feed(encode(Ack(stream, 1, i)))
         assert decode(body) == Ack(stream, 1, i)
-        assert len(wire._streams) <= 4
+        assert len(schema._streams) <= 4
 
 
 @given(records)
@@ -182,5 +182,5 @@ def test_batches_read_off_the_wire_filter_exactly_like_their_records(records, k,
 
 def test_every_message_has_its_own_code():
     """Codes are the wire format: two messages on one code would decode as the later row's."""
-    codes = [code for code, *_ in wire._CODECS]
-    assert len(codes) == len(set(codes)) and len({cls for _, cls, *_ in wire._CODECS}) == len(codes)
+    codes = [schema.code(frame) for frame in schema.FRAMES]
+    assert len(codes) == len(set(codes)) and len({frame.MESSAGE for frame in schema.FRAMES}) == len(codes)
