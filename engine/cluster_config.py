@@ -14,17 +14,20 @@ import shutil
 import string
 import sys
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
 
 from replicast.engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
 from replicast.engine.entry import MODES
 from replicast.engine.handshake import MAX_NAME
-from replicast.engine.mqtt_config import MQTT_KEYS, BrokerAddress, MqttSettings, parse_broker_url, parse_mqtt
+from replicast.engine.mqtt_config import BrokerAddress, MqttSettings, parse_broker_url, parse_mqtt
 from replicast.engine.node import NodeOptions
 from replicast.engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
 from replicast.engine.source_protocol import SourceLimits, parse_source_limits
-from replicast.operators.config_file import MISSING, read_toml, typed_key
+from replicast.operators.config_file import convert, read_toml
 from replicast.operators.errors import ReplicastError
 from replicast.operators.query import Query
 from replicast.operators.query_file import load_query
@@ -145,15 +148,79 @@ class ClusterConfig:
         return {key: Path(str(path).replace("{node}", node)) for key, path in self.tls.items()}
 
 
-_TOP = {"query", "punctuation_ms", "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "secret",
-        "secret_env", "entry_mode", "entry_modes", "mode", "mqtt", "nodes", "placement", "outputs", "sources", "tls",
-        "name", "coordinator", "source_connections"}
-#: The keys each table may hold: anything else is an error (a typo would otherwise be ignored).
-_TABLE_KEYS = {"[[nodes]]": {"name", "host", "port", "metrics_port", "source_port", "ssh"}, "[mqtt]": MQTT_KEYS,
-               "[outputs.*]": {"file", "mqtt", "brokers"}, "[[sources]]": {"node", "command"}, "[tls]": {"cert", "key", "ca"},
-               "ssh": {"host", "user", "port", "key", "known_hosts", "python", "dir"}}     # a node's ssh = {…}
 #: Placeholders a source command may use (expanded by ``cluster up``, see docs/node.md).
 SOURCE_PLACEHOLDERS = ("python", "dir", "node", "nodes", "broker_host", "broker_port", "punctuation_ms")
+
+# -- the file's schema: every table a msgspec Struct, unknown keys refused (a typo would otherwise be ignored) --
+Port = Annotated[int, Meta(ge=1, le=65535, description="a port number (1-65535)")]
+Milliseconds = Annotated[float, Meta(gt=0, lt=86_400_000, description="a positive number of milliseconds (below a day)")]
+Count = Annotated[int, Meta(gt=0, lt=2**40, description="a positive whole number")]
+
+
+class _Table(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A table of the cluster file."""
+
+
+class SshTable(_Table):
+    """A node's ``ssh = { host, user, port, key, known_hosts, python, dir }`` (all optional)."""
+    host: str | None = None
+    user: str | None = None
+    port: Port = 22
+    key: str | None = None
+    known_hosts: str | None = None
+    python: str = "python3"
+    dir: str = ".replicast-cluster"
+
+
+class NodeTable(_Table):
+    name: str
+    port: Port
+    host: str = "127.0.0.1"
+    metrics_port: Port | None = None
+    source_port: Port | None = None
+    ssh: SshTable | None = None
+
+
+class OutputTable(_Table):
+    file: str | None = None
+    mqtt: bool = True
+    brokers: list[str] = []
+
+
+class SourceTable(_Table):
+    node: str
+    command: list[Any]                 # each argument as its text (str(5) is "5")
+
+
+class TlsTable(_Table):
+    cert: str | None = None
+    key: str | None = None
+    ca: str | None = None
+
+
+class ClusterFile(_Table):
+    """The whole file (docs/node.md).  ``[mqtt]``, ``[coordinator]`` and ``[source_connections]`` are
+    checked by their own modules; ``placement`` is node lists or ``"min-cost"``."""
+    query: str
+    nodes: list[NodeTable]
+    placement: dict[str, Any] | str
+    secret: str | None = None
+    secret_env: str | None = None
+    punctuation_ms: Milliseconds = 100.0
+    heartbeat_ms: Milliseconds = 500.0
+    peer_timeout_ms: Milliseconds = 3000.0
+    join_timeout_ms: Milliseconds = 3000.0
+    retention_items: Count = 1_000_000
+    entry_mode: str = "source"
+    entry_modes: dict[str, str] = {}
+    mode: str = Mode.REPLICATION.value
+    mqtt: dict[str, Any] = {}
+    outputs: dict[str, OutputTable] = {}
+    sources: list[SourceTable] = []
+    tls: TlsTable | None = None
+    name: Any = None
+    coordinator: dict[str, Any] | None = None
+    source_connections: dict[str, Any] = {}
 
 
 def load_cluster(path: str | Path) -> ClusterConfig:
@@ -161,60 +228,12 @@ def load_cluster(path: str | Path) -> ClusterConfig:
     return parse_cluster(read_toml(path, "cluster file", ClusterConfigError), Path(path))
 
 
-_get = partial(typed_key, error=ClusterConfigError)
-
-
-def _keys(table: object, kind: str, where: str) -> dict:
-    """``table`` checked to be a table holding only the keys ``kind`` allows."""
-    if not isinstance(table, dict):
-        raise ClusterConfigError(f"{where}: expected a table, got {table!r}")
-    allowed = _TABLE_KEYS.get(kind, _TOP)
-    unknown = set(table) - allowed
-    if unknown:
-        raise ClusterConfigError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
-    return table
-
-
-def _port(table: dict, key: str, where: str, default=MISSING, owner: str = "") -> int | None:
-    port = _get(table, key, int, where, default)
-    if port is not None and not 1 <= port <= 65535:
-        raise ClusterConfigError(f"{owner or where}: {key} {port} is out of range (1-65535)")
-    return port
-
-
-def _positive_ms(doc: dict, key: str, where: str, default: float) -> float:
-    value = float(_get(doc, key, (int, float), where, default))
-    if not 0 < value < 86_400_000:
-        raise ClusterConfigError(f"{where}: '{key}' must be a positive number of milliseconds (below a day), "
-                                 f"got {doc[key]!r}")
-    return value
-
-
-def _positive_count(doc: dict, key: str, where: str, default: int) -> int:
-    value = _get(doc, key, int, where, default)
-    if isinstance(value, bool) or not 0 < value < 2**40:
-        raise ClusterConfigError(f"{where}: '{key}' must be a positive whole number, got {doc[key]!r}")
-    return value
-
-
 def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
     where, base = str(path), path.parent
-    _keys(doc, "top", where)
-    nodes: dict[str, NodeSpec] = {}
-    for i, table in enumerate(_get(doc, "nodes", list, where), start=1):
-        w = f"{where}: [[nodes]] #{i}"
-        name = _get(_keys(table, "[[nodes]]", w), "name", str, w)
-        if not name or len(name) > MAX_NAME or not name.isprintable():
-            raise ClusterConfigError(f"{w}: 'name' must be 1-{MAX_NAME} printable characters, got {name!r}")
-        if name in nodes:
-            raise ClusterConfigError(f"{w}: node name {name!r} is used twice")
-        owner = f"{where}: node {name}"
-        host = _get(table, "host", str, w, "127.0.0.1")
-        nodes[name] = NodeSpec(name, host, _port(table, "port", w, owner=owner),
-                               _port(table, "metrics_port", w, None, owner), _port(table, "source_port", w, None, owner),
-                               _ssh(table, host, base, f"{owner}: ssh"))
+    file = convert(doc, ClusterFile, where, error=ClusterConfigError)
+    nodes = _nodes(file, where, base)
     placement = {}
-    placed = _get(doc, "placement", (dict, str), where)
+    placed = file.placement
     if isinstance(placed, str) and placed != "min-cost":
         raise ClusterConfigError(f"{where}: 'placement' must be a table of node lists or \"min-cost\", got {placed!r}")
     for name, value in (placed.items() if isinstance(placed, dict) else ()):
@@ -222,65 +241,56 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
             raise ClusterConfigError(f"{where}: placement.{name}: expected a non-empty list of node names "
                                      f"({', '.join(nodes)}), got {value!r}")
         placement[name] = value
-    secret = _secret(doc, where)
+    secret = _secret(file, where)
     modes = {}
-    default_mode = _get(doc, "entry_mode", str, where, "source")
-    for stream, mode in {**{"*": default_mode}, **_get(doc, "entry_modes", dict, where, {})}.items():
+    for stream, mode in {"*": file.entry_mode, **file.entry_modes}.items():
         if mode not in MODES:
             raise ClusterConfigError(f"{where}: entry mode of {stream!r} must be one of {MODES}, got {mode!r}")
         modes[stream] = mode
-    engine_mode = parse_mode(_get(doc, "mode", str, where, Mode.REPLICATION.value))
+    engine_mode = parse_mode(file.mode)
     if engine_mode is None:
-        raise ClusterConfigError(f"{where}: 'mode' must be one of {', '.join(ENGINE_MODES)}, got {doc['mode']!r}")
-    mqtt = _keys(_get(doc, "mqtt", dict, where, {}), "[mqtt]", f"{where}: [mqtt]")
-    mqtt_settings = parse_mqtt(mqtt, where, base, nodes, ClusterConfigError, _get)
+        raise ClusterConfigError(f"{where}: 'mode' must be one of {', '.join(ENGINE_MODES)}, got {file.mode!r}")
+    mqtt_settings = parse_mqtt(file.mqtt, where, base, nodes, ClusterConfigError)
     broker, host, port = mqtt_settings.default.url, mqtt_settings.default.host, mqtt_settings.default.port
     outputs = {}
-    for app, table in _get(doc, "outputs", dict, where, {}).items():
+    for app, table in file.outputs.items():
         w = f"{where}: [outputs.{app}]"
-        file = _get(_keys(table, "[outputs.*]", w), "file", str, w, None)
-        publish = _get(table, "mqtt", bool, w, True)
-        brokers = tuple(parse_broker_url(url, f"{w} brokers", ClusterConfigError) if isinstance(url, str) else
-                        _get({"brokers": url}, "brokers", str, w) for url in _get(table, "brokers", list, w, []))
-        if brokers and not publish:
+        brokers = tuple(parse_broker_url(url, f"{w} brokers", ClusterConfigError) for url in table.brokers)
+        if brokers and not table.mqtt:
             raise ClusterConfigError(f"{w}: 'brokers' with mqtt = false (nothing would be published)")
-        outputs[app] = OutputSpec(base / file if file else None, publish, brokers)
+        outputs[app] = OutputSpec(base / table.file if table.file else None, table.mqtt, brokers)
     sources = []
-    for i, table in enumerate(_get(doc, "sources", list, where, []), start=1):
+    for i, table in enumerate(file.sources, start=1):
         w = f"{where}: [[sources]] #{i}"
-        node = _get(_keys(table, "[[sources]]", w), "node", str, w)
-        if node not in nodes:
-            raise ClusterConfigError(f"{w}: unknown node {node!r}")
-        command = [str(a) for a in _get(table, "command", list, w)]
+        if table.node not in nodes:
+            raise ClusterConfigError(f"{w}: unknown node {table.node!r}")
+        command = [str(a) for a in table.command]
         if not command:
             raise ClusterConfigError(f"{w}: 'command' must not be empty")
         for arg in command:
             _check_placeholders(arg, w)
-        sources.append(SourceSpec(node, command))
-    tls_table = _keys(_get(doc, "tls", dict, where, {}), "[tls]", f"{where}: [tls]")
-    tls = {k: base / _get(tls_table, k, str, f"{where}: [tls]") for k in tls_table}
+        sources.append(SourceSpec(table.node, command))
+    tls = {k: base / v for k in ("cert", "key", "ca") if file.tls is not None and (v := getattr(file.tls, k)) is not None}
     if tls and set(tls) != {"cert", "key", "ca"}:
         raise ClusterConfigError(f"{where}: [tls] needs exactly cert, key and ca (paths), got {sorted(tls)}")
     config = ClusterConfig(
-        path=path, query_path=base / _get(doc, "query", str, where), nodes=nodes, placement=placement,
-        secret=secret, punctuation_ms=_positive_ms(doc, "punctuation_ms", where, 100.0),
-        heartbeat_ms=_positive_ms(doc, "heartbeat_ms", where, 500.0),
-        peer_timeout_ms=_positive_ms(doc, "peer_timeout_ms", where, 3000.0),
-        join_timeout_ms=_positive_ms(doc, "join_timeout_ms", where, 3000.0),
-        retention_items=_positive_count(doc, "retention_items", where, 1_000_000), mode=engine_mode,
+        path=path, query_path=base / file.query, nodes=nodes, placement=placement, secret=secret,
+        punctuation_ms=file.punctuation_ms, heartbeat_ms=file.heartbeat_ms, peer_timeout_ms=file.peer_timeout_ms,
+        join_timeout_ms=file.join_timeout_ms, retention_items=file.retention_items, mode=engine_mode,
         broker=broker, broker_host=host, broker_port=port, mqtt=mqtt_settings, outputs=outputs, sources=sources, tls=tls,
-        source_connections=parse_source_limits(doc.get("source_connections", {}), f"{where}: [source_connections]",
+        source_connections=parse_source_limits(file.source_connections, f"{where}: [source_connections]",
                                                ClusterConfigError, has_tls=bool(tls)))
     if config.peer_timeout_ms <= config.heartbeat_ms:
         raise ClusterConfigError(f"{where}: 'peer_timeout_ms' ({config.peer_timeout_ms:g}) must be longer than "
                                  f"'heartbeat_ms' ({config.heartbeat_ms:g}), or every link times out")
     query = config.query
     config.entry_modes = {s: modes.get(s, modes["*"]) for s in query.streams}
-    if (placed == "min-cost" or "coordinator" in doc) and engine_mode is not Mode.REPLICATION:
+    coordinated = placed == "min-cost" or file.coordinator is not None
+    if coordinated and engine_mode is not Mode.REPLICATION:
         raise ClusterConfigError(f"{where}: placement = \"min-cost\" and [coordinator] need mode \"replication\" "
                                  f"(the coordinator deploys and collects replicated operators), got {engine_mode.value!r}")
-    if placed == "min-cost" or "coordinator" in doc:
-        config.coordinator = parse_coordinator(doc.get("coordinator", {}), f"{where}: [coordinator]", ClusterConfigError,
+    if coordinated:
+        config.coordinator = parse_coordinator(file.coordinator or {}, f"{where}: [coordinator]", ClusterConfigError,
                                                nodes=list(nodes), query=query)
     if placed == "min-cost":
         config.min_cost = True
@@ -302,16 +312,27 @@ def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
     return config
 
 
-def _ssh(table: dict, host: str, base: Path, where: str) -> SshSpec | None:
-    """A node's ``ssh = { host, user, port, key, known_hosts, python, dir }`` (all optional: ``ssh = {}``
-    reaches the node's own ``host`` on port 22 as the current user); key files are relative to the file."""
-    if "ssh" not in table:
+def _nodes(file: ClusterFile, where: str, base: Path) -> dict[str, NodeSpec]:
+    nodes: dict[str, NodeSpec] = {}
+    for i, table in enumerate(file.nodes, start=1):
+        w, name = f"{where}: [[nodes]] #{i}", table.name
+        if not name or len(name) > MAX_NAME or not name.isprintable():
+            raise ClusterConfigError(f"{w}: 'name' must be 1-{MAX_NAME} printable characters, got {name!r}")
+        if name in nodes:
+            raise ClusterConfigError(f"{w}: node name {name!r} is used twice")
+        nodes[name] = NodeSpec(name, table.host, table.port, table.metrics_port, table.source_port,
+                               _ssh(table.ssh, table.host, base))
+    return nodes
+
+
+def _ssh(ssh: SshTable | None, host: str, base: Path) -> SshSpec | None:
+    """A node's ssh table as an :class:`SshSpec` (``ssh = {}`` reaches the node's own ``host`` on port 22
+    as the current user); key files are relative to the file."""
+    if ssh is None:
         return None
-    ssh = _keys(table["ssh"], "ssh", where)
-    files = {k: base / Path(_get(ssh, k, str, where)).expanduser() for k in ("key", "known_hosts") if k in ssh}
-    return SshSpec(host=_get(ssh, "host", str, where, host), user=_get(ssh, "user", str, where, None),
-                   port=_port(ssh, "port", where, 22), python=_get(ssh, "python", str, where, "python3"),
-                   dir=_get(ssh, "dir", str, where, ".replicast-cluster"), **files)
+    files = {k: base / Path(v).expanduser() for k in ("key", "known_hosts") if (v := getattr(ssh, k)) is not None}
+    return SshSpec(host=ssh.host if ssh.host is not None else host, user=ssh.user, port=ssh.port, python=ssh.python,
+                   dir=ssh.dir, **files)
 
 
 def _check_placeholders(arg: str, where: str) -> None:
@@ -335,13 +356,14 @@ def check_source_commands(config: ClusterConfig) -> None:
                                      f"(not an executable file, nor a program on PATH)")
 
 
-def _secret(doc: dict, where: str) -> bytes:
-    if "secret_env" in doc:
-        value = os.environ.get(doc["secret_env"])
+def _secret(file: ClusterFile, where: str) -> bytes:
+    if file.secret_env is not None:
+        value = os.environ.get(file.secret_env)
         if not value:
-            raise ClusterConfigError(f"{where}: secret_env names ${doc['secret_env']}, which is not set")
+            raise ClusterConfigError(f"{where}: secret_env names ${file.secret_env}, which is not set")
         return value.encode()
-    secret = _get(doc, "secret", str, where)
-    if len(secret) < 8:
+    if file.secret is None:
+        raise ClusterConfigError(f"{where}: missing key 'secret'")
+    if len(file.secret) < 8:
         raise ClusterConfigError(f"{where}: 'secret' must have at least 8 characters")
-    return secret.encode()
+    return file.secret.encode()

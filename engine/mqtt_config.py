@@ -12,7 +12,8 @@
 * ``client_id`` (default ``"replicast-{node}"``: stable, so the broker keeps the node's session
   while it is away) and ``session_expiry_s`` (how long the broker keeps it, MQTT 5).
 
-Pure: no sockets.  Every mistake is raised as the caller's error class, naming file, table and key.
+Pure: no sockets.  Every mistake is raised as the caller's error class, naming file, table, key and value
+(types and ranges checked by msgspec against :class:`MqttTable`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
 from urllib.parse import urlparse
 
-#: Keys ``[mqtt]`` may hold.
-MQTT_KEYS = {"broker", "host", "port", "brokers", "username", "password_env", "ca", "cert", "key", "client_id",
-             "session_expiry_s"}
+import msgspec
+from msgspec import Meta
+
+from replicast.operators.config_file import convert
+
 #: URL schemes: scheme -> (TLS?, default port).
 SCHEMES = {"mqtt": (False, 1883), "tcp": (False, 1883), "mqtts": (True, 8883), "ssl": (True, 8883)}
 DEFAULT_SESSION_EXPIRY_S = 3600
@@ -85,44 +89,52 @@ def parse_broker_url(url: str, where: str, error: type[Exception]) -> BrokerAddr
     return BrokerAddress(url, parsed.hostname, port, tls)
 
 
-def parse_mqtt(table: dict, where: str, base: Path, nodes, error: type[Exception], get) -> MqttSettings:
-    """Check and read ``[mqtt]``; ``get`` is the cluster file's ``typed_key`` (operators.config_file)."""
+class MqttTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The ``[mqtt]`` table as written (module docstring); :func:`parse_mqtt` checks what types cannot."""
+
+    broker: str = "embedded"
+    host: str = "127.0.0.1"
+    port: Annotated[int, Meta(ge=1, le=65535, description="a port number (1-65535)")] = 1883
+    brokers: dict[str, Any] = {}
+    username: str | None = None
+    password_env: str | None = None
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    client_id: str = "replicast-{node}"
+    session_expiry_s: Annotated[int, Meta(gt=0, lt=2**32, description="a positive whole number of seconds below 2^32")] \
+        = DEFAULT_SESSION_EXPIRY_S
+
+
+def parse_mqtt(table: dict, where: str, base: Path, nodes, error: type[Exception]) -> MqttSettings:
+    """Check and read ``[mqtt]`` (``table``, as read from the file ``where``)."""
     w = f"{where}: [mqtt]"
-    broker = get(table, "broker", str, w, "embedded")
-    if broker == "embedded":
-        port = get(table, "port", int, w, 1883)
-        if not 1 <= port <= 65535:
-            raise error(f"{w}: port {port} is out of range (1-65535)")
-        default = BrokerAddress("embedded", get(table, "host", str, w, "127.0.0.1"), port)
+    mqtt = convert(table, MqttTable, w, error=error)
+    if mqtt.broker == "embedded":
+        default = BrokerAddress("embedded", mqtt.host, mqtt.port)
     else:
-        default = parse_broker_url(broker, w, error)
+        default = parse_broker_url(mqtt.broker, w, error)
     node_brokers = {}
-    for node, url in get(table, "brokers", dict, w, {}).items():
+    for node, url in mqtt.brokers.items():
         if node not in nodes:
             raise error(f"{w}.brokers: unknown node {node!r} (nodes: {', '.join(nodes)})")
         if not isinstance(url, str):
             raise error(f"{w}.brokers.{node}: expected a broker URL, got {url!r}")
         node_brokers[node] = parse_broker_url(url, f"{w}.brokers.{node}", error)
-    password_env = get(table, "password_env", str, w, None)
     password = None
-    if password_env is not None:
-        password = os.environ.get(password_env)
+    if mqtt.password_env is not None:
+        password = os.environ.get(mqtt.password_env)
         if not password:
-            raise error(f"{w}: password_env names ${password_env}, which is not set")
-    username = get(table, "username", str, w, None)
-    if password is not None and username is None:
+            raise error(f"{w}: password_env names ${mqtt.password_env}, which is not set")
+    if password is not None and mqtt.username is None:
         raise error(f"{w}: password_env without username")
-    paths = {k: base / get(table, k, str, w) for k in ("ca", "cert", "key") if k in table}
+    paths = {k: base / v for k in ("ca", "cert", "key") if (v := getattr(mqtt, k)) is not None}
     if ("cert" in paths) != ("key" in paths):
         raise error(f"{w}: a client certificate needs both 'cert' and 'key', got only {'cert' if 'cert' in paths else 'key'!r}")
     uses_tls = default.tls or any(b.tls for b in node_brokers.values())
     if paths and not uses_tls:
         raise error(f"{w}: {', '.join(sorted(paths))} given but no broker is mqtts:// (TLS)")
-    client_id = get(table, "client_id", str, w, "replicast-{node}")
-    if not client_id or len(client_id.replace("{node}", "n" * 64)) > 200:
-        raise error(f"{w}: 'client_id' must be 1-200 characters, got {client_id!r}")
-    expiry = get(table, "session_expiry_s", int, w, DEFAULT_SESSION_EXPIRY_S)
-    if isinstance(expiry, bool) or not 0 < expiry < 2**32:
-        raise error(f"{w}: 'session_expiry_s' must be a positive whole number of seconds below 2^32, got {expiry!r}")
-    return MqttSettings(default, node_brokers, username, password, password_env, paths.get("ca"), paths.get("cert"),
-                        paths.get("key"), client_id, expiry)
+    if not mqtt.client_id or len(mqtt.client_id.replace("{node}", "n" * 64)) > 200:
+        raise error(f"{w}: 'client_id' must be 1-200 characters, got {mqtt.client_id!r}")
+    return MqttSettings(default, node_brokers, mqtt.username, password, mqtt.password_env, paths.get("ca"),
+                        paths.get("cert"), paths.get("key"), mqtt.client_id, mqtt.session_expiry_s)

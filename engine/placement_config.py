@@ -14,7 +14,7 @@
   ``revival_threshold_s``).  A latency objective (``latency_within_percent``: each application within
   that % of the static deployment; ``latency_bound_ms``: within that many ms) stops GC before it and
   revives when it is broken (placement/objective.py).  Every key is checked; a mistake is one line
-  naming the file and key.
+  naming the file, key and value (types and ranges: msgspec, :class:`CoordinatorTable`).
 """
 
 from __future__ import annotations
@@ -22,24 +22,18 @@ from __future__ import annotations
 import random
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import msgspec
+from msgspec import Meta
+
+from replicast.operators.config_file import convert
 from replicast.operators.query import Query
 
 if TYPE_CHECKING:     # numpy and scipy only when a node takes part in placement: every node imports this module
     from replicast.engine.core.coordination import CoordinationSetup
     from replicast.placement.constraints import DeployConfig
     from replicast.placement.coordinator import CoordinatorConfig
-
-#: Keys of ``[coordinator]`` holding positive numbers (cluster files and scenarios alike).
-_NUMBERS = ("report_ms", "utility_period_s", "gc_period_s", "revival_threshold_s", "revival_period_s", "settle_s",
-            "expiry_s")
-#: Keys only a cluster file has: a scenario takes them from its runs, ``[deployment]`` and sources.
-_CLUSTER_NUMBERS = ("alpha", "source_rate", "cpu_us")
-#: The latency objective (placement/objective.py): each application within this % of the static
-#: deployment's latency, and/or within this many ms.
-_OBJECTIVE = ("latency_within_percent", "latency_bound_ms")
-
 
 @dataclass(frozen=True)
 class CoordinatorSettings:
@@ -86,54 +80,64 @@ class CoordinatorSettings:
         return round(self.report_ms * 1000)
 
 
+#: The largest finite float (msgspec bounds must be finite; TOML's inf is refused by it).
+_FINITE = 1.7976931348623157e308
+Positive = Annotated[float, Meta(gt=0, le=_FINITE, description="a positive number")]
+NonNegative = Annotated[float, Meta(ge=0, le=_FINITE, description="a number >= 0")]
+AtLeastOne = Annotated[int, Meta(ge=1, description="an integer >= 1")]
+
+
+class CoordinatorTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The keys of ``[coordinator]`` that cluster files and scenarios share (docs/placement.md)."""
+
+    report_ms: Positive = CoordinatorSettings.report_ms
+    utility_period_s: Positive = CoordinatorSettings.utility_period_s
+    gc_period_s: Positive = CoordinatorSettings.gc_period_s
+    revival_threshold_s: Positive = CoordinatorSettings.revival_threshold_s
+    revival_period_s: Positive = CoordinatorSettings.revival_period_s
+    settle_s: Positive = CoordinatorSettings.settle_s
+    expiry_s: Positive = CoordinatorSettings.expiry_s
+    latency_within_percent: NonNegative | None = None
+    latency_bound_ms: NonNegative | None = None
+    kmin: AtLeastOne = CoordinatorSettings.kmin
+    theta: NonNegative = CoordinatorSettings.theta
+    gc: bool = CoordinatorSettings.gc
+    revival: bool = CoordinatorSettings.revival
+
+
+class ClusterCoordinatorTable(CoordinatorTable):
+    """A cluster file's ``[coordinator]``: also the deployment (Alg. 5) and the pinned replicas."""
+
+    kmax: AtLeastOne = CoordinatorSettings.kmax
+    alpha: Positive = CoordinatorSettings.alpha
+    dmin_ms: NonNegative = CoordinatorSettings.dmin_ms
+    source_rate: Positive = CoordinatorSettings.source_rate
+    cpu_us: Positive = CoordinatorSettings.cpu_us
+    pin: dict[str, Any] = {}
+
+
+class ScenarioCoordinatorTable(CoordinatorTable):
+    """A scenario's ``[coordinator]``: its runs, ``[deployment]`` and sources give the rest."""
+
+    compare_static: bool = CoordinatorSettings.compare_static
+
+
 def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: list[str] | None = None,
                       query: Query | None = None) -> CoordinatorSettings:
     """``[coordinator]`` checked key by key: a cluster file's (given its ``nodes`` and ``query``) or,
     without them, a scenario's."""
+    cluster = nodes is not None
     if not isinstance(table, dict):
         raise error(f"{where}: expected a table, got {table!r}")
-    cluster = nodes is not None
-    allowed = {*_NUMBERS, *_OBJECTIVE, "kmin", "theta", "gc", "revival"} | (
-        {*_CLUSTER_NUMBERS, "kmax", "dmin_ms", "pin"} if cluster else {"compare_static"})
-    unknown = set(table) - allowed
-    if unknown:
-        raise error(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
-    values: dict[str, Any] = {}
-    for key in (*_NUMBERS, *_CLUSTER_NUMBERS):
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise error(f"{where}: '{key}' must be a positive number, got {value!r}")
-            values[key] = float(value)
-    if values.get("alpha", 0.9) > 1:
-        raise error(f"{where}: 'alpha' must be at most 1, got {values['alpha']!r}")
-    for key in ("dmin_ms", "theta", *_OBJECTIVE):
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-                raise error(f"{where}: '{key}' must be a number >= 0, got {value!r}")
-            values[key] = float(value)
-    for key in ("kmax", "kmin"):
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise error(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
-            values[key] = value
-    for key in ("gc", "revival", "compare_static"):
-        if key in table:
-            if not isinstance(table[key], bool):
-                raise error(f"{where}: '{key}' must be true or false, got {table[key]!r}")
-            values[key] = table[key]
+    checked = convert(table, ClusterCoordinatorTable if cluster else ScenarioCoordinatorTable, where, error=error)
+    values = {name: getattr(checked, name) for name in checked.__struct_fields__}
     if cluster:
-        if values.get("kmax", 2) > len(nodes):
-            raise error(f"{where}: kmax = {values['kmax']} needs at least {values['kmax']} nodes, "
-                        f"the file has {len(nodes)}")
-        pin = table.get("pin", {})
-        if not isinstance(pin, dict):
-            raise error(f"{where}: 'pin' must be a table stream_or_application = \"node\" or [\"node\", …], "
-                        f"got {pin!r}")
+        if checked.alpha > 1:
+            raise error(f"{where}: 'alpha' must be at most 1, got {checked.alpha!r}")
+        if checked.kmax > len(nodes):
+            raise error(f"{where}: kmax = {checked.kmax} needs at least {checked.kmax} nodes, the file has {len(nodes)}")
         values["pin"] = {name: _pinned_nodes(name, value, f"{where}: pin.{name}", error, nodes, query)
-                         for name, value in pin.items()}
+                         for name, value in checked.pin.items()}
     return CoordinatorSettings(**values)
 
 

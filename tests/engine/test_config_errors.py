@@ -52,7 +52,7 @@ def test_the_good_file_loads(tmp_path):
     ({"outputs": "mqt = false"}, "[outputs.alerts]: unknown key(s) ['mqt'] (allowed: ['brokers', 'file', 'mqtt'])"),
     ({"node": "metrics_prot = 9000"}, "[[nodes]] #1: unknown key(s) ['metrics_prot']"),
     ({"mqtt": "hots = \"x\""}, "[mqtt]: unknown key(s) ['hots']"),
-    ({"node": "metrics_port = 70003"}, "node a: metrics_port 70003 is out of range (1-65535)"),
+    ({"node": "metrics_port = 70003"}, "[[nodes]] #1: 'metrics_port' must be a port number (1-65535), got 70003"),
     ({"mqtt": "broker = \"mqtt://127.0.0.1:70003\""}, "the port must be in 1-65535"),
     ({"command": '["{python}", "{sorce}"]'}, "command argument '{sorce}': unknown placeholder {sorce} (known: {python}"),
     ({"command": '["{python}", "{"]'}, "command argument '{': Single '{' encountered"),
