@@ -18,7 +18,8 @@
     ordered = true
 
 The loader only translates tables into :class:`~operators.query.QueryBuilder` calls, so a file and
-the equivalent Python build the same :class:`~operators.query.Query`.
+the equivalent Python build the same :class:`~operators.query.Query`.  Which keys a table may hold is
+its msgspec schema (:class:`QueryFile`, one per operator kind); the values are the builder's to check.
 """
 
 from __future__ import annotations
@@ -27,14 +28,96 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from replicast.operators.config_file import read_toml
+import msgspec
+from msgspec import UNSET
+
+from replicast.operators.config_file import convert, read_toml
 from replicast.operators.errors import QueryError
 from replicast.operators.query import Query, QueryBuilder
 
-_SECTIONS = {"streams", "operators", "applications"}
-_OPERATOR_KEYS = {"filter": {"where"}, "map": {"set"}, "union": set(), "join": {"window_ms", "on"},
-                  "aggregate": {"group_by", "window", "compute", "coordination"},
-                  "python": {"class", "args", "fields", "label", "gate", "coordination"}}
+class _Table(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A table of a query file: its keys checked here, its values by :class:`~operators.query.QueryBuilder`
+    (which names the stream or operator), so values are ``Any`` and absent ones ``UNSET``."""
+
+
+class StreamTable(_Table):
+    name: Any
+    fields: Any
+    seal: Any = None
+
+
+class ApplicationTable(_Table):
+    name: Any
+    input: Any
+    ordered: Any = False
+
+
+class QueryFile(_Table):
+    """The document: three arrays of tables; each operator table is checked by its kind's schema."""
+
+    streams: list[StreamTable] = []
+    operators: list[dict[str, Any]] = []
+    applications: list[ApplicationTable] = []
+
+
+class _Operator(_Table):
+    name: Any
+    kind: str
+
+
+class _OneInput(_Operator):
+    input: Any
+
+
+class _Inputs(_Operator):
+    inputs: Any
+
+
+class FilterTable(_OneInput):
+    where: Any = UNSET
+
+
+class MapTable(_OneInput):
+    set: Any = UNSET
+
+
+class UnionTable(_Inputs):
+    pass
+
+
+class JoinTable(_Inputs):
+    window_ms: Any = UNSET
+    on: Any = UNSET
+
+
+class AggregateTable(_OneInput):
+    group_by: Any = UNSET
+    window: Any = UNSET
+    compute: Any = UNSET
+    coordination: Any = UNSET
+
+
+class _Python(_Operator, kw_only=True):
+    """A user operator (``class``), one input or several."""
+    class_: Any = msgspec.field(default=UNSET, name="class")
+    args: Any = UNSET
+    fields: Any = UNSET
+    label: Any = UNSET
+    gate: Any = UNSET
+    coordination: Any = UNSET
+
+
+class PythonTable(_Python):
+    input: Any
+
+
+class PythonInputsTable(_Python):
+    inputs: Any
+
+
+#: kind -> the schema of its table.
+_OPERATORS: dict[str, type[_Operator]] = {"filter": FilterTable, "map": MapTable, "union": UnionTable,
+                                          "join": JoinTable, "aggregate": AggregateTable, "python": PythonTable}
 
 
 def load_query(path: str | Path) -> Query:
@@ -52,39 +135,21 @@ def parse_query(text: str, source: str = "<query>") -> Query:
 
 def build_query(document: Mapping[str, Any], source: str = "<query>") -> Query:
     """The query described by an already-parsed TOML document."""
-    unknown = set(document) - _SECTIONS
-    if unknown:
-        raise QueryError(f"{source}: unknown section(s) {sorted(unknown)} (expected [[streams]], [[operators]], [[applications]])")
+    file = convert(document, QueryFile, source, error=QueryError)
     builder = QueryBuilder(source)
-    for i, table in enumerate(_tables(document, "streams", source), start=1):
-        _require(table, {"name", "fields"}, {"seal"}, f"{source}: [[streams]] #{i}")
-        builder.stream(table["name"], table["fields"], seal=table.get("seal"))
-    for i, table in enumerate(_tables(document, "operators", source), start=1):
+    for table in file.streams:
+        builder.stream(table.name, table.fields, seal=table.seal)
+    for i, table in enumerate(file.operators, start=1):
         where = f"{source}: [[operators]] #{i} ({table.get('name', '?')})"
         kind = table.get("kind")
-        if kind not in _OPERATOR_KEYS:
-            raise QueryError(f"{where}: unknown kind {kind!r} (expected one of {', '.join(_OPERATOR_KEYS)})")
-        input_key = "inputs" if kind in ("union", "join") or (kind == "python" and "inputs" in table) else "input"
-        _require(table, {"name", "kind", input_key}, _OPERATOR_KEYS[kind], where)
-        params = {k: v for k, v in table.items() if k not in ("name", "kind", input_key)}
-        builder.operator(table["name"], kind, table[input_key], **params)
-    for i, table in enumerate(_tables(document, "applications", source), start=1):
-        _require(table, {"name", "input"}, {"ordered"}, f"{source}: [[applications]] #{i}")
-        builder.application(table["name"], table["input"], ordered=table.get("ordered", False))
+        if kind not in _OPERATORS:
+            raise QueryError(f"{where}: unknown kind {kind!r} (expected one of {', '.join(_OPERATORS)})")
+        schema = PythonInputsTable if kind == "python" and "inputs" in table else _OPERATORS[kind]
+        op = convert(table, schema, where, error=QueryError)
+        inputs = op.inputs if isinstance(op, _Inputs | PythonInputsTable) else op.input
+        params = {f.encode_name: value for f in msgspec.structs.fields(op)
+                  if f.name not in ("name", "kind", "input", "inputs") and (value := getattr(op, f.name)) is not UNSET}
+        builder.operator(op.name, kind, inputs, **params)
+    for table in file.applications:
+        builder.application(table.name, table.input, ordered=table.ordered)
     return builder.build()
-
-
-def _tables(document: Mapping[str, Any], section: str, source: str) -> list[Mapping[str, Any]]:
-    tables = document.get(section, [])
-    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
-        raise QueryError(f"{source}: '{section}' must be an array of tables ([[{section}]])")
-    return tables
-
-
-def _require(table: Mapping[str, Any], required: set[str], optional: set[str], where: str) -> None:
-    missing = required - set(table)
-    if missing:
-        raise QueryError(f"{where}: missing key(s) {sorted(missing)}")
-    extra = set(table) - required - optional
-    if extra:
-        raise QueryError(f"{where}: unknown key(s) {sorted(extra)} (allowed: {sorted(required | optional)})")

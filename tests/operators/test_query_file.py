@@ -112,3 +112,21 @@ def test_union_needs_identical_fields():
     q.application("app", "u")
     with pytest.raises(QueryError, match="identical fields"):
         q.build()
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("window_ms = 500", "window_ms = 500\nwhere = \"x\""), "[[operators]] #1 (j): unknown key(s) ['where'] (allowed: "),
+    (("ordered = true", "ordered = true\nfoo = 1\nbar = 2"), "[[applications]] #1: unknown key(s) ['bar', 'foo']"),
+    (("name = \"cpu\"", "nam = \"cpu\""), "[[streams]] #1: unknown key(s) ['nam'] (allowed: ['fields', 'name', 'seal'])"),
+    (("name = \"cpu\"\n", ""), "[[streams]] #1: missing key 'name'"),
+    (("[[streams]]\nname = \"cpu\"", "junk = 1\n[[streams]]\nname = \"cpu\""), "q.toml: unknown key(s) ['junk'] (allowed: "
+                                                                            "['applications', 'operators', 'streams'])"),
+    (("[[applications]]", "[[applications]]\nname = \"x\"\n[[applications]]"), "[[applications]] #1: missing key 'input'"),
+])
+def test_the_keys_of_each_table_are_its_schemas(change, expected):
+    """Which keys a table may hold is its msgspec schema (one per operator kind): one line naming the table."""
+    text = SMALL.replace(*change, 1)
+    assert text != SMALL
+    with pytest.raises(QueryError) as error:
+        parse_query(text, "q.toml")
+    assert expected in str(error.value) and "\n" not in str(error.value), str(error.value)
