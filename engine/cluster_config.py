@@ -230,7 +230,7 @@ def load_cluster(path: str | Path) -> ClusterConfig:
 
 def parse_cluster(doc: dict, path: Path) -> ClusterConfig:
     where, base = str(path), path.parent
-    file = convert(doc, ClusterFile, where, error=ClusterConfigError)
+    file = convert(doc, ClusterFile, where, error=ClusterConfigError, named_by="name")
     nodes = _nodes(file, where, base)
     placement = {}
     placed = file.placement

@@ -53,22 +53,24 @@ def typed_key(doc: dict, key: str, kind: type | tuple, where: str, default: Any 
     return value
 
 
-def convert(doc: Any, schema: type, where: str, *, error: type[ReplicastError] = ReplicastError) -> Any:
+def convert(doc: Any, schema: type, where: str, *, error: type[ReplicastError] = ReplicastError,
+            named_by: str | None = None) -> Any:
     """``doc`` (a table read by :func:`read_toml`) as an instance of the msgspec Struct ``schema``: every
     key's type and range checked by msgspec, one table after another.  A mistake is one line naming the
     file, the table and the key, and the value: ``c.toml: [[nodes]] #2: 'port' should be int, got 'x'``.
 
     Ranges are ``msgspec.Meta`` constraints whose ``description`` says what a person should write
-    (``'heartbeat_ms' must be a positive number of milliseconds (below a day), got -500``).
+    (``'heartbeat_ms' must be a positive number of milliseconds (below a day), got -500``).  With
+    ``named_by``, an entry of an array of tables is also named by that key: ``[[nodes]] #2 (b)``.
     """
     try:
         return msgspec.convert(doc, schema, strict=True)
     except msgspec.ValidationError as problem:
         failure = locate(problem, doc, lambda d: msgspec.convert(d, schema, strict=True))
-        raise error(_message(failure, schema, where)) from None
+        raise error(_message(failure, schema, where, doc, named_by)) from None
 
 
-def _message(failure: Failure, schema: type, where: str) -> str:
+def _message(failure: Failure, schema: type, where: str, doc: Any, named_by: str | None) -> str:
     reason, path = failure.reason, failure.path
     missing, unknown = _MISSING.match(reason), _UNKNOWN.match(reason)
     if missing or unknown:                         # the path leads to the table
@@ -77,7 +79,7 @@ def _message(failure: Failure, schema: type, where: str) -> str:
         split_at = max((i for i, step in enumerate(path) if isinstance(step, str)), default=len(path))
         table, key = path[:split_at], _key_text(path[split_at:])
     kinds = _kinds_along(schema, table)
-    label = _table_label(table, kinds)
+    label = _table_label(table, kinds, doc, named_by)
     at = f"{where}: {label}" if label else where
     if missing:
         return f"{at}: missing key '{missing.group(1)}'"
@@ -139,13 +141,16 @@ def _struct_or_container(kind: Any) -> Any:
     return kind
 
 
-def _table_label(path: tuple, kinds: list) -> str:
-    """``("nodes", 1, "ssh")`` as ``[[nodes]] #2: ssh``; ``("outputs", "alerts")`` as ``[outputs.alerts]``."""
+def _table_label(path: tuple, kinds: list, doc: Any, named_by: str | None) -> str:
+    """``("nodes", 1, "ssh")`` as ``[[nodes]] #2: ssh`` (or ``[[nodes]] #2 (b): ssh``, named by its
+    ``named_by`` key); ``("outputs", "alerts")`` as ``[outputs.alerts]``."""
     parts, i = [], 0
     while i < len(path):
         step, following = path[i], path[i + 1] if i + 1 < len(path) else None
         if not parts and isinstance(following, int):
-            parts.append(f"[[{step}]] #{following + 1}")
+            entry = doc[step][following] if isinstance(doc, dict) else None
+            name = entry.get(named_by) if named_by and isinstance(entry, dict) else None
+            parts.append(f"[[{step}]] #{following + 1}" + (f" ({name})" if isinstance(name, str) else ""))
             i += 2
         elif not parts and following is not None and isinstance(kinds[i + 1], msgspec.inspect.StructType):
             parts.append(f"[{step}.{following}]")

@@ -37,7 +37,7 @@ def assert_failed_at_once(result, tmp_path, message):
     ("port equals a metrics port", "node b: port {1} is already node a's metrics_port"),
     ("duplicate metrics port", "node b: metrics_port {1} is already node a's metrics_port"),
     ("broker port", "the embedded broker: [mqtt] port {0} is already node a's port"),
-    ("out of range", "node b: port 70003 is out of range (1-65535)"),
+    ("out of range", "[[nodes]] #2 (b): 'port' must be a port number (1-65535), got 70003"),
 ])
 def test_a_port_clash_fails_at_once_naming_node_and_port(tmp_path, case, message):
     a, am, b, bm = free_ports(4)

@@ -43,9 +43,9 @@ def test_nodes_on_one_destination_and_dir_share_a_host(tmp_path):
 
 @pytest.mark.parametrize("ssh, message", [
     ({"hots": "x"}, "unknown key(s) ['hots']"),
-    ({"port": 70000}, "[[nodes]] #2: ssh: 'port' must be a port number (1-65535), got 70000"),
+    ({"port": 70000}, "[[nodes]] #2 (b): ssh: 'port' must be a port number (1-65535), got 70000"),
     ({"user": 3}, "user"),
-    ("vm", "[[nodes]] #2: 'ssh' should be a table, got 'vm'"),
+    ("vm", "[[nodes]] #2 (b): 'ssh' should be a table, got 'vm'"),
 ])
 def test_bad_ssh_tables_name_the_node_and_key(tmp_path, ssh, message):
     with pytest.raises(ClusterConfigError) as error:

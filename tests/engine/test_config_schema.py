@@ -24,7 +24,7 @@ def refusal(**change) -> str:
 
 @pytest.mark.parametrize("change, expected", [
     # a value of the wrong type: table, key, value
-    ({"nodes": [{"name": "a", "port": "x"}]}, "[[nodes]] #1: 'port' should be an integer, got 'x'"),
+    ({"nodes": [{"name": "a", "port": "x"}]}, "[[nodes]] #1 (a): 'port' should be an integer, got 'x'"),
     ({"heartbeat_ms": True}, "'heartbeat_ms' should be a number, got True"),
     ({"nodes": 4}, "'nodes' should be an array, got 4"),
     ({"placement": 5}, "'placement' should be a string or a table, got 5"),
@@ -35,19 +35,19 @@ def refusal(**change) -> str:
     ({"outputs": {"alerts": {"brokers": ["mqtt://x", 4]}}}, "[outputs.alerts]: 'brokers[1]' should be a string, got 4"),
     ({"entry_modes": {"cpu": "source", "ping": 1}}, "[entry_modes]: 'ping' should be a string, got 1"),
     ({"nodes": [{"name": "a", "port": 7001}, {"name": "b", "port": 7002, "ssh": {"user": 3}}]},
-     "[[nodes]] #2: ssh: 'user' should be a string, got 3"),
+     "[[nodes]] #2 (b): ssh: 'user' should be a string, got 3"),
     # a missing key
-    ({"nodes": [{"name": "a"}]}, "[[nodes]] #1: missing key 'port'"),
+    ({"nodes": [{"name": "a"}]}, "[[nodes]] #1 (a): missing key 'port'"),
     ({"sources": [{"node": "a"}]}, "[[sources]] #1: missing key 'command'"),
     # unknown keys: all of them, and what is allowed
     ({"nodes": [{"name": "a", "port": 1, "prot": 2, "hots": 3}]},
-     "[[nodes]] #1: unknown key(s) ['hots', 'prot'] (allowed: ['host', 'metrics_port', 'name', 'port', 'source_port', "
+     "[[nodes]] #1 (a): unknown key(s) ['hots', 'prot'] (allowed: ['host', 'metrics_port', 'name', 'port', 'source_port', "
      "'ssh'])"),
     ({"heartbeat": 5}, "unknown key(s) ['heartbeat'] (allowed: ['coordinator', 'entry_mode',"),
     # out of range: the constraint's description says what to write
     ({"heartbeat_ms": float("nan")}, "'heartbeat_ms' must be a positive number of milliseconds (below a day), got nan"),
     ({"retention_items": 0}, "'retention_items' must be a positive whole number, got 0"),
-    ({"nodes": [{"name": "a", "port": 0}]}, "[[nodes]] #1: 'port' must be a port number (1-65535), got 0"),
+    ({"nodes": [{"name": "a", "port": 0}]}, "[[nodes]] #1 (a): 'port' must be a port number (1-65535), got 0"),
     ({"mqtt": {"session_expiry_s": 0}}, "[mqtt]: 'session_expiry_s' must be a positive whole number of seconds below "
                                         "2^32, got 0"),
 ])
