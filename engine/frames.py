@@ -70,10 +70,13 @@ class Frame(Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
 
     @classmethod
     def of(cls, m) -> "Frame":
-        raise NotImplementedError
+        """The frame of message ``m``; by default its fields of the same names (subclasses that flatten
+        or pack a field say how)."""
+        return cls(*[getattr(m, name) for name in cls.__struct_fields__])
 
     def message(self) -> Message:
-        raise NotImplementedError
+        """The message this frame carries (the same names, by default)."""
+        return self.MESSAGE(**{name: getattr(self, name) for name in self.__struct_fields__})
 
 
 class Part(Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
@@ -175,30 +178,28 @@ class BatchFrame(OnStream, tag=1):
         return Batch(self.stream, self.epoch, self.offset, PackedRecords(self.records), self.punctuation)
 
 
-class AckFrame(OnStream, tag=2):
-    MESSAGE = Ack
+class _Position(OnStream):
+    """A position in a stream replica: ``epoch`` and ``offset`` (an ack, a mark)."""
+
     epoch: Int64
     offset: Int64
 
     @classmethod
-    def of(cls, m: Ack) -> "AckFrame":
+    def of(cls, m: Ack | Mark) -> "_Position":
         return cls(*stream_fields(m.stream), m.epoch, m.offset)
 
-    def message(self) -> Ack:
-        return Ack(self.stream, self.epoch, self.offset)
+    def message(self) -> Ack | Mark:
+        return self.MESSAGE(self.stream, self.epoch, self.offset)
+
+
+class AckFrame(_Position, tag=2):
+    MESSAGE = Ack
 
 
 class HeartbeatFrame(Frame, tag=3):
     MESSAGE = Heartbeat
     sent_us: Int64
     echo_us: Int64 | None
-
-    @classmethod
-    def of(cls, m: Heartbeat) -> "HeartbeatFrame":
-        return cls(m.sent_us, m.echo_us)
-
-    def message(self) -> Heartbeat:
-        return Heartbeat(self.sent_us, self.echo_us)
 
 
 class DeployReplicaFrame(Frame, tag=4):
@@ -267,13 +268,6 @@ class NotHostedFrame(_StreamOnly, tag=25):
 class StatisticsRequestFrame(Frame, tag=8):
     MESSAGE = StatisticsRequest
 
-    @classmethod
-    def of(cls, m: StatisticsRequest) -> "StatisticsRequestFrame":
-        return cls()
-
-    def message(self) -> StatisticsRequest:
-        return StatisticsRequest()
-
 
 class StatisticsFrame(Frame, tag=9):
     MESSAGE = Statistics
@@ -293,24 +287,10 @@ class HelloFrame(Frame, tag=10):
     node: str
     nonce: bytes
 
-    @classmethod
-    def of(cls, m: Hello) -> "HelloFrame":
-        return cls(m.node, m.nonce)
-
-    def message(self) -> Hello:
-        return Hello(self.node, self.nonce)
-
 
 class ProofFrame(Frame, tag=11):
     MESSAGE = Proof
     mac: bytes
-
-    @classmethod
-    def of(cls, m: Proof) -> "ProofFrame":
-        return cls(m.mac)
-
-    def message(self) -> Proof:
-        return Proof(self.mac)
 
 
 class ResumeFrame(OnStream, tag=12):
@@ -344,17 +324,8 @@ class StreamHeadFrame(OnStream, tag=15):
         return StreamHead(self.stream, self.epoch, self.offset, self.frontier, lineage)
 
 
-class MarkFrame(OnStream, tag=19):
+class MarkFrame(_Position, tag=19):
     MESSAGE = Mark
-    epoch: Int64
-    offset: Int64
-
-    @classmethod
-    def of(cls, m: Mark) -> "MarkFrame":
-        return cls(*stream_fields(m.stream), m.epoch, m.offset)
-
-    def message(self) -> Mark:
-        return Mark(self.stream, self.epoch, self.offset)
 
 
 class StandbyFrame(OnStream, tag=20):
@@ -575,13 +546,6 @@ class StampAckFrame(Frame, tag=44):
     term: Int64
     seq: Int64
 
-    @classmethod
-    def of(cls, m: StampAck) -> "StampAckFrame":
-        return cls(m.stream, m.target, m.member, m.term, m.seq)
-
-    def message(self) -> StampAck:
-        return StampAck(self.stream, self.target, self.member, self.term, self.seq)
-
 
 class CommittedFrame(Frame, tag=45):
     MESSAGE = Committed
@@ -590,26 +554,12 @@ class CommittedFrame(Frame, tag=45):
     term: Int64
     seq: Int64
 
-    @classmethod
-    def of(cls, m: Committed) -> "CommittedFrame":
-        return cls(m.stream, m.target, m.term, m.seq)
-
-    def message(self) -> Committed:
-        return Committed(self.stream, self.target, self.term, self.seq)
-
 
 class JoinStampingFrame(Frame, tag=46):
     MESSAGE = JoinStamping
     stream: str
     index: Index
     epoch: Int64
-
-    @classmethod
-    def of(cls, m: JoinStamping) -> "JoinStampingFrame":
-        return cls(m.stream, m.index, m.epoch)
-
-    def message(self) -> JoinStamping:
-        return JoinStamping(self.stream, self.index, self.epoch)
 
 
 #: Every frame type, one per message type.
