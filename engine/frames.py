@@ -106,20 +106,8 @@ def stream_fields(s: StreamReplica) -> tuple:
 
 
 class OnStream(Frame):
-    """A frame about one stream replica: its five fields first."""
+    """A frame about one stream replica: its five fields first (untagged, a report's row of a route)."""
 
-    source: Name
-    source_index: Index
-    target: Name
-    target_index: Index
-    port: PortNumber
-
-    @property
-    def stream(self) -> StreamReplica:
-        return stream_of(self.source, self.source_index, self.target, self.target_index, self.port)
-
-
-class StreamRow(Part):
     source: Name
     source_index: Index
     target: Name
@@ -430,12 +418,9 @@ class RecordsOutRow(Part):
     records: Int64
 
 
-class InputRow(Part):
-    source: Name
-    source_index: Index
-    target: Name
-    target_index: Index
-    port: PortNumber
+class InputRow(OnStream):
+    """A report's row of an input: the stream replica, its weight and delay (§V-B, §V-C)."""
+
     weight: float
     delay_us: Int64
 
@@ -449,7 +434,7 @@ class ReportFrame(Frame, tag=21):
     hosted: tuple[ReplicaRow, ...]
     records_out: tuple[RecordsOutRow, ...]
     inputs: tuple[InputRow, ...]
-    routes: tuple[StreamRow, ...]
+    routes: tuple[OnStream, ...]
 
     @classmethod
     def of(cls, m: Report) -> "ReportFrame":
@@ -457,11 +442,10 @@ class ReportFrame(Frame, tag=21):
         return cls(r.server, dict(r.rtt_ms), r.load, r.capacity, tuple(ReplicaRow(h.name, h.index) for h in r.hosted),
                    tuple(RecordsOutRow(x.name, x.index, n) for x, n in r.records_out.items()),
                    tuple(InputRow(*stream_fields(s), i.weight, i.delay_us) for s, i in r.inputs.items()),
-                   tuple(StreamRow(*stream_fields(s)) for s in r.routes))
+                   tuple(OnStream(*stream_fields(s)) for s in r.routes))
 
     def message(self) -> Report:
-        inputs = {stream_of(i.source, i.source_index, i.target, i.target_index, i.port): InputReport(i.weight, i.delay_us)
-                  for i in self.inputs}
+        inputs = {i.stream: InputReport(i.weight, i.delay_us) for i in self.inputs}
         return Report(ServerReport(self.server, self.rtt_ms, self.load, self.capacity,
                                    tuple(ReplicaId(h.name, h.index) for h in self.hosted),
                                    {ReplicaId(x.name, x.index): x.records for x in self.records_out}, inputs,
