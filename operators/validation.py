@@ -82,6 +82,8 @@ def _culprit(doc: Any, path: list, table: Any, rest: tuple, reason: str, check: 
         except msgspec.ValidationError as again:
             if split(again)[0] == reason:
                 return key
+        except RecursionError:          # an entry nested too deep: not the one msgspec named
+            continue
     return ANY_KEY
 
 
@@ -99,5 +101,8 @@ def _replaced(doc: Any, path: list, new: Any) -> Any:
 
 def shorten(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters: untrusted values go into messages only like this."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:              # a value nested deeper than repr goes (msgpack and TOML allow it)
+        return f"<{type(value).__name__} nested too deep to show>"
     return text if len(text) <= limit else f"{text[:limit]}…({len(text)} chars)"

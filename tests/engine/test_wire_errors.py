@@ -76,6 +76,15 @@ def test_frames_that_are_not_messages_say_so():
         decode(b"\x92\x09" + b"\x91" * 100_000 + b"\xc0")  # nested past any stack
 
 
+def test_a_value_nested_deeper_than_repr_goes_is_still_one_line():
+    """Found by benchmarks/fuzz.py: msgpack reads a 1020-deep array that repr() cannot print."""
+    deep = b"\x91" * 1020 + b"\xc0"
+    for body in (b"\x92" + deep + b"\x01", b"\x98\x02" + deep + b"\x01\xa1c\x00\x00\x00\x00"):
+        with pytest.raises(WireError) as caught:
+            decode(body)
+        assert "nested too deep to show" in str(caught.value), caught.value
+
+
 def test_untrusted_values_are_cut_short():
     message = refusal([10, "n1", "z" * 10_000])
     assert len(message) < 200 and "(10002 chars)" in message
