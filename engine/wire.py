@@ -70,6 +70,8 @@ def decode(body: bytes) -> Message:
         raise WireError(refusal(body, error)) from None
     except (msgspec.MsgspecError, RecursionError) as error:   # not msgpack at all, or nested too deep
         raise WireError(f"not msgpack: {error}") from None
+    except UnicodeDecodeError as error:                        # msgspec's own for a str that is not UTF-8
+        raise WireError(f"not msgpack: a string that is not UTF-8 ({error.reason} at byte {error.start})") from None
     try:
         return frame.message()
     except WireError as error:          # a free-form field that is not what it must be

@@ -74,6 +74,8 @@ def test_frames_that_are_not_messages_say_so():
         decode(b"\x93\x01")                                # truncated
     with pytest.raises(WireError):
         decode(b"\x92\x09" + b"\x91" * 100_000 + b"\xc0")  # nested past any stack
+    with pytest.raises(WireError, match="^not msgpack: a string that is not UTF-8"):
+        decode(bytes.fromhex("930aa2fffec400"))           # found by benchmarks/fuzz.py: Hello("\xff\xfe", b"")
 
 
 def test_a_value_nested_deeper_than_repr_goes_is_still_one_line():
