@@ -74,8 +74,8 @@ def decode(body: bytes) -> Message:
         raise WireError(f"not msgpack: a string that is not UTF-8 ({error.reason} at byte {error.start})") from None
     try:
         return frame.message()
-    except WireError as error:          # a free-form field that is not what it must be
-        raise WireError(f"{type(frame).MESSAGE.__name__} frame: {error}") from None
+    except WireError as error:          # records or a free-form field that are not what they must be
+        raise WireError(f"{error} ({type(frame).MESSAGE.__name__} frame)") from None
 
 
 def refusal(body: bytes, error: msgspec.ValidationError) -> str:
@@ -94,7 +94,7 @@ def refusal(body: bytes, error: msgspec.ValidationError) -> str:
     if not failure.path:                # the array itself: too short or too long
         least, most = required_fields(frame), len(frame.__struct_fields__)
         needs = f"{least}" if least == most else f"{least} to {most}"
-        return f"{name} frame (code {value[0]}) needs {needs} fields, got {len(value) - 1}"
+        return f"message code {value[0]} ({name}) needs {needs} fields, got {len(value) - 1}"
     field, what = _field(frame, failure)
     shown = shorten(failure.value, 60) if failure.found else "nothing"
     return f"{name} frame: bad {what} at {field}: {shown} ({failure.reason})"

@@ -47,18 +47,19 @@ def refusal(fields: list) -> str:
     ([21, "s", {}, 0.5, 1.0, [["busy", 0]], [["busy", 0, 1.5]], [], []],
      "Report frame: bad signed 64-bit integer at records_out[0].records: 1.5"),
     # free-form fields that are not maps
-    ([9, "n1", [1, 2]], "Statistics frame: field data must be a map, got tuple"),
-    ([17, "join", 1, "join", 0, "state"], "Snapshot frame: field state must be a map, got str"),
+    ([9, "n1", [1, 2]], "field data must be a map, got tuple (Statistics frame)"),
+    ([17, "join", 1, "join", 0, "state"], "field state must be a map, got str (Snapshot frame)"),
+    ([1, *STREAM, 0, 0, b"\x01", None], "batch records must be a msgpack array (Batch frame)"),
 ])
 def test_a_bad_field_is_named_with_its_value(fields, expected):
     assert expected in refusal(fields)
 
 
 @pytest.mark.parametrize("fields, expected", [
-    ([2, *STREAM, 0], "Ack frame (code 2) needs 7 fields, got 6"),
-    ([2, *STREAM, 0, 1, 2], "Ack frame (code 2) needs 7 fields, got 8"),
-    ([1, *STREAM, 0, 0, b"\x90", None, "extra"], "Batch frame (code 1) needs 9 fields, got 10"),
-    ([8, "anything"], "StatisticsRequest frame (code 8) needs 0 fields, got 1"),
+    ([2, *STREAM, 0], "message code 2 (Ack) needs 7 fields, got 6"),
+    ([2, *STREAM, 0, 1, 2], "message code 2 (Ack) needs 7 fields, got 8"),
+    ([1, *STREAM, 0, 0, b"\x90", None, "extra"], "message code 1 (Batch) needs 9 fields, got 10"),
+    ([8, "anything"], "message code 8 (StatisticsRequest) needs 0 fields, got 1"),
 ])
 def test_a_wrong_field_count_names_the_message_and_both_counts(fields, expected):
     assert refusal(fields) == expected
