@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from replicast.engine.messages import Hello, Proof
 from replicast.engine.wire import MAX_FRAME, FrameDecoder, WireError, decode, encode
+from replicast.operators.validation import shorten  # untrusted strings go into logs only like this
 
 NONCE_BYTES = 16
 #: Longest node name (characters) a Hello may carry (cluster files are checked against it too).
@@ -61,12 +62,6 @@ class Stage(enum.Enum):
     AWAIT_HELLO = "await hello"
     AWAIT_PROOF = "await proof"
     DONE = "done"
-
-
-def shorten(value: object, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters: untrusted strings go into logs only like this."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}…({len(text)} chars)"
 
 
 def transcript(dialer: str, acceptor: str, dialer_nonce: bytes, acceptor_nonce: bytes) -> bytes:
