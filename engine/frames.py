@@ -72,11 +72,11 @@ class Frame(Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
     def of(cls, m) -> "Frame":
         """The frame of message ``m``; by default its fields of the same names (subclasses that flatten
         or pack a field say how)."""
-        return cls(*[getattr(m, name) for name in cls.__struct_fields__])
+        return cls(*map(m.__getattribute__, cls.__struct_fields__))
 
     def message(self) -> Message:
-        """The message this frame carries (the same names, by default)."""
-        return self.MESSAGE(**{name: getattr(self, name) for name in self.__struct_fields__})
+        """The message this frame carries (by default its fields, in the message's order)."""
+        return self.MESSAGE(*msgspec.structs.astuple(self))
 
 
 class Part(Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
@@ -188,6 +188,10 @@ class HeartbeatFrame(Frame, tag=3):
     MESSAGE = Heartbeat
     sent_us: Int64
     echo_us: Int64 | None
+
+    @classmethod
+    def of(cls, m: Heartbeat) -> "HeartbeatFrame":     # every link, every heartbeat interval: spelt out
+        return cls(m.sent_us, m.echo_us)
 
 
 class DeployReplicaFrame(Frame, tag=4):

@@ -184,3 +184,11 @@ def test_every_message_has_its_own_code():
     """Codes are the wire format: two messages on one code would decode as the later row's."""
     codes = [schema.code(frame) for frame in schema.FRAMES]
     assert len(codes) == len(set(codes)) and len({frame.MESSAGE for frame in schema.FRAMES}) == len(codes)
+
+
+def test_frames_read_by_field_name_have_their_messages_fields_in_order():
+    """A frame that keeps the base ``Frame.message`` builds its message from its fields positionally."""
+    generic = [frame for frame in schema.FRAMES if frame.message is schema.Frame.message]
+    assert generic
+    for frame in generic:
+        assert list(frame.__struct_fields__) == list(frame.MESSAGE.__dataclass_fields__), frame
