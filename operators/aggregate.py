@@ -9,6 +9,12 @@ paper's ``expiry ≤ p``, exact for integer timestamps); it is then closed and s
 
 Windows are keyed by their end in a sorted dict, so closing at a punctuation touches only the
 windows that close.
+
+Seal per key (Blazes §V-B1, :mod:`operators.key_seals`): a seal ``(K, p)`` closes the windows of the
+groups whose sealed attributes equal ``K`` with end ``≤ p + 1`` — the same test as the punctuation's,
+on one partition.  Those windows hold every record of ``K`` they will ever hold (the replica drops a
+record of ``K`` at or below its seal, :class:`~operators.replica.OperatorReplica`), so they are the
+windows the punctuation would close, with the same contents, only sooner.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class TimeWindowAggregate(Operator):
         self.group_key = group_key_function(group_by)
         # window end -> group key -> records in the window
         self.windows: SortedDict = SortedDict()
+        #: Where a key seal's values sit in a group tuple (set from the analysis' KeySealing); None: no seals.
+        self.seal_positions: tuple[int, ...] | None = None
 
     def window_ends(self, ts: int) -> range:
         """Ends of all windows ``[k·slide, k·slide + size)`` that contain ``ts``."""
@@ -65,6 +73,28 @@ class TimeWindowAggregate(Operator):
                         out.append(summarise(end, group, self.summaries, rows))
                     except ArithmeticError as error:     # not representable: dropped, counted (summaries)
                         self.count_error((end, *group), error)
+        return out
+
+    def on_key_seal(self, port: int, key: tuple, p: int) -> list[Record]:
+        """Key ``key`` is sealed up to ``p``: close its groups' windows with end ``≤ p + 1``."""
+        positions, windows = self.seal_positions, self.windows
+        if positions is None or p <= self.frontier:
+            return []
+        whole = positions == tuple(range(len(positions))) and len(positions) == len(self.group_by)
+        out = []
+        for end in list(windows.irange(maximum=p + 1)):
+            groups = windows[end]
+            matching = ([key] if key in groups else []) if whole else \
+                [g for g in groups if tuple(g[i] for i in positions) == key]
+            for group in matching:
+                rows = groups.pop(group)
+                if end > self.suppress_through:
+                    try:
+                        out.append(summarise(end, group, self.summaries, rows))
+                    except ArithmeticError as error:     # not representable: dropped, counted (summaries)
+                        self.count_error((end, *group), error)
+            if not groups:
+                del windows[end]
         return out
 
     def rebuild(self, frontiers: list[int]) -> int:

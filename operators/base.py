@@ -84,6 +84,11 @@ class Operator:
         """All ports promised ``ts > p``: emit what can no longer change."""
         return []
 
+    def on_key_seal(self, port: int, key: tuple, p: int) -> list[Record]:
+        """Port ``port`` promised no more records of key ``key`` with ``ts ≤ p`` (a seal per key,
+        :mod:`operators.key_seals`): emit what that partition completes.  Default: nothing."""
+        return []
+
     # -- rebuilding without a live peer ---------------------------------------------------------
     def adopt(self, port: int, frontier: int) -> list[Record]:
         """Port ``port`` starts above ``frontier``: what lies at or below it is lost.  Like a

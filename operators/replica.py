@@ -12,6 +12,14 @@ that port's punctuation (:meth:`OperatorReplica.step`).  Two engine modes change
 all ports in place of the sorters, so every replica takes the same steps; ``synchronization``
 gives a replica a ``tap`` that sees each step first (a primary records it as a determinant, a
 backup takes its primary's steps instead of its own).
+
+Seals per key (:mod:`operators.key_seals`, where the analysis gives the operator a
+:class:`~operators.key_seals.KeySealing`): :meth:`OperatorReplica.on_key_seals` merges the seals of
+a port's stream replicas (first wins), drops a later record of a sealed key at or below its seal
+(counted in ``late_for_seal``: a source broke its promise), releases the key's prefix from the
+sorter (count windows) and lets the operator close the key's windows, or passes the seals on.  In
+the engine modes with one order across ports or process pairs, seals are not used (the punctuation
+closes the same windows).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Any
 
 from replicast.operators.base import Operator
 from replicast.operators.dedup import DuplicateFilter
+from replicast.operators.key_seals import KeySeal, KeySealing, SealTable, record_key
 from replicast.operators.merge import MergeSorter
 from replicast.operators.record import Record
 from replicast.operators.sorter import Sorter
@@ -32,7 +41,7 @@ class OperatorReplica:
     """Duplicate filters (+ sorters) in front of one operator instance."""
 
     def __init__(self, operator: Operator, upstreams_per_port: list[int], sort_inputs: bool = False,
-                 merged: bool = False):
+                 merged: bool = False, sealing: KeySealing | None = None):
         if len(upstreams_per_port) != operator.n_inputs:
             raise ValueError(f"{operator.kind} has {operator.n_inputs} inputs, got {len(upstreams_per_port)} ports")
         self.operator = operator
@@ -43,6 +52,12 @@ class OperatorReplica:
         #: Sees every step before the operator does: ``tap(replica, port, records, p) -> (out, forwarded)``.
         self.tap: Callable[["OperatorReplica", int, list[Record], int | None], tuple[list[Record], int | None]] \
             | None = None
+        #: What this operator does with seals per key (None: it ignores them), and each port's seals.
+        self.sealing = sealing if sealing is not None and not merged else None
+        self.key_seals = [SealTable() for _ in upstreams_per_port] if self.sealing is not None else None
+        self.late_for_seal = 0
+        if self.sealing is not None and self.sealing.closes and hasattr(operator, "seal_positions"):
+            operator.seal_positions = self.sealing.group_positions
 
     def knows(self, port: int, key: Hashable) -> bool:
         """Whether a batch with this content key reached ``port`` whole from another stream replica
@@ -60,6 +75,10 @@ class OperatorReplica:
         dedup = self.filters[port]
         fresh = dedup.on_batch(upstream, records, key) if records or key is not None else []
         p = None if punctuation is None else dedup.on_punctuation(upstream, punctuation)
+        if self.key_seals is not None and self.key_seals[port].seals:
+            fresh = self._unsealed(port, fresh)
+            if p is not None:
+                self.key_seals[port].prune(p)
         if self.merge is not None:
             return self._merged(port, fresh, p)
         if self.sorters is not None:
@@ -73,6 +92,37 @@ class OperatorReplica:
             return out, None
         emitted, forwarded = operator.on_punctuation(port, p)
         return (out + emitted if emitted else out), forwarded
+
+    def on_key_seals(self, port: int, upstream: int, seals: Sequence[KeySeal]) -> tuple[list[Record], list[KeySeal]]:
+        """Seals per key from stream replica ``upstream`` of ``port``, each valid for the records that
+        replica sent before it.  Returns the records the replica emits and the seals it forwards.
+        After calling this, send the records, then the seals, to every downstream replica."""
+        sealing, tables = self.sealing, self.key_seals
+        if sealing is None or self.tap is not None:
+            return [], []
+        table, punctuation = tables[port], self.filters[port].max_punctuation
+        out: list[Record] = []
+        forwarded: list[KeySeal] = []
+        for key, p in seals:
+            if not table.raise_seal(key, p, punctuation):
+                continue                                    # a copy from another stream replica, or stale
+            if sealing.forwards:
+                if p > self.operator.frontier:
+                    forwarded.append((key, p))
+                continue
+            if self.sorters is not None:
+                released = self.sorters[port].release_key(p, sealing.record_positions, key)
+                if released:
+                    out += self.operator.on_batch(port, released)
+            out += self.operator.on_key_seal(port, key, p)
+        return out, forwarded
+
+    def _unsealed(self, port: int, records: list[Record]) -> list[Record]:
+        """``records`` less those of a sealed key at or below its seal (a promise broken upstream)."""
+        sealed, positions = self.key_seals[port].sealed, self.sealing.record_positions
+        kept = [r for r in records if r[0] > sealed(record_key(r, positions))]
+        self.late_for_seal += len(records) - len(kept)
+        return kept
 
     def skip_to(self, port: int, frontier: int) -> tuple[list[Record], int | None]:
         """``port`` gives up what lies at or below ``frontier`` (its inputs lost it) and goes on as
@@ -119,7 +169,8 @@ class OperatorReplica:
         return {"operator": self.operator.snapshot(),
                 "filters": [f.snapshot() for f in self.filters],
                 "sorters": None if self.sorters is None else [s.snapshot() for s in self.sorters],
-                "merge": None if self.merge is None else self.merge.snapshot()}
+                "merge": None if self.merge is None else self.merge.snapshot(),
+                "key_seals": None if self.key_seals is None else [t.snapshot() for t in self.key_seals]}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.operator.restore(state["operator"])
@@ -130,6 +181,9 @@ class OperatorReplica:
                 sorter.restore(s)
         if self.merge is not None:
             self.merge.restore(state["merge"])
+        if self.key_seals is not None:
+            for table, s in zip(self.key_seals, state.get("key_seals") or [[] for _ in self.key_seals]):
+                table.restore(s)
 
 
 def application_sink(upstreams: int, ordered: bool) -> OperatorReplica:

@@ -33,6 +33,16 @@ class Sorter:
         del self._buffer[:end]
         return released
 
+    def release_key(self, p: int, positions: tuple[int, ...], key: tuple) -> list[Record]:
+        """The buffered records of key ``key`` (values at ``positions``) with ``ts ≤ p``, in the
+        unique order; removes them.  A seal per key (:mod:`operators.key_seals`) completes that
+        partition's prefix: releasing it before the others is one consumer-visible order per key."""
+        end = self._buffer.bisect_left((p + 1,))
+        taken = [item for item in self._buffer.islice(0, end) if tuple(item[2][i] for i in positions) == key]
+        for item in taken:
+            self._buffer.remove(item)
+        return [item[2] for item in taken]
+
     def __len__(self) -> int:
         return len(self._buffer)
 

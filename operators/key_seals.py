@@ -1,0 +1,133 @@
+"""Seals per key: "no more records with key ``K`` and ``ts ≤ p``" (Blazes ``000_…`` §V-B1; docs/explain.md).
+
+A source that declares ``seal = ["server"]`` sends, besides its time punctuations (§IV-A), a *key
+seal* ``(K, p)`` per value ``K`` of that key.  The declaration is Blazes' *independent seal*: each
+value of the key comes from one source stream, so once that stream sealed ``K`` at ``p``, the
+partition ``K`` is complete up to ``p`` wherever it flows — a keyed window closes once its own
+producer sealed it, instead of waiting for every producer's punctuation (§VIII-B3, Fig. 14).
+
+Rules of this module (pure: no clock, no I/O):
+
+1. A key seal is ``(key, p)`` with ``key`` the tuple of the sealed attributes' values, in the order
+   of the attribute names sorted (:func:`key_names`), so every stream and operator spells one key alike.
+2. A whole-stream punctuation ``q`` seals every key up to ``q``: a key seal at or below the port's
+   punctuation says nothing new and is dropped; the table forgets keys the punctuation passed
+   (memory bounded by the keys sealed within one punctuation interval).
+3. Seals from the ``k`` replicas of an upstream are merged like punctuations (§IV-B): the first one
+   that raises a key's seal wins, later equal or lower ones are dropped — idempotent, any order.
+4. Seals are hints that are safe to lose: a replica that misses one closes the same windows at the
+   next whole-stream punctuation, with the same contents, only later.  So they are not items of a
+   stream replica (not logged, acknowledged or replayed); a seal is valid only *after* the records
+   it covers, which the node guarantees by sending it behind them (engine/core/key_seals.py).
+5. Which operators act on seals is the coordination analysis' verdict (:func:`key_sealing`): a
+   keyed window whose gate the key is compatible with (Decision.key_seal) closes per key;
+   Filter, Union and Map pass them on where the analysis says their output keeps the seal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.blazes import TS
+
+if TYPE_CHECKING:
+    from replicast.operators.query import Query
+
+#: One key seal: (values of the sealed attributes in sorted-name order, p).
+KeySeal = tuple[tuple, int]
+
+
+def key_names(attributes: Iterable[str]) -> tuple[str, ...]:
+    """The order a key's values travel in (rule 1)."""
+    return tuple(sorted(attributes))
+
+
+class SealTable:
+    """The highest seal per key above a whole-stream punctuation (rules 2 and 3)."""
+
+    __slots__ = ("seals",)
+
+    def __init__(self) -> None:
+        self.seals: dict[tuple, int] = {}
+
+    def raise_seal(self, key: tuple, p: int, punctuation: int) -> bool:
+        """Record seal ``(key, p)``; returns whether it is new (above both the key's seal and ``punctuation``)."""
+        if p <= punctuation or p <= self.seals.get(key, NO_PUNCTUATION):
+            return False
+        self.seals[key] = p
+        return True
+
+    def sealed(self, key: tuple) -> int:
+        """The key's seal (``NO_PUNCTUATION`` if none above the last pruning)."""
+        return self.seals.get(key, NO_PUNCTUATION)
+
+    def prune(self, punctuation: int) -> None:
+        """Forget the seals a whole-stream punctuation now covers."""
+        if self.seals:
+            self.seals = {k: p for k, p in self.seals.items() if p > punctuation}
+
+    def __len__(self) -> int:
+        return len(self.seals)
+
+    def snapshot(self) -> list[Any]:
+        return [[list(k), p] for k, p in self.seals.items()]
+
+    def restore(self, state: list[Any]) -> None:
+        self.seals = {tuple(k): p for k, p in state}
+
+
+@dataclass(frozen=True)
+class KeySealing:
+    """What the replicas of one operator do with key seals (rule 5).
+
+    ``key``: the sealed attributes at its input (sorted); ``forwards``: pass seals on unchanged (a
+    confluent operator whose output keeps the key); ``closes``: a keyed window or join acting per
+    key.  ``record_positions``: where the key's values sit in an input record (``ts`` is 0);
+    ``group_positions``: where they sit in an aggregate's group tuple.
+    """
+
+    key: tuple[str, ...]
+    forwards: bool = False
+    closes: bool = False
+    record_positions: tuple[int, ...] = ()
+    group_positions: tuple[int, ...] = ()
+
+
+#: Operator kinds that carry a seal's key values unchanged when the analysis says their output keeps it.
+_FORWARDING = ("filter", "union", "map")
+
+
+def key_sealing(query: "Query", name: str) -> KeySealing | None:
+    """The analysis' verdict for operator ``name``: None where key seals stop (rule 5)."""
+    if name not in query.operators:
+        return None
+    spec = query.operators[name]
+    decisions = query.coordination
+    inputs = [decisions.seals[i] for i in spec.inputs]
+    shared = frozenset.intersection(*[frozenset(k for k in seals if k != frozenset({TS})) for seals in inputs])
+    if not shared:
+        return None
+    schema = query.schemas[spec.inputs[0]]
+    decision = decisions.by_name[name]
+    if spec.kind == "aggregate" and decision.key_seal is not None and decision.coordination.value in (
+            "seal at punctuation", "sort at punctuation"):
+        key = key_names(decision.key_seal)
+        group_by = list(spec.params.get("group_by", []))
+        return KeySealing(key, closes=True, record_positions=tuple(schema.index(a) for a in key),
+                          group_positions=tuple(group_by.index(a) for a in key))
+    if spec.kind in _FORWARDING:
+        carries = query.compiled[name].carries
+        kept = decisions.seals[name]
+        for key in sorted(shared, key=key_names):
+            # identity only: the values keep their names, hence their order (rule 1)
+            if key in kept and all(carries.get(a) == a for a in key):
+                return KeySealing(key_names(key), forwards=True,
+                                  record_positions=tuple(schema.index(a) for a in key_names(key)))
+    return None
+
+
+def record_key(record: tuple, positions: tuple[int, ...]) -> tuple:
+    """The key of ``record`` (its values at ``positions``)."""
+    return tuple(record[i] for i in positions)
