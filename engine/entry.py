@@ -16,7 +16,10 @@ and punctuations.  Two modes, both giving every replica of the entry point the s
 
 Payloads (MQTT message bodies, TCP source lines) are JSON or msgpack: one item or a list of items;
 an item is a record ``{"ts": µs, field: value, …}`` (no ``ts`` in entry-stamped mode) or a
-punctuation ``{"punctuation": p}``.  Anything else is rejected with a reason (dead letters).
+punctuation ``{"punctuation": p}``.  A source-stamped stream that declares ``seal = [fields]`` may
+also send seals per key, ``{"punctuation": p, "key": {field: value, …}}``: no more records with
+those values and ``ts ≤ p`` (operators/key_seals.py); a later record breaking one is rejected as
+late, like one behind a punctuation.  Anything else is rejected with a reason (dead letters).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import msgpack
 
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.errors import InputError
+from replicast.operators.key_seals import KeySeal, SealTable, key_names, record_key
 from replicast.operators.query import StreamSpec
-from replicast.operators.record import CLOSED, Record, make_record
+from replicast.operators.record import CLOSED, FIELD_TYPES, Record, make_record, normalise, short_repr
 
 MODES = ("source", "entry")
 #: Raw records a replica remembers as pending at most (entry mode); past it the oldest is forgotten
@@ -75,6 +79,12 @@ class EntryPoint:
         self.carried = 0
         self.malformed = 0
         self.evicted = 0                        # pending keys dropped past MAX_PENDING
+        #: Seals per key (source mode, a stream declaring ``seal``): the highest per key above the
+        #: punctuation, and those taken but not yet emitted (:meth:`take_seals`).
+        self.seal_names = key_names(stream.seal)
+        self.seal_positions = tuple(stream.schema.index(n) for n in self.seal_names)
+        self.key_seals = SealTable()
+        self.new_seals: list[KeySeal] = []
 
     # -- from the source ------------------------------------------------------------------------
     def on_items(self, items: list[Any], *, now: int, stamping: bool,
@@ -99,6 +109,17 @@ class EntryPoint:
                     segments.append((records, p))
                     records = []
                     self.punctuation = p
+                    self.key_seals.prune(p)
+                continue
+            if isinstance(item, dict) and set(item) == {"punctuation", "key"}:
+                try:
+                    key, p = self._seal(item, where)
+                except InputError as error:
+                    self.malformed += 1
+                    rejects.append((f"malformed: {error}", item))
+                    continue
+                if self.key_seals.raise_seal(key, p, self.punctuation):
+                    self.new_seals.append((key, p))
                 continue
             try:
                 record = self._record(item, where, now, stamping, tracking)
@@ -115,11 +136,42 @@ class EntryPoint:
                 self.late += 1
                 rejects.append((f"late: ts {record[0]} is not after punctuation {self.punctuation}", item))
                 continue
+            if self.key_seals.seals and record[0] <= self.key_seals.sealed(record_key(record, self.seal_positions)):
+                self.late += 1                  # behind a seal of its key (operators/key_seals.py)
+                rejects.append((f"late: ts {record[0]} is not after the seal of its key "
+                                f"{dict(zip(self.seal_names, record_key(record, self.seal_positions)))}", item))
+                continue
             self.accepted += 1
             records.append(record)
         if records:
             segments.append((records, None))
         return segments, rejects
+
+    def take_seals(self) -> list[KeySeal]:
+        """The seals per key taken since the last call, to emit after the segments (drains them)."""
+        seals, self.new_seals = self.new_seals, []
+        return seals
+
+    def _seal(self, item: dict, where: str) -> KeySeal:
+        """A seal item ``{"punctuation": p, "key": {field: value}}`` checked against the stream's ``seal``."""
+        if self.mode != "source" or not self.seal_names:
+            raise InputError(f"{where}: a seal per key needs a source-stamped stream that declares 'seal' "
+                             f"(this one {'is entry-stamped' if self.mode != 'source' else 'declares none'})")
+        p, key = item["punctuation"], item["key"]
+        if isinstance(p, bool) or not isinstance(p, int) or not NO_PUNCTUATION < p < CLOSED:
+            raise InputError(f"{where}: bad seal punctuation {short_repr(p)}")
+        if not isinstance(key, dict) or sorted(key) != list(self.seal_names):
+            raise InputError(f"{where}: a seal's 'key' must give exactly the fields {list(self.seal_names)}, "
+                             f"got {short_repr(key)}")
+        schema = self.stream.schema
+        values = []
+        for name in self.seal_names:
+            kind = schema.types[schema.names.index(name)]
+            value = key[name]
+            if type(value) is not FIELD_TYPES[kind] and not (kind == "float" and type(value) is int):
+                raise InputError(f"{where}: seal key field {name!r} must be {kind}, got {short_repr(value)}")
+            values.append(normalise(float(value)) if kind == "float" else value)
+        return tuple(values), p
 
     def _record(self, item: Any, where: str, now: int, stamping: bool, tracking: bool) -> Record | None:
         if not isinstance(item, dict):

@@ -30,7 +30,8 @@ from msgspec import Meta, Raw, Struct
 
 from replicast.engine.packed_records import PackedRecords, WireError, records_bytes
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
-                                       DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, Mark, Message, NoSnapshot,
+                                       DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, KeySeals, Mark, Message,
+                                       NoSnapshot,
                                        NotHosted, Proof, RemoveReplica, Report, Resume, Snapshot, SnapshotRequest,
                                        StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                                        ViewBallot, ViewDecided, ViewReply)
@@ -164,6 +165,31 @@ class BatchFrame(OnStream, tag=1):
 
     def message(self) -> Batch:
         return Batch(self.stream, self.epoch, self.offset, PackedRecords(self.records), self.punctuation)
+
+
+#: A value of a seal's key: what a record's field may hold (operators/record.py).
+SealValue = Union[str, Int64, float, bool]
+
+
+class KeySealPart(Part):
+    """One seal per key: the key's values (sorted-name order, operators/key_seals.py) and ``p``."""
+
+    key: Annotated[tuple[SealValue, ...], Meta(min_length=1, max_length=SMALL, description="seal key values")]
+    p: Int64
+
+
+class KeySealsFrame(OnStream, tag=26):
+    MESSAGE = KeySeals
+    epoch: Int64
+    offset: Int64
+    seals: tuple[KeySealPart, ...]
+
+    @classmethod
+    def of(cls, m: KeySeals) -> "KeySealsFrame":
+        return cls(*stream_fields(m.stream), m.epoch, m.offset, tuple(KeySealPart(k, p) for k, p in m.seals))
+
+    def message(self) -> KeySeals:
+        return KeySeals(self.stream, self.epoch, self.offset, tuple((s.key, s.p) for s in self.seals))
 
 
 class _Position(OnStream):
@@ -556,7 +582,7 @@ FRAMES: tuple[type[Frame], ...] = (
     DisconnectStreamFrame, StatisticsRequestFrame, StatisticsFrame, HelloFrame, ProofFrame, ResumeFrame, HoldFrame,
     StreamHeadFrame, SnapshotRequestFrame, SnapshotFrame, MarkFrame, StandbyFrame, DeterminantFrame, NotHostedFrame,
     DeterminantAckFrame, NoSnapshotFrame, ReportFrame, ViewBallotFrame, ViewReplyFrame, ViewDecidedFrame, StampedFrame,
-    StampAckFrame, CommittedFrame, JoinStampingFrame)
+    StampAckFrame, CommittedFrame, JoinStampingFrame, KeySealsFrame)
 #: message class -> its frame type; code -> frame type.
 BY_MESSAGE: dict[type, type[Frame]] = {frame.MESSAGE: frame for frame in FRAMES}
 BY_CODE: dict[int, type[Frame]] = {frame.__struct_config__.tag: frame for frame in FRAMES}

@@ -363,7 +363,21 @@ class Proof:
     mac: bytes
 
 
-Message = (Batch | Ack | Resume | Hold | Standby | NotHosted | Determinant | DeterminantAck | StreamHead | Mark
+# -- seals per key (operators/key_seals.py) ------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class KeySeals:
+    """Sender → receiver: per-key seals ``(key values, p)`` of ``stream``'s incarnation ``epoch``, valid
+    once the receiver holds every item below ``offset`` (they cover the records sent before them).
+    Not items: never logged, acknowledged or replayed — a receiver that cannot use one (a gap, a
+    replay under way) drops it and closes the same windows at the next punctuation."""
+
+    stream: StreamReplica
+    epoch: int
+    offset: int
+    seals: tuple[tuple[tuple, int], ...]
+
+
+Message = (Batch | KeySeals | Ack | Resume | Hold | Standby | NotHosted | Determinant | DeterminantAck | StreamHead | Mark
            | SnapshotRequest | Snapshot | NoSnapshot
            | ViewBallot | ViewReply | ViewDecided | Stamped | StampAck | Committed | JoinStamping
            | DeployReplica | RemoveReplica | ConnectStream | DisconnectStream | Heartbeat

@@ -10,9 +10,11 @@ Rules of this module (pure: no clock, no I/O):
 
 1. A key seal is ``(key, p)`` with ``key`` the tuple of the sealed attributes' values, in the order
    of the attribute names sorted (:func:`key_names`), so every stream and operator spells one key alike.
-2. A whole-stream punctuation ``q`` seals every key up to ``q``: a key seal at or below the port's
-   punctuation says nothing new and is dropped; the table forgets keys the punctuation passed
-   (memory bounded by the keys sealed within one punctuation interval).
+2. A whole-stream punctuation ``q`` seals every key up to ``q``, but only for the stream it is on:
+   behind a Union the output's punctuation is the *slowest* input's, so a seal equal to its own
+   stream's punctuation still says something there.  A seal is dropped only below the frontier of
+   the replica that holds it (its operator's, an entry point's punctuation); the table forgets keys
+   that frontier passed (memory bounded by the keys sealed within one punctuation interval).
 3. Seals from the ``k`` replicas of an upstream are merged like punctuations (§IV-B): the first one
    that raises a key's seal wins, later equal or lower ones are dropped — idempotent, any order.
 4. Seals are hints that are safe to lose: a replica that misses one closes the same windows at the
@@ -52,9 +54,9 @@ class SealTable:
     def __init__(self) -> None:
         self.seals: dict[tuple, int] = {}
 
-    def raise_seal(self, key: tuple, p: int, punctuation: int) -> bool:
-        """Record seal ``(key, p)``; returns whether it is new (above both the key's seal and ``punctuation``)."""
-        if p <= punctuation or p <= self.seals.get(key, NO_PUNCTUATION):
+    def raise_seal(self, key: tuple, p: int, frontier: int) -> bool:
+        """Record seal ``(key, p)``; returns whether it is new: above the key's seal, not below ``frontier``."""
+        if p < frontier or p <= self.seals.get(key, NO_PUNCTUATION):
             return False
         self.seals[key] = p
         return True

@@ -77,8 +77,6 @@ class OperatorReplica:
         p = None if punctuation is None else dedup.on_punctuation(upstream, punctuation)
         if self.key_seals is not None and self.key_seals[port].seals:
             fresh = self._unsealed(port, fresh)
-            if p is not None:
-                self.key_seals[port].prune(p)
         if self.merge is not None:
             return self._merged(port, fresh, p)
         if self.sorters is not None:
@@ -91,6 +89,9 @@ class OperatorReplica:
         if p is None:
             return out, None
         emitted, forwarded = operator.on_punctuation(port, p)
+        if forwarded is not None and self.key_seals is not None:
+            for table in self.key_seals:
+                table.prune(forwarded)
         return (out + emitted if emitted else out), forwarded
 
     def on_key_seals(self, port: int, upstream: int, seals: Sequence[KeySeal]) -> tuple[list[Record], list[KeySeal]]:
@@ -100,11 +101,11 @@ class OperatorReplica:
         sealing, tables = self.sealing, self.key_seals
         if sealing is None or self.tap is not None:
             return [], []
-        table, punctuation = tables[port], self.filters[port].max_punctuation
+        table, frontier = tables[port], self.operator.frontier
         out: list[Record] = []
         forwarded: list[KeySeal] = []
         for key, p in seals:
-            if not table.raise_seal(key, p, punctuation):
+            if not table.raise_seal(key, p, frontier):
                 continue                                    # a copy from another stream replica, or stale
             if sealing.forwards:
                 if p > self.operator.frontier:

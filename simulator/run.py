@@ -104,7 +104,8 @@ def build_sources(scenario: Scenario, query: Query, servers: dict[str, int]) -> 
                                     f"({', '.join(list(query.streams)[:6])}…)")
             source = Source(stream, server, spec.kind, round(spec.period_ms * 1000), round(scenario.punctuation_ms * 1000),
                             stamped=scenario.entry_mode == "source", peers=[s for s in names if s != server],
-                            seed=scenario.seed, names=query.streams[stream].schema.names)
+                            seed=scenario.seed, names=query.streams[stream].schema.names,
+                            seal=query.streams[stream].seal)
             if spec.kind == "events":
                 source.records = read_events(spec.events, query)[stream]
             sources.append(source)

@@ -11,6 +11,12 @@ Kinds:
 * ``events`` — replays one stream of a JSON-lines events file (the ``replicast replay`` input) at
   its timestamps, punctuated as :func:`engine.replay.source_messages` does.
 
+A source whose stream declares ``seal = [fields]`` (kinds ``cpu`` and ``ping``, source-stamped)
+sends with each punctuation a seal per key value it has produced, at the same ``p``
+(``{"punctuation": p, "key": {…}}``, operators/key_seals.py): the same cadence as its
+punctuations, so a run with seals differs from one without only in what the consumers may close
+per key.
+
 Every record a source produces is also kept (``produced``) when asked, so a run can be compared
 with the :func:`engine.replay.replay` reference of exactly the same input.
 """
@@ -42,6 +48,7 @@ class Source:
     peers: list[str] = field(default_factory=list)          # kind "ping": the servers it measures
     names: tuple[str, ...] = ()                             # kind "events": field names
     seed: int = 0
+    seal: tuple[str, ...] = ()                              # the stream's declared seal key
 
     def rng(self) -> random.Random:
         return random.Random(zlib.crc32(f"{self.seed}/{self.stream}/{self.server}".encode()))
@@ -76,6 +83,7 @@ def messages(source: Source, start: int, end: int, trace_rtt, *, begin: int | No
     rng = source.rng()
     phase = rng.randrange(source.period_us)    # sources are not synchronised
     load, turn, last_window = rng.random(), 0, None
+    keys: set[tuple] = set()                   # the seal key values it has produced
     when = start + phase
     while when < end:
         if source.kind == "cpu":
@@ -88,9 +96,12 @@ def messages(source: Source, start: int, end: int, trace_rtt, *, begin: int | No
             items = [] if rtt is None else [{"src": source.server, "dst": peer, "rtt_ms": round(rtt, 3)}]
         if source.stamped:
             items = [{"ts": when, **item} for item in items]
+            for item in items if source.seal else ():
+                keys.add(tuple(item[f] for f in source.seal))
             window = when // source.punctuation_us
             if window != last_window:          # §IV-A: every later record of this source has ts > when
                 items.append({"punctuation": when})
+                items += [{"punctuation": when, "key": dict(zip(source.seal, key))} for key in sorted(keys)]
                 last_window = window
         if when >= begin:
             yield when, items

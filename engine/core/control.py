@@ -40,6 +40,7 @@ from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.key_seals import key_sealing
 from replicast.operators.replica import OperatorReplica, application_sink
 
 if TYPE_CHECKING:
@@ -75,7 +76,8 @@ class Control:
             return application_sink(0, query.applications[name].ordered)
         if name in query.operators:
             logic = OperatorReplica(query.new_operator(name), [0] * len(query.inputs_of(name)),
-                                    query.order_sensitive(name), merged=TRAITS[self.core.options.mode].merged_order)
+                                    query.order_sensitive(name), merged=TRAITS[self.core.options.mode].merged_order,
+                                    sealing=key_sealing(query, name))
             if self.core.pairs is not None:
                 logic.tap = partial(self.core.pairs.tap, replica)     # process pairs see every step
             return logic

@@ -34,6 +34,7 @@ from replicast.engine.core.events import Delivered, Event, NodeOptions
 from replicast.engine.core.failover import Failover
 from replicast.engine.core.pairs import Pairs
 from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links
 from replicast.engine.core.modes import TRAITS
@@ -45,7 +46,7 @@ from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.core.stats import COUNTERS, Latency, statistics
 from replicast.engine.core.views import Voter
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
-                             DisconnectStream, Heartbeat, Hold, JoinStamping, Mark, Message, NoSnapshot, NotHosted,
+                             DisconnectStream, Heartbeat, Hold, JoinStamping, KeySeals, Mark, Message, NoSnapshot, NotHosted,
                              RemoveReplica, Report, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
                              ViewBallot, ViewDecided, ViewReply)
@@ -98,11 +99,13 @@ class NodeCore:
         #: Process pairs (mode synchronization, engine.core.pairs): None in the other modes.
         self.pairs = Pairs(self) if TRAITS[options.mode].determinants else None
         self.links = Links(self, now)
+        self.key_seals = KeySealRelay(self)          # seals per key (operators/key_seals.py)
         self.stamper, self.voter = Stamper(self), Voter(self)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
             Standby: self.sender.on_standby, NotHosted: self.receiver.on_not_hosted,
+            KeySeals: self.key_seals.on_seals,
         }
         if self.pairs is not None:
             self._handlers.update({Determinant: self.pairs.on_determinant, DeterminantAck: self.pairs.on_ack})

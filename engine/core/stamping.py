@@ -14,6 +14,8 @@ Rules of this module:
    takes (held, then arriving): a match is already in the stream and is dropped; the first record
    the copy does not carry is past it, and the matching ends.  Records the joiner never receives
    (published before it subscribed) are skipped over by the first later match.
+4. Seals per key (operators/key_seals.py) follow the segments of their payload.  A joining entry
+   point, or one still meeting its donor's copy, drops them: seals are safe to lose.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class Stamping:
             if i == 0:
                 for reason, item in rejects:
                     self.dead_letter(stream, reason, item)
+            seals = hosted.entry.take_seals() if hosted.stamp is None else []
             if hosted.state is ReplicaState.JOINING:
                 first = not hosted.held
                 hosted.held.extend(segments)      # until it knows whether it continues a peer (lifecycle rule 5)
@@ -72,6 +75,8 @@ class Stamping:
                 segments = self._past_copy(hosted, segments)
             for records, punctuation in segments:
                 core.sender.emit(hosted, records, punctuation, now)
+            if hosted.copy_tail is None:          # seals behind the records they cover (rule 4)
+                core.key_seals.emit(hosted, seals)
         return True
 
     def release_held(self, hosted: Hosted, now: int, covered: int = NO_PUNCTUATION,

@@ -80,6 +80,7 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
             "kind": h.kind, "state": h.state.value, "epoch": h.epoch,
             "records_in": h.records_in, "records_out": h.records_out,
             "duplicates": sum(f.duplicates + f.below_punctuation for f in filters),
+            "late_for_seal": h.logic.late_for_seal if h.logic is not None else 0,
             "weights": [f.weights() for f in filters],
             "inputs": [[inputs.get(i, "") for i in range(f.k)] for f in filters],
             "retained": len(h.log), "late": h.entry.late if h.entry else 0,
@@ -93,7 +94,8 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
     latency = {app: {"count": l.count, "mean_us": l.total // l.count if l.count else None, "max_us": l.max,
                      "total_us": l.total, "buckets": list(l.buckets)}
                for app, l in core.latency.items()}
-    out = {"replicas": replicas, "latency": latency, "rtt_us": dict(core.rtt_us), **core.counters}
+    out = {"replicas": replicas, "latency": latency, "rtt_us": dict(core.rtt_us), **core.counters,
+           "key_seals": core.key_seals.received, "stale_key_seals": core.key_seals.stale}
     if core.coordination is not None:
         out["placement"] = core.coordination.statistics()
     return out

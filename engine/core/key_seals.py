@@ -1,0 +1,70 @@
+"""Seals per key in a node core: sent behind the records they cover, applied where they are valid
+(operators/key_seals.py, docs/explain.md "Seal per key").
+
+Rules of this module:
+
+1. A replica's seals go to every downstream stream replica it sends on, as one :class:`KeySeals`
+   naming the offset its output log has reached: every item below it was sent first (per-node FIFO,
+   node rule 4), so the seal reaches a receiver after the records it covers.
+2. A receiver applies seals only from the incarnation it follows, positioned, holding every item
+   below the seal's offset; anything else is dropped (``stale_key_seals``) — seals are hints that
+   are safe to lose: the next whole-stream punctuation closes the same windows (key_seals rule 4).
+3. What a replica emits on a seal (windows it closes) goes out as any output does
+   (:meth:`~engine.core.sender.Sender.emit`), then the seals it forwards.
+4. A process-pair primary (its outputs wait for its backup) and application sinks send no seals.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from replicast.engine.core.states import InboundState, RouteState
+from replicast.engine.messages import KeySeals
+from replicast.operators.key_seals import KeySeal
+
+if TYPE_CHECKING:
+    from replicast.engine.core.hosted import Hosted
+    from replicast.engine.core.node import NodeCore
+
+_SENDING = (RouteState.ACTIVE, RouteState.CUT)
+
+
+class KeySealRelay:
+    """Seals per key into and out of the replicas ``core`` hosts."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+        self.received = 0          # seals applied
+        self.stale = 0             # seals dropped (rule 2)
+
+    def emit(self, hosted: "Hosted", seals: Sequence[KeySeal]) -> None:
+        """``hosted`` seals these keys, after everything it emitted so far (rule 1)."""
+        if not seals or hosted.kind == "application" or hosted.gate is not None:
+            return
+        core, seals = self.core, tuple(seals)
+        offset, epoch = hosted.log.end, hosted.epoch
+        for stream, route in hosted.routes.items():
+            if route.state in _SENDING:
+                core.send(route.node, KeySeals(stream, epoch, offset, seals))
+
+    def on_seals(self, src: str, message: KeySeals, now: int) -> None:
+        core = self.core
+        inbound = core.inbound.get(message.stream)
+        if inbound is None or inbound.node != src or inbound.epoch != message.epoch \
+                or inbound.state is not InboundState.FOLLOWING or inbound.index is None \
+                or inbound.next < message.offset:
+            self.stale += 1                        # rule 2
+            return
+        hosted = core.hosted[message.stream.target]
+        logic = hosted.logic
+        if logic is None or logic.sealing is None:
+            self.stale += 1
+            return
+        width = len(logic.sealing.key)
+        seals = [(key, p) for key, p in message.seals if len(key) == width]
+        if len(seals) != len(message.seals):
+            core.counters["protocol_errors"] += 1    # a key of another arity: not this query's seal
+        self.received += len(seals)
+        out, forwarded = logic.on_key_seals(message.stream.port, inbound.index, seals)
+        core.sender.emit(hosted, out, None, now)   # rule 3
+        self.emit(hosted, forwarded)
