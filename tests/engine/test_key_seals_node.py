@@ -1,0 +1,144 @@
+"""Seals per key in the node (engine/core/key_seals.py, engine/entry.py): the wire message, what an
+entry point accepts, and a keyed aggregate closing a key's windows while another producer is held up."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from replicast.engine.entry import EntryPoint
+from replicast.engine.messages import KeySeals
+from replicast.engine.replay import replay
+from replicast.engine.wire import WireError, decode, encode
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.query_file import parse_query
+from replicast.operators.record import CLOSED
+from tests.engine.memnet import MemoryNetwork
+
+S = StreamReplica(ReplicaId("cpu", 1), ReplicaId("load", 0), 0)
+
+QUERY = """
+[[streams]]
+name = "cpu_a"
+fields = { server = "str", load = "float" }
+seal = ["server"]
+
+[[streams]]
+name = "cpu_b"
+fields = { server = "str", load = "float" }
+seal = ["server"]
+
+[[streams]]
+name = "plain"
+fields = { server = "str", load = "float" }
+
+[[operators]]
+name = "cpu"
+kind = "union"
+inputs = ["cpu_a", "cpu_b"]
+
+[[operators]]
+name = "load"
+kind = "aggregate"
+input = "cpu"
+group_by = ["server"]
+window = { kind = "time", size_ms = 10 }
+compute = { n = "count()", avg = "avg(load)" }
+
+[[applications]]
+name = "out"
+input = "load"
+
+[[applications]]
+name = "raw"
+input = "plain"
+"""
+
+
+def test_key_seals_cross_the_wire_and_bad_ones_are_refused():
+    message = KeySeals(S, 7, 42, ((("h1",), 10), (("h2", 3, 1.5, True), 11)))
+    assert decode(encode(message)[4:]) == message
+    for seals in ([["h1", 10]], [[[], 10]], [[[{"a": 1}], 10]], [[["h1"], "10"]], "x"):
+        body = encode(message)[4:]
+        import msgpack
+        fields = list(msgpack.unpackb(body))
+        fields[-1] = seals
+        with pytest.raises(WireError):
+            decode(msgpack.packb(fields))
+
+
+def entry(stream="cpu_a", mode="source"):
+    return EntryPoint(parse_query(QUERY, "q.toml").streams[stream], mode)
+
+
+def test_an_entry_point_takes_seals_behind_its_records_and_refuses_records_behind_them():
+    e = entry()
+    segments, rejects = e.on_items([{"ts": 5, "server": "a", "load": 1.0}, {"punctuation": 8, "key": {"server": "a"}},
+                                    {"ts": 7, "server": "a", "load": 1.0}, {"ts": 7, "server": "b", "load": 1.0},
+                                    {"punctuation": 8, "key": {"server": "a"}}], now=0, stamping=False)
+    assert segments == [([(5, "a", 1.0), (7, "b", 1.0)], None)]
+    assert e.take_seals() == [(("a",), 8)] and e.take_seals() == []
+    assert [reason for reason, _ in rejects] == ["late: ts 7 is not after the seal of its key {'server': 'a'}"]
+    e.on_items([{"punctuation": 20}], now=0, stamping=False)
+    assert e.key_seals.seals == {}                                   # the punctuation covers it now
+
+
+@pytest.mark.parametrize("stream, mode, item, reason", [
+    ("plain", "source", {"punctuation": 5, "key": {"server": "a"}}, "declares none"),
+    ("cpu_a", "entry", {"punctuation": 5, "key": {"server": "a"}}, "is entry-stamped"),
+    ("cpu_a", "source", {"punctuation": 5, "key": {"host": "a"}}, "exactly the fields ['server']"),
+    ("cpu_a", "source", {"punctuation": 5, "key": {"server": 3}}, "'server' must be str, got 3"),
+    ("cpu_a", "source", {"punctuation": "5", "key": {"server": "a"}}, "bad seal punctuation '5'"),
+])
+def test_a_bad_seal_is_a_one_line_reject_naming_what_is_wrong(stream, mode, item, reason):
+    e = entry(stream, mode)
+    _, rejects = e.on_items([item], now=0, stamping=False)
+    assert len(rejects) == 1 and reason in rejects[0][0] and f"stream '{stream}'" in rejects[0][0]
+    assert e.malformed == 1 and e.take_seals() == []
+
+
+def publish(net, node, stream, server, ts, sealed=True):
+    items = [{"ts": ts, "server": server, "load": 0.5}, {"punctuation": ts}]
+    net.publish(node, stream, items + ([{"punctuation": ts, "key": {"server": server}}] if sealed else []))
+
+
+def test_a_key_closes_while_another_producer_is_held_up_and_the_output_is_the_reference():
+    query = parse_query(QUERY, "q.toml")
+    placement = {"cpu_a": ["a1", "a2"], "cpu_b": ["b1"], "plain": ["b1"], "cpu": ["r1", "r2"], "load": ["r1", "r2"],
+                 "out": ["r1"], "raw": ["b1"]}
+    net = MemoryNetwork(query, placement, seed=4)
+    net.run()
+    net.congest("b1", "r1"), net.congest("b1", "r2")                 # cpu_b's producer is far away
+    inputs = {"cpu_a": [], "cpu_b": [], "plain": []}
+    for t in range(1_000, 40_000, 3_000):                           # µs: 10-ms windows hold 3 or 4 each
+        for node in ("a1", "a2"):
+            publish(net, node, "cpu_a", "a", t)
+        publish(net, "b1", "cpu_b", "b", t + 1)
+        inputs["cpu_a"].append((t, "a", 0.5))
+        inputs["cpu_b"].append((t + 1, "b", 0.5))
+    net.run()
+    early = list(net.delivered["out"])
+    assert sorted(early) == [(10_000, "a", 3, 0.5), (20_000, "a", 4, 0.5), (30_000, "a", 3, 0.5)]   # b holds nothing of a back
+    net.decongest("b1", "r1"), net.decongest("b1", "r2")
+    for node, stream in (("a1", "cpu_a"), ("a2", "cpu_a"), ("b1", "cpu_b"), ("b1", "plain")):
+        net.publish(node, stream, [{"punctuation": CLOSED}])
+    net.run()
+    reference = replay(query, inputs, replicas=1).outputs["out"]
+    assert Counter(net.delivered["out"]) == Counter(reference)
+    stats = [net.cores[n].statistics() for n in ("r1", "r2")]
+    assert all(s["key_seals"] > 0 for s in stats)
+    assert sum(r["late_for_seal"] for s in stats for r in s["replicas"].values()) == 0
+
+
+def test_a_seal_ahead_of_records_the_receiver_lacks_is_dropped():
+    query = parse_query(QUERY, "q.toml")
+    placement = {"cpu_a": ["a1"], "cpu_b": ["b1"], "plain": ["b1"], "cpu": ["r1"], "load": ["r1"], "out": ["r1"],
+                 "raw": ["b1"]}
+    net = MemoryNetwork(query, placement)
+    net.run()
+    core = net.cores["r1"]
+    stream = next(s for s in core.inbound if s.target.name == "load")
+    inbound = core.inbound[stream]
+    core.receive("r1", KeySeals(stream, inbound.epoch, inbound.next + 5, ((("a",), 99),)), now=net.now)
+    assert core.statistics()["stale_key_seals"] == 1 and core.statistics()["key_seals"] == 0
