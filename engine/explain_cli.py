@@ -104,6 +104,7 @@ def _verify(query, args: argparse.Namespace) -> int:
 def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str:
     """The report ``replicast explain`` prints."""
     from replicast.operators.blazes import key_text
+    from replicast.operators.coordination import Coordination
 
     query = analysis.query
     lines = [f"{query.source}: coordination analysis (Blazes); docs/explain.md explains the notation", ""]
@@ -114,10 +115,10 @@ def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str
         lines.append(f"  {report.name:<{width}} {report.kind:<11} k={report.replicas}  {annotation:<22} "
                      f"{report.coordination.value:<22} -> {report.output}")
         lines.append(f"  {'':<{width}}   why: {report.why}")
-        if report.key_seal is not None and report.holds_output:
+        if report.key_seal is not None and report.holds_output and report.coordination is not Coordination.SEAL_KEY:
             lines.append(f"  {'':<{width}}   seal per key {key_text(report.key_seal)} would also do: each partition "
-                         f"released at its own producers' seal, not the slowest producer's (not yet implemented "
-                         f"by the engine)")
+                         f"released at its own producers' seal, not the slowest producer's (the engine seals per "
+                         f"key built-in aggregates only)")
     lines += ["", "edges (label of the stream, Rep where its producer is replicated)"]
     for edge in analysis.edges:
         rep = ", Rep" if edge.rep else ""
@@ -144,12 +145,20 @@ def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str
 
 
 def _render_costs(costs: dict[str, Any], punctuation_ms: float) -> list[str]:
+    from replicast.operators.coordination import Coordination
     lines = [f"waiting on {costs['trace']} ({len(costs['servers'])} servers, min-cost deployment, kmax = "
              f"{costs['kmax']}; one-way delays, first copy wins, no CPU time), waits upstream included, plus up to one "
              f"punctuation interval ({punctuation_ms:g} ms) wherever output waits for a punctuation:"]
     if not costs["waits"] and not costs["stamping"]:
         lines.append("  no coordination holds output back: nothing waits")
     for wait in costs["waits"]:
+        if wait["coordination"] == Coordination.SEAL_KEY.value:
+            lines.append(f"  {wait['name']} (seal per key): each key waits for its own producer's seal; whole-stream "
+                         f"punctuations would hold it for {wait['slowest']}'s, the slowest of its sources")
+            for source, ms in wait["extra_ms"].items():
+                lines.append(f"    records of {source}: leave +{wait['keyed_ms'][source]:.1f} ms later than their own "
+                             f"fastest path allows (whole-stream punctuations: +{ms:.1f} ms)")
+            continue
         lines.append(f"  {wait['name']} ({wait['coordination']}): waits for the punctuation of {wait['slowest']}, "
                      f"the slowest of its sources")
         for source, ms in wait["extra_ms"].items():

@@ -14,8 +14,10 @@ Two steps, both pure:
    rules with ``Rep`` where a node has more than one replica, and records each step of the
    derivation, the operators that would let replicas (or runs) disagree, and the cheapest remedy.
 
-Sealing per key (a keyed window closing once *that key's* producers have sealed it) is shown
-where a declared source seal would allow it, labelled as not implemented by the engine yet.
+Sealing per key (Blazes §V-B1: a keyed window closing once *that key's* producers have sealed it)
+is chosen for the built-in aggregates (time and count windows) whose gate a declared source seal
+is compatible with: the engine executes it (:mod:`operators.key_seals`).  For joins (seals would
+only prune their buffers sooner) and user operators it is shown as what would also do.
 """
 
 from __future__ import annotations
@@ -53,15 +55,17 @@ class Decision:
     why: str
     #: Ports whose interleaving stays unordered although each is sorted (multi-input, order-sensitive).
     unordered_ports: bool = False
-    #: A non-time seal key compatible with the gate on every port: sealing per key could replace the
-    #: whole-stream wait (not implemented by the engine yet).
+    #: A non-time seal key compatible with the gate on every port: sealing per key replaces the
+    #: whole-stream wait (coordination SEAL_KEY, built-in aggregates) or could (joins, user operators).
     key_seal: frozenset[str] | None = None
+    #: SEAL_KEY over a sorter (count windows): each port sorted, a key's prefix released at its seal.
+    seal_sorts: bool = False
     #: Whether the coordination holds output back (windows, sorters) rather than only state (joins).
     holds_output: bool = True
 
     @property
     def sorts(self) -> bool:
-        return self.coordination is Coordination.SORT
+        return self.coordination is Coordination.SORT or self.seal_sorts
 
 
 @dataclass(frozen=True)
@@ -131,9 +135,16 @@ def _decide_one(query: "Query", name: str, inputs: list[frozenset[frozenset[str]
     shared = frozenset.intersection(*keys) if keys else frozenset()
     key_seal = min(shared, key=key_text) if shared else None
     holds = not (name in query.operators and query.operators[name].kind == "join")
+    # Seal per key, executed by the engine for the built-in aggregates (operators/key_seals.py).
+    per_key = key_seal is not None and name in query.operators and query.operators[name].kind == "aggregate"
     if by_time and declined:
         raise QueryError(f"{query.source}: operator '{name}' (coordination): it is {annotation}, sealed by time "
                          f"punctuations inside the operator: there is no sorting to decline")
+    if by_time and per_key:
+        why = (f"{annotation}: order-sensitive, but its sources seal per {key_text(key_seal)} (Seal_{key_text(key_seal)} "
+               f"is compatible with its gate): a key's windows close once that key's own producer has sealed "
+               f"them (Blazes §V-B1), the others at time punctuations (Seal_ts: ts determines the window)")
+        return Decision(name, annotation, Coordination.SEAL_KEY, why, key_seal=key_seal, holds_output=holds)
     if by_time:
         why = (f"{annotation}: order-sensitive, but its partitions are sealed by time punctuations "
                f"(Seal_ts is compatible: ts determines the window), so it acts only on sealed partitions")
@@ -143,6 +154,11 @@ def _decide_one(query: "Query", name: str, inputs: list[frozenset[frozenset[str]
                         f"{annotation}: order-sensitive and no seal is compatible, but the query declines "
                         f"sorting (coordination = \"none\")", key_seal=key_seal)
     many = len(inputs) > 1
+    if per_key and not many:
+        why = (f"{annotation}: order-sensitive and no time seal is compatible with its gate; its input is sorted "
+               f"(§IV-C) and a key's sorted prefix is released once that key's own producer has sealed it "
+               f"(Seal_{key_text(key_seal)} is compatible, Blazes §V-B1), the rest at each punctuation")
+        return Decision(name, annotation, Coordination.SEAL_KEY, why, key_seal=key_seal, seal_sorts=True)
     why = f"{annotation}: order-sensitive and no time seal is compatible with its gate"
     if many:
         why += f"; each of its {len(inputs)} ports is sorted, but their interleaving is not ordered"
@@ -274,6 +290,11 @@ def _infer(query: "Query", name: str, k: int, decision: Decision, inputs: list[t
         if content_ok and decision.coordination is Coordination.SEAL_PUNCTUATION:
             steps.append(f"{into}  (p, protected: Seal_ts compatible with the gate)  {label}")
             continue
+        if content_ok and decision.coordination is Coordination.SEAL_KEY:
+            sealed_by = f"Seal_{key_text(decision.key_seal)}" + ("" if decision.seal_sorts else " and Seal_ts")
+            steps.append(f"{into}  (p, protected: {sealed_by} compatible with the gate"
+                         f"{'; sorted at punctuation' if decision.seal_sorts else ''})  {label}")
+            continue
         if content_ok and decision.coordination is Coordination.SORT and not decision.unordered_ports:
             steps.append(f"{into}  (p, sorted at punctuation: one total order, §IV-C)  {label}")
             continue
@@ -304,7 +325,8 @@ def _infer(query: "Query", name: str, k: int, decision: Decision, inputs: list[t
     kind = "application" if name in query.applications else "operator"
     report = NodeReport(name, kind, k, annotation, decision.coordination, decision.why, output, steps,
                         key_seal=decision.key_seal, holds_output=decision.holds_output and
-                        decision.coordination in (Coordination.SEAL_PUNCTUATION, Coordination.SORT))
+                        decision.coordination in (Coordination.SEAL_PUNCTUATION, Coordination.SORT,
+                                                  Coordination.SEAL_KEY))
     if derived:
         report.problem = f"{name} lets {'replicas' if rep else 'runs'} disagree ({max(derived).title}): " + \
             "; ".join(dict.fromkeys(causes))
@@ -320,8 +342,8 @@ def _remedy(query: "Query", name: str, decision: Decision, inputs: list[tuple[st
     options = []
     if decision.key_seal is not None:
         options.append(f"seal per key {key_text(decision.key_seal)}: the sources already seal on it, so each "
-                       f"partition could be released once its own producers sealed it (not yet implemented by "
-                       f"the engine)")
+                       f"partition could be released once its own producers sealed it (the engine does this for "
+                       f"built-in aggregates; an operator of this kind would have to act only on sealed partitions)")
     if decision.coordination is Coordination.DECLINED and not decision.unordered_ports and len(inputs) == 1:
         options.append("sort at punctuation: drop coordination = \"none\" and the planner puts a Sorter in front")
     if len(inputs) > 1:

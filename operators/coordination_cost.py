@@ -93,7 +93,7 @@ def waits(analysis: Analysis, arrivals: Mapping[ReplicaId, Mapping[str, float]])
         if not report.holds_output:
             continue
         replicas = [arrivals[r] for r in arrivals if r.name == report.name and arrivals[r]]
-        if report.coordination is Coordination.SORT:
+        if query.coordination.sorts(report.name):           # per port: a sorter waits for its own port
             groups = [_behind(analysis, upstream) for upstream in query.inputs_of(report.name)]
         else:
             groups = [sources_behind(analysis, report.name)]

@@ -84,9 +84,10 @@ class SealTable:
 class KeySealing:
     """What the replicas of one operator do with key seals (rule 5).
 
-    ``key``: the sealed attributes at its input (sorted); ``forwards``: pass seals on unchanged (a
-    confluent operator whose output keeps the key); ``closes``: a keyed window or join acting per
-    key.  ``record_positions``: where the key's values sit in an input record (``ts`` is 0);
+    ``key``: the sealed attributes at its input (sorted); ``closes``: a keyed window acting per key;
+    ``forwards``: its output keeps the seal, so it passes seals on (after what they made it emit),
+    with the values reordered by ``order`` where a Map renames the key's attributes (rule 1).
+    ``record_positions``: where the key's values sit in an input record (``ts`` is 0);
     ``group_positions``: where they sit in an aggregate's group tuple.
     """
 
@@ -95,39 +96,46 @@ class KeySealing:
     closes: bool = False
     record_positions: tuple[int, ...] = ()
     group_positions: tuple[int, ...] = ()
+    order: tuple[int, ...] | None = None
 
 
-#: Operator kinds that carry a seal's key values unchanged when the analysis says their output keeps it.
-_FORWARDING = ("filter", "union", "map")
+#: Operator kinds whose output keeps a key seal where the analysis says so (Blazes' injectivefd:
+#: the key's attributes copied unchanged); joins and user operators keep Seal_ts only.
+_CARRYING = ("filter", "union", "map", "aggregate")
 
 
 def key_sealing(query: "Query", name: str) -> KeySealing | None:
     """The analysis' verdict for operator ``name``: None where key seals stop (rule 5)."""
+    from replicast.operators.coordination import Coordination   # it imports the query model
+
     if name not in query.operators:
         return None
     spec = query.operators[name]
     decisions = query.coordination
-    inputs = [decisions.seals[i] for i in spec.inputs]
-    shared = frozenset.intersection(*[frozenset(k for k in seals if k != frozenset({TS})) for seals in inputs])
-    if not shared:
+    shared = frozenset.intersection(*[frozenset(k for k in decisions.seals[i] if k != frozenset({TS}))
+                                      for i in spec.inputs])
+    if not shared or spec.kind not in _CARRYING:
         return None
+    key = key_names(min(shared, key=key_names))      # one per stream: a source declares one key
     schema = query.schemas[spec.inputs[0]]
     decision = decisions.by_name[name]
-    if spec.kind == "aggregate" and decision.key_seal is not None and decision.coordination.value in (
-            "seal at punctuation", "sort at punctuation"):
+    closes = decision.coordination is Coordination.SEAL_KEY
+    if closes:
         key = key_names(decision.key_seal)
-        group_by = list(spec.params.get("group_by", []))
-        return KeySealing(key, closes=True, record_positions=tuple(schema.index(a) for a in key),
-                          group_positions=tuple(group_by.index(a) for a in key))
-    if spec.kind in _FORWARDING:
-        carries = query.compiled[name].carries
-        kept = decisions.seals[name]
-        for key in sorted(shared, key=key_names):
-            # identity only: the values keep their names, hence their order (rule 1)
-            if key in kept and all(carries.get(a) == a for a in key):
-                return KeySealing(key_names(key), forwards=True,
-                                  record_positions=tuple(schema.index(a) for a in key_names(key)))
-    return None
+    back: dict[str, str] = {}
+    for out, source in query.compiled[name].carries.items():
+        back.setdefault(source, out)
+    out_key = frozenset(back.get(a, "") for a in key)
+    forwards = out_key in decisions.seals[name]
+    if not (closes or forwards):
+        return None
+    renamed = [back.get(a, "") for a in key]                    # output names, in the input key's order
+    order = tuple(renamed.index(n) for n in sorted(renamed)) if forwards else None
+    group_by = list(spec.params.get("group_by", []))
+    return KeySealing(key, forwards=forwards, closes=closes,
+                      record_positions=tuple(schema.index(a) for a in key),
+                      group_positions=tuple(group_by.index(a) for a in key) if closes else (),
+                      order=None if order == tuple(range(len(key))) else order)
 
 
 def record_key(record: tuple, positions: tuple[int, ...]) -> tuple:

@@ -107,15 +107,16 @@ class OperatorReplica:
         for key, p in seals:
             if not table.raise_seal(key, p, frontier):
                 continue                                    # a copy from another stream replica, or stale
-            if sealing.forwards:
-                if p > self.operator.frontier:
-                    forwarded.append((key, p))
-                continue
-            if self.sorters is not None:
-                released = self.sorters[port].release_key(p, sealing.record_positions, key)
-                if released:
-                    out += self.operator.on_batch(port, released)
-            out += self.operator.on_key_seal(port, key, p)
+            if sealing.closes:
+                if self.sorters is not None:
+                    released = self.sorters[port].release_key(p, sealing.record_positions, key)
+                    if released:
+                        out += self.operator.on_batch(port, released)
+                out += self.operator.on_key_seal(port, key, p)
+            if sealing.forwards and p > self.operator.frontier:
+                # after what it emitted: its later outputs of this key have ts > p (a window still
+                # open ends after p + 1; a count window's records all lie above p)
+                forwarded.append((key if sealing.order is None else tuple(key[i] for i in sealing.order), p))
         return out, forwarded
 
     def _unsealed(self, port: int, records: list[Record]) -> list[Record]:

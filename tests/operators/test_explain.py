@@ -180,7 +180,7 @@ input = "agg"
     assert labels["abc"] == "Seal_ts" and labels["computed"] == "Seal_ts"
     assert labels["renamed"] == "Seal_host, Seal_ts"
     agg = analysis.nodes["agg"]
-    assert agg.coordination is Coordination.SEAL_PUNCTUATION and agg.key_seal == frozenset({"host"})
+    assert agg.coordination is Coordination.SEAL_KEY and agg.key_seal == frozenset({"host"})   # the engine seals it
 
 
 def test_compatible_is_blazes_predicate_with_ts_sealing_windows():

@@ -100,6 +100,30 @@ def test_a_union_forwards_seals_above_its_frontier_once():
     assert replica.on_key_seals(1, 0, [(("b",), 4)]) == ([], [])              # below the frontier
 
 
+def test_a_map_renaming_a_two_field_key_reorders_the_values_it_forwards():
+    b = QueryBuilder()
+    b.stream("cpu", {"site": "str", "server": "str", "load": "float"}, seal=["site", "server"])
+    b.operator("renamed", "map", "cpu", set={"a_host": "server", "z_site": "site", "load": "load"})
+    b.operator("per_host", "aggregate", "renamed", group_by=["z_site", "a_host"],
+               window={"kind": "time", "size_ms": 10}, compute={"n": "count()"})
+    b.application("out", "per_host")
+    query = b.build()
+    sealing = key_sealing(query, "renamed")
+    assert sealing.key == ("server", "site") and sealing.order is None     # a_host, z_site: the same order
+    replica = OperatorReplica(query.new_operator("renamed"), [1], sealing=sealing)
+    assert replica.on_key_seals(0, 0, [(("s1", "east"), 5)]) == ([], [(("s1", "east"), 5)])
+    agg = key_sealing(query, "per_host")
+    assert agg.key == ("a_host", "z_site") and agg.group_positions == (1, 0)
+    b = QueryBuilder()
+    b.stream("cpu", {"site": "str", "server": "str", "load": "float"}, seal=["site", "server"])
+    b.operator("renamed", "map", "cpu", set={"z_host": "server", "a_site": "site", "load": "load"})
+    b.application("out", "renamed")
+    sealing = key_sealing(b.build(), "renamed")
+    assert sealing.order == (1, 0)                    # (server, site) values become (a_site, z_host) order
+    replica = OperatorReplica(Union(1), [1], sealing=sealing)
+    assert replica.on_key_seals(0, 0, [(("s1", "east"), 5)]) == ([], [(("east", "s1"), 5)])
+
+
 def test_snapshot_and_restore_carry_the_seals():
     replica = aggregate_replica()
     replica.on_batch(0, 0, [(3, "a", 1.0)])
@@ -130,9 +154,12 @@ def test_the_analysis_gives_seals_to_keyed_windows_and_the_operators_that_carry_
     query = b.build()
     assert key_sealing(query, "both") == KeySealing(("server",), forwards=True, record_positions=(1,))
     assert key_sealing(query, "busy").forwards
-    assert key_sealing(query, "per_server") == KeySealing(("server",), closes=True, record_positions=(1,),
-                                                          group_positions=(0,))
-    assert key_sealing(query, "renamed") is None           # a renamed key: seals stop (values keep no name)
+    # an aggregate closes per key and passes the seal on: its output keeps the group_by key
+    assert key_sealing(query, "per_server") == KeySealing(("server",), forwards=True, closes=True,
+                                                          record_positions=(1,), group_positions=(0,))
+    assert key_sealing(query, "renamed") == KeySealing(("server",), forwards=True, record_positions=(1,))
+    assert key_sealing(query, "per_host") == KeySealing(("host",), forwards=True, closes=True,
+                                                        record_positions=(1,), group_positions=(0,))
     assert key_sealing(query, "mixed") is None             # one input does not seal: no partition is complete
     assert key_sealing(query, "per_load") is None          # the key is not compatible with its gate
 
