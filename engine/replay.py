@@ -10,7 +10,11 @@ non-replicated, failure-free run (``replicas=1, crash=0``).
 
 Sources behave as §IV-A describes: each stream sends its records at their event time and a
 punctuation every ``punctuation_us`` of event time (``p = n·P − 1`` just before the first record
-at or after ``n·P``), and finally :data:`~operators.record.CLOSED`.
+at or after ``n·P``), and finally :data:`~operators.record.CLOSED`.  A stream that declares
+``seal`` also sends, after each punctuation, a seal per key it has produced, as high as its
+records allow (just below the key's next record): the scheduled replay carries them through the
+replicas as the node does (operators/key_seals.py), while the reference run ignores them, so
+``--check`` compares sealed replicas with the unsealed one-copy output.
 
 The replicas themselves are the same pure :class:`~operators.replica.OperatorReplica` objects the
 node hosts; only this scheduler is specific to replay.
@@ -37,6 +41,7 @@ from itertools import count
 from operator import itemgetter
 
 from replicast.operators.errors import InputError
+from replicast.operators.key_seals import KeySeal, KeySealing, key_names, key_sealing
 from replicast.operators.plan import PhysicalPlan, ReplicaId, plan
 from replicast.operators.query import Query
 from replicast.operators.record import CLOSED, Record
@@ -137,6 +142,24 @@ def choose_crashes(physical: PhysicalPlan, n: int, rng: random.Random) -> list[R
     return chosen
 
 
+def seal_schedule(records: list[Record], positions: tuple[int, ...]):
+    """``seals(p)``: after punctuation ``p``, a seal per key seen at or below ``p``, each just below that
+    key's next record (or at the stream's last timestamp when it has none)."""
+    stamps: dict[tuple, list[int]] = {}
+    for record in records:
+        stamps.setdefault(tuple(record[i] for i in positions), []).append(record[0])
+    last = records[-1][0] if records else 0
+
+    def seals(p: int) -> list[KeySeal]:
+        out = []
+        for key, ts in stamps.items():
+            if ts[0] <= p:
+                following = bisect_left(ts, p + 1)
+                out.append((key, ts[following] - 1 if following < len(ts) else max(last, p)))
+        return out
+    return seals
+
+
 class _Replay:
     def __init__(self, query: Query, replicas: int, seed: int, punctuation_us: int):
         self.physical = plan(query, replicas)
@@ -171,11 +194,15 @@ class _Replay:
             for replica in ids:
                 counts = [len(physical.upstreams(replica, port)) for port in range(physical.n_ports(name))]
                 if kind == "entry":
-                    self.nodes[replica] = entry_point()
+                    key = key_names(query.streams[name].seal)
+                    positions = tuple(query.schemas[name].index(a) for a in key)
+                    self.nodes[replica] = entry_point(sealing=KeySealing(key, forwards=True, record_positions=positions)
+                                                      if key else None)
                 elif kind == "application":
                     self.nodes[replica] = application_sink(counts[0], query.applications[name].ordered)
                 else:
-                    self.nodes[replica] = OperatorReplica(query.new_operator(name), counts, physical.sorts_input(name))
+                    self.nodes[replica] = OperatorReplica(query.new_operator(name), counts, physical.sorts_input(name),
+                                                          sealing=key_sealing(query, name))
         for name, ids in physical.replicas.items():
             for replica in ids:
                 for port in range(physical.n_ports(name)):
@@ -190,11 +217,24 @@ class _Replay:
         self.last_arrival[channel] = arrival
         heapq.heappush(self.queue, (arrival, next(self.sequence), channel, records, punctuation))
 
+    def send_seals(self, channel: int, now: int, seals: list[KeySeal]) -> None:
+        """Seals behind what the channel carried before them (FIFO, as the node sends them)."""
+        self.send(channel, now, None, seals)
+
     def run(self, streams: dict[str, list[Record]], crash: int) -> ReplayResult:
+        query = self.physical.query
         for name, records in streams.items():
+            seal = query.streams[name].seal
+            schema = query.schemas[name]
+            seals = seal_schedule(records, tuple(schema.index(a) for a in key_names(seal))) if seal else None
             for when, batch, punctuation in source_messages(records, self.punctuation_us):
                 for channel in self.source_channels[name]:
                     self.send(channel, when, batch, punctuation)
+                if seals is not None and punctuation is not None and punctuation != CLOSED:
+                    sealed = seals(punctuation)
+                    if sealed:
+                        for channel in self.source_channels[name]:
+                            self.send_seals(channel, when, sealed)
         crashed = choose_crashes(self.physical, crash, self.rng)
         horizon = max((r[-1][0] for r in streams.values() if r), default=0) + 1
         start = min((r[0][0] for r in streams.values() if r), default=0)
@@ -217,14 +257,22 @@ class _Replay:
         if target in self.dead:
             return
         self.messages += 1
-        out, forwarded = self.nodes[target].on_batch(port, upstream, records, punctuation)
-        if not out and forwarded is None:
+        if records is None:                              # seals per key (``punctuation`` holds them)
+            out, seals = self.nodes[target].on_key_seals(port, upstream, punctuation)
+            forwarded = None
+        else:
+            out, forwarded = self.nodes[target].on_batch(port, upstream, records, punctuation)
+            seals = ()
+        if not out and forwarded is None and not seals:
             return
         if target.name in self.outputs:
             self.outputs[target.name].extend(out)
             return
         for downstream in self.routes.get(target, ()):
-            self.send(downstream, now, out, forwarded)
+            if out or forwarded is not None:
+                self.send(downstream, now, out, forwarded)
+            if seals:
+                self.send_seals(downstream, now, seals)
 
 
 class _StraightThrough:

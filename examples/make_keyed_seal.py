@@ -7,7 +7,9 @@ stream only: Blazes' independent seal).  A Union merges the streams and a keyed 
 Aggregate averages each server's load per second, on the reporting server, for one application
 there.  Whole-stream punctuations close a window once the *farthest* producer's punctuation has
 arrived; seals per key close each server's window once *its* seal has (docs/explain.md).
-``benchmarks/key_sealing.py`` runs both at 5 and 10 producers.  Run: python3 examples/make_keyed_seal.py
+``benchmarks/key_sealing.py`` runs both at 5 and 10 producers; ``keyed-seal-events.jsonl`` is a
+minute of input for ``replicast replay examples/keyed-seal.toml --input … --replicas 3 --check``.
+Run: python3 examples/make_keyed_seal.py
 """
 
 from __future__ import annotations
@@ -53,10 +55,25 @@ def scenario_text(query: str, producers: tuple[str, ...], duration_s: int = 600)
         f"servers = [{', '.join(repr(s).replace(chr(39), chr(34)) for s in producers)}]", "period_ms = 100", ""])
 
 
+def events_text(n: int = 10, seconds: int = 60, start_us: int = 1_700_000_000_000_000) -> str:
+    """``replicast replay`` input for keyed-seal.toml: each producer's load once a second, at its own
+    phase, a deterministic walk (so the file is reproducible)."""
+    rows = []
+    for i in range(1, n + 1):
+        load = 0.1 * i % 1.0
+        for s in range(seconds):
+            load = round((load * 7 + 0.13 * i + 0.01 * s) % 1.0, 3)
+            rows.append((start_us + s * 1_000_000 + i * 37_000, i, load))
+    rows.sort()
+    return "".join(f'{{"stream": "cpu_{i}", "ts": {ts}, "server": "server-{i}", "load": {load}}}\n'
+                   for ts, i, load in rows)
+
+
 def main() -> None:
     here = Path(__file__).parent
     (here / "keyed-seal.toml").write_text(query_text(10))
     (here / "sim-keyed-seal.toml").write_text(scenario_text("keyed-seal.toml", PRODUCERS_10))
+    (here / "keyed-seal-events.jsonl").write_text(events_text())
 
 
 if __name__ == "__main__":

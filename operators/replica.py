@@ -193,6 +193,7 @@ def application_sink(upstreams: int, ordered: bool) -> OperatorReplica:
     return OperatorReplica(Union(1), [upstreams], sort_inputs=ordered)
 
 
-def entry_point(upstreams: int = 1) -> OperatorReplica:
-    """The stream-processing side of an entry point: forwards the source's records and punctuations."""
-    return OperatorReplica(Union(1), [upstreams])
+def entry_point(upstreams: int = 1, sealing: KeySealing | None = None) -> OperatorReplica:
+    """The stream-processing side of an entry point: forwards the source's records and punctuations
+    (and its seals per key, given the stream's ``sealing``)."""
+    return OperatorReplica(Union(1), [upstreams], sealing=sealing)

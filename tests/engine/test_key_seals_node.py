@@ -142,3 +142,30 @@ def test_a_seal_ahead_of_records_the_receiver_lacks_is_dropped():
     inbound = core.inbound[stream]
     core.receive("r1", KeySeals(stream, inbound.epoch, inbound.next + 5, ((("a",), 99),)), now=net.now)
     assert core.statistics()["stale_key_seals"] == 1 and core.statistics()["key_seals"] == 0
+
+
+def test_replay_carries_seals_through_replicas_and_crashes_and_checks_against_the_unsealed_reference(monkeypatch):
+    from pathlib import Path
+
+    from replicast.engine.events import read_events
+    from replicast.operators.aggregate import TimeWindowAggregate
+    from replicast.operators.query_file import load_query
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    query = load_query(examples / "keyed-seal.toml")
+    inputs = read_events(examples / "keyed-seal-events.jsonl", query)
+    closed = []
+    original = TimeWindowAggregate.on_key_seal
+    monkeypatch.setattr(TimeWindowAggregate, "on_key_seal", lambda self, *a: _count(original, self, a, closed))
+    reference = Counter(replay(query, inputs, replicas=1, punctuation_us=1_000_000).outputs["per_server"])
+    assert not closed and len(reference) == 600                  # the reference run ignores seals
+    for seed in range(3):
+        result = replay(query, inputs, replicas=3, seed=seed, crash=2, punctuation_us=1_000_000)
+        assert Counter(result.outputs["per_server"]) == reference, seed
+    assert len(closed) > 1000                                     # most windows were closed by a seal
+
+
+def _count(original, operator, args, closed):
+    out = original(operator, *args)
+    closed.extend(out)
+    return out
