@@ -37,11 +37,41 @@ def sample_streams(query: Query, rng: random.Random, *, records: int = 24,
             return rng.randrange(10)
         return rng.random() < 0.5
 
+    # A stream that declares ``seal`` is the only producer of its key's values (Blazes' independent
+    # seal, docs/queries.md).  Where the engine acts on that promise (an operator seals per key),
+    # the sample keeps it: streams sealed on one key draw disjoint values for its fields.  Elsewhere
+    # the seal is only a label (a join, a user operator) and values are drawn freely, as for any query.
+    from replicast.operators.coordination import Coordination
+
+    sealed_on: dict[frozenset, list[str]] = {}
+    if any(d.coordination is Coordination.SEAL_KEY for d in query.coordination.by_name.values()):
+        for name, spec in query.streams.items():
+            if spec.seal:
+                sealed_on.setdefault(frozenset(spec.seal), []).append(name)
     streams = {}
     for name, spec in query.streams.items():
         stamps = sorted(rng.randrange(span_us) for _ in range(records))
-        streams[name] = [(ts, *(value(kind) for kind in spec.schema.types)) for ts in stamps]
+        rows = [[ts, *(value(kind) for kind in spec.schema.types)] for ts in stamps]
+        peers = sealed_on.get(frozenset(spec.seal), [name])
+        if len(peers) > 1:
+            own = peers.index(name)
+            for field in spec.seal:
+                position, kind = spec.schema.index(field), spec.schema.types[spec.schema.names.index(field)]
+                for row in rows:
+                    row[position] = _owned(row[position], kind, own, len(peers))
+        streams[name] = [tuple(row) for row in rows]
     return streams
+
+
+def _owned(value, kind: str, own: int, streams: int):
+    """``value`` made the ``own``-th sealed stream's: no other stream sealed on the key draws it."""
+    if kind == "str":
+        return f"{value}{own}"
+    if kind == "int":
+        return value * streams + own
+    if kind == "float":
+        return value + 10.0 * own
+    return own % 2 == 0          # bool: two streams at most can own disjoint values
 
 
 @dataclass(frozen=True)
