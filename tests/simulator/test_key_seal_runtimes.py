@@ -9,25 +9,16 @@ arrive sooner than with whole-stream punctuations (the benefit of Blazes' sealin
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import secrets
 from collections import Counter, defaultdict
-from pathlib import Path
 
-import aiomqtt
-
-from replicast.cluster.relay import RelayLink, RelayPlan, start_relays
-from replicast.engine.aio.driver import NodeDriver
-from replicast.engine.cluster_config import ClusterConfig, NodeSpec
 from replicast.engine.node import NodeOptions
 from replicast.engine.replay import replay
 from replicast.operators.query_file import parse_query
-from replicast.operators.record import CLOSED
 from replicast.simulator.driver import Simulation
 from replicast.simulator.network import FixedDelays
 from replicast.simulator.sources import Source, messages, payload
-from tests.integration.helpers import free_ports, mosquitto
-from tests.simulator.test_runtimes import Collect, wait
+from tests.integration.helpers import mosquitto
+from tests.simulator.test_runtimes import Collect, run_tcp
 
 NODES = ["n0", "n1", "n2"]
 RTT_MS = {"n0": {"n1": 40.0, "n2": 80.0}, "n1": {"n2": 60.0}}
@@ -101,44 +92,6 @@ def run_simulator(query, publications, placement=PLACEMENT):
     return observer.outputs, arrivals, used
 
 
-async def run_tcp(query, publications, broker_port: int, query_path: Path):
-    ports = dict(zip(NODES, free_ports(len(NODES))))
-    pairs = [(a, b) for a in NODES for b in NODES if a < b]
-    links = [RelayLink(a, b, NODES.index(a), NODES.index(b), "127.0.0.1", "127.0.0.1", ports[b]) for a, b in pairs]
-    _, relays = await start_relays(RelayPlan("fixed", 0, links), trace=FixedDelays(RTT_MS, NODES))
-    relay_ports = {(r.link.src, r.link.dst): r.port for r in relays}
-    base = ClusterConfig(path=Path("key-seals.toml"), query_path=query_path, nodes={}, placement=PLACEMENT,
-                         secret=secrets.token_bytes(32), broker_port=broker_port, _query=query)
-    outputs, closed = defaultdict(list), set()
-
-    def collect(event):
-        outputs[event.app].extend(event.records)
-        if event.punctuation == CLOSED:
-            closed.add(event.app)
-
-    drivers = []
-    for name in NODES:
-        nodes = {n: NodeSpec(n, "127.0.0.1", ports[n] if n <= name else relay_ports[(name, n)], None) for n in NODES}
-        apps = [app for app in query.applications if PLACEMENT[app] == [name]]
-        drivers.append(NodeDriver(dataclasses.replace(base, nodes=nodes), name,
-                                  callbacks={app: collect for app in apps}))
-    tasks = [asyncio.create_task(d.run(install_signals=False)) for d in drivers]
-    try:
-        await wait(lambda: all(d.is_ready() for d in drivers), 30, "the nodes to connect")
-        async with aiomqtt.Client("127.0.0.1", broker_port) as client:
-            for _, stream, body in publications:
-                await client.publish(f"replicast/in/{stream}", body, qos=1)
-        await wait(lambda: closed == set(query.applications), 60, "every application to close")
-        used = sum(d.core.statistics()["key_seals"] for d in drivers if d.name in PLACEMENT["load"])
-    finally:
-        for d in drivers:
-            d.stop()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for relay in relays:
-            relay.close()
-    return outputs, used
-
-
 def test_a_sealed_keyed_aggregate_gives_the_unsealed_output_on_tcp_and_in_the_simulator(tmp_path):
     query, inputs, publications = scenario(sealed=True)
     plain, _, _ = scenario(sealed=False)
@@ -149,9 +102,12 @@ def test_a_sealed_keyed_aggregate_gives_the_unsealed_output_on_tcp_and_in_the_si
     assert Counter(simulated["per_server"]) == reference
     query_path = tmp_path / "keyed-seal.toml"
     query_path.write_text(query_text(True))
+    used = []
     with mosquitto(tmp_path) as broker_port:
-        tcp, used = asyncio.run(run_tcp(query, publications, broker_port, query_path))
-    assert used > 0
+        tcp = asyncio.run(run_tcp(query, publications, broker_port, placement=PLACEMENT, query_path=query_path,
+                                  min_bytes=1_000, on_closed=lambda drivers: used.extend(
+                                      d.core.statistics()["key_seals"] for d in drivers if d.name in PLACEMENT["load"])))
+    assert sum(used) > 0
     assert Counter(tcp["per_server"]) == reference
 
 

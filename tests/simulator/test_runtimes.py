@@ -91,13 +91,16 @@ def run_simulator(query, publications):
 
 
 # -- the asyncio driver on loopback TCP ----------------------------------------------------------------
-async def run_tcp(query, publications, broker_port: int):
+async def run_tcp(query, publications, broker_port: int, *, placement=PLACEMENT,
+                  query_path: Path = EXAMPLES / "fig1.toml", min_bytes: int = 10_000, on_closed=None):
+    """Run the cluster until every application closed; ``on_closed(drivers)``, if given, looks at the
+    nodes before they stop (tests/simulator/test_key_seal_runtimes.py reads their statistics)."""
     ports = dict(zip(NODES, free_ports(len(NODES))))
     pairs = [(a, b) for a in NODES for b in NODES if a < b]          # the first name dials
     links = [RelayLink(a, b, NODES.index(a), NODES.index(b), "127.0.0.1", "127.0.0.1", ports[b]) for a, b in pairs]
     _, relays = await start_relays(RelayPlan("fixed", 0, links), trace=FixedDelays(RTT_MS, NODES))
     relay_ports = {(r.link.src, r.link.dst): r.port for r in relays}
-    base = ClusterConfig(path=Path("runtimes.toml"), query_path=EXAMPLES / "fig1.toml", nodes={}, placement=PLACEMENT,
+    base = ClusterConfig(path=Path("runtimes.toml"), query_path=query_path, nodes={}, placement=placement,
                          secret=secrets.token_bytes(32), broker_port=broker_port, _query=query)
     outputs, closed = defaultdict(list), set()
 
@@ -110,7 +113,7 @@ async def run_tcp(query, publications, broker_port: int):
     for name in NODES:
         nodes = {n: NodeSpec(n, "127.0.0.1", ports[n] if n <= name else relay_ports[(name, n)], None) for n in NODES}
         config = dataclasses.replace(base, nodes=nodes)
-        apps = [app for app in query.applications if PLACEMENT[app] == [name]]
+        apps = [app for app in query.applications if placement[app] == [name]]
         drivers.append(NodeDriver(config, name, callbacks={app: collect for app in apps}))
     tasks = [asyncio.create_task(d.run(install_signals=False)) for d in drivers]
     try:
@@ -122,7 +125,9 @@ async def run_tcp(query, publications, broker_port: int):
         assert all(d.refused == 0 for d in drivers)
         # Every node pair's single connection went through its delay relay (and carried data).
         carried = {r.link.key: (r.connections, r.bytes) for r in relays}
-        assert all(n == 1 and sum(b.values()) > 10_000 for n, b in carried.values()), carried
+        assert all(n == 1 and sum(b.values()) > min_bytes for n, b in carried.values()), carried
+        if on_closed is not None:
+            on_closed(drivers)
     finally:
         for d in drivers:
             d.stop()
