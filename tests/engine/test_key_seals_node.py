@@ -169,3 +169,57 @@ def _count(original, operator, args, closed):
     out = original(operator, *args)
     closed.extend(out)
     return out
+
+
+@pytest.mark.parametrize("kind", ["load", "cpu"])
+def test_a_replica_that_joins_mid_stream_and_outlives_its_donor_gives_the_reference(kind):
+    """A new replica of the aggregate (or the union) takes a snapshot, seals included, from a live peer
+    while seals flow; then the original dies: the output is still the reference's."""
+    query = parse_query(QUERY, "q.toml")
+    placement = {"cpu_a": ["a1"], "cpu_b": ["b1"], "plain": ["b1"], "cpu": ["u1"], "load": ["r1"], "out": ["app"],
+                 "raw": ["b1"]}
+    net = MemoryNetwork(query, placement, seed=2, spare=("spare",))
+    original = placement[kind][0]
+    net.run()
+    inputs = {"cpu_a": [], "cpu_b": [], "plain": []}
+    for n, t in enumerate(range(1_000, 60_000, 1_500)):
+        publish(net, "a1", "cpu_a", "a", t)
+        publish(net, "b1", "cpu_b", "b", t + 500)
+        inputs["cpu_a"].append((t, "a", 0.5))
+        inputs["cpu_b"].append((t + 500, "b", 0.5))
+        net.run(max_steps=5)
+        if n == 12:
+            net.add_replica(kind, "spare")
+        if n == 28:
+            net.run()
+            net.kill(original)
+    for node, stream in (("a1", "cpu_a"), ("b1", "cpu_b"), ("b1", "plain")):
+        net.publish(node, stream, [{"punctuation": CLOSED}])
+    net.run()
+    reference = replay(query, inputs, replicas=1).outputs["out"]
+    assert Counter(net.delivered["out"]) == Counter(reference)
+    assert net.cores["spare"].counters["snapshots_taken"] == 1
+    assert net.cores["spare"].statistics()["key_seals"] > 0
+
+
+def test_replay_of_sealed_count_windows_releases_each_keys_sorted_prefix_and_gives_the_reference(monkeypatch):
+    from pathlib import Path
+
+    from replicast.engine.events import read_events
+    from replicast.operators.sorter import Sorter
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    text = (examples / "keyed-seal.toml").read_text().replace(
+        'window = { kind = "time", size_ms = 1000 }', 'window = { kind = "count", size = 3, slide = 2 }')
+    query = parse_query(text, "count-seal.toml")
+    assert query.coordination.by_name["load"].coordination.value == "seal per key" and query.order_sensitive("load")
+    inputs = read_events(examples / "keyed-seal-events.jsonl", query)
+    released = []
+    original = Sorter.release_key
+    monkeypatch.setattr(Sorter, "release_key", lambda self, *a: _count(original, self, a, released))
+    reference = Counter(replay(query, inputs, replicas=1, punctuation_us=1_000_000).outputs["per_server"])
+    assert len(reference) == 290                                   # 29 windows of 3 (slide 2) per server
+    for seed in range(3):
+        result = replay(query, inputs, replicas=2, seed=seed, crash=1, punctuation_us=1_000_000)
+        assert Counter(result.outputs["per_server"]) == reference, seed
+    assert len(released) > 500
