@@ -46,6 +46,8 @@ class Compiled:
     schema: Schema
     annotation: Annotation
     carries: Mapping[str, str] = field(default_factory=dict)
+    #: A keyed join's equality fields per input, in key order (seals per key prune its buffers by them).
+    join_keys: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
 def scope_of(schema: Schema, arg: int = 0, prefix: str = "") -> dict[str, FieldRef]:
@@ -132,7 +134,8 @@ def compile_join(name: str, params: Mapping, inputs: list[Schema], where: str, i
         compile_expression(keys.residual, scope, where=f"{where} (on)", arity=2).function
     factory = partial(KeyedJoin, window_us, (key_getter(keys.left), key_getter(keys.right)), residual)
     gate = frozenset({WINDOW, *_names(keys.left, inputs[0]), *_names(keys.right, inputs[1])})
-    return Compiled(factory, schema, Annotation(Path.OW, gate))
+    return Compiled(factory, schema, Annotation(Path.OW, gate),
+                    join_keys=(tuple(_names(keys.left, inputs[0])), tuple(_names(keys.right, inputs[1]))))
 
 
 _COMPUTE = re.compile(r"^\s*(\w+)\s*\(\s*([\w.]*)\s*\)\s*$")

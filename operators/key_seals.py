@@ -97,6 +97,14 @@ class KeySealing:
     record_positions: tuple[int, ...] = ()
     group_positions: tuple[int, ...] = ()
     order: tuple[int, ...] | None = None
+    #: A keyed join: per port, where a seal's values go in its join key (None: that port has no seal
+    #: on its join fields), and where the key's values sit in that port's records.
+    port_orders: tuple[tuple[int, ...] | None, ...] = ()
+    port_positions: tuple[tuple[int, ...], ...] = ()
+
+    def positions(self, port: int) -> tuple[int, ...]:
+        """Where the sealed key's values sit in a record arriving on ``port``."""
+        return self.port_positions[port] if self.port_positions else self.record_positions
 
 
 #: Operator kinds whose output keeps a key seal where the analysis says so (Blazes' injectivefd:
@@ -114,6 +122,8 @@ def key_sealing(query: "Query", name: str) -> KeySealing | None:
     decisions = query.coordination
     shared = frozenset.intersection(*[frozenset(k for k in decisions.seals[i] if k != frozenset({TS}))
                                       for i in spec.inputs])
+    if spec.kind == "join":
+        return _join_sealing(query, name)
     if not shared or spec.kind not in _CARRYING:
         return None
     key = key_names(min(shared, key=key_names))      # one per stream: a source declares one key
@@ -136,6 +146,25 @@ def key_sealing(query: "Query", name: str) -> KeySealing | None:
                       record_positions=tuple(schema.index(a) for a in key),
                       group_positions=tuple(group_by.index(a) for a in key) if closes else (),
                       order=None if order == tuple(range(len(key))) else order)
+
+
+def _join_sealing(query: "Query", name: str) -> KeySealing | None:
+    """A keyed join whose inputs are sealed on their own join fields: seals prune its buffers per key
+    (Alg. 2 lines 5–6 on one partition).  Its outputs wait for nothing, so only memory gains."""
+    join_keys = query.compiled[name].join_keys
+    if join_keys is None:
+        return None
+    orders, positions = [], []
+    for port, (upstream, fields) in enumerate(zip(query.operators[name].inputs, join_keys)):
+        schema = query.schemas[upstream]
+        key = key_names(fields)
+        sealed = frozenset(fields) in query.coordination.seals[upstream] and len(set(fields)) == len(fields)
+        orders.append(tuple(key.index(f) for f in fields) if sealed else None)
+        positions.append(tuple(schema.index(a) for a in key))
+    if not any(o is not None for o in orders):
+        return None
+    return KeySealing(key_names(join_keys[0]), closes=True, port_orders=tuple(orders),
+                      port_positions=tuple(positions))
 
 
 def record_key(record: tuple, positions: tuple[int, ...]) -> tuple:

@@ -15,6 +15,12 @@ predicate holds (:mod:`operators.join_keys` splits ``on`` into the two).  Only t
 
 A probe emits the key's matching records in timestamp order, which is the order the plain Join
 emits the same pairs in, so for equal input the two emit equal lists, not only equal multisets.
+
+Seals per key (:mod:`operators.key_seals`), where a port's input is sealed on its own join fields:
+a seal ``(K, p)`` on one port prunes the other side's records of key ``K`` with ``ts ≤ p + 1 − w``
+— line 6 on one partition — and later such records are not buffered.  Their heap entries stay until
+the punctuation pops them; ``pruned`` remembers per key how far it went, so they are not counted
+twice.  Only memory changes: the outputs are the same pairs.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from itertools import count
 from operator import itemgetter
 from typing import Any, Callable
 
+from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.join import Join
 from replicast.operators.record import Record
 
@@ -45,15 +52,19 @@ class KeyedJoin(Join):
         and a true ``residual(left, right)`` (None: always true)."""
         super().__init__(window_us, residual)          # calls _clear()
         self.keys = keys
+        #: Per port, where a seal's values go in the join key (from the analysis; None: no seals).
+        self.seal_orders: tuple[tuple[int, ...] | None, ...] = (None, None)
 
     def _clear(self) -> None:
         self.index: tuple[dict, dict] = ({}, {})
         self.expiry: tuple[list, list] = ([], [])
         self._sequence = count()           # heap tie-breaker: keys themselves are never compared
+        #: Per side, key -> the bound a seal pruned that key's records through (module docstring).
+        self.pruned: tuple[dict, dict] = ({}, {})
 
     def on_batch(self, port: int, records: list[Record]) -> list[Record]:
         key_of, own, other = self.keys[port], self.index[port], self.index[1 - port]
-        expiry, sequence = self.expiry[port], self._sequence
+        expiry, sequence, pruned = self.expiry[port], self._sequence, self.pruned[port]
         w = self.window_us
         # A record older than this can match no future record of the other side (Join's module doc).
         keep_after = self.port_punctuations[1 - port] + 1 - w
@@ -72,7 +83,7 @@ class KeyedJoin(Join):
                     out += [(ts if ts >= m[0] else m[0], *record[1:], *m[1:]) for m in matches]
                 else:
                     out += [(ts if ts >= m[0] else m[0], *m[1:], *record[1:]) for m in matches]
-            if ts > keep_after:
+            if ts > keep_after and (not pruned or ts > pruned.get(key, NO_PUNCTUATION)):
                 bucket = own.get(key)
                 if bucket is None:
                     own[key] = [record]
@@ -94,15 +105,40 @@ class KeyedJoin(Join):
         self._prune(1 - port, p + 1 - self.window_us)          # Alg. 2 line 6
         return []
 
+    def on_key_seal(self, port: int, key: tuple, p: int) -> list[Record]:
+        """Port ``port`` sealed ``key`` through ``p``: the other side's records of that key with
+        ``ts ≤ p + 1 − w`` can match nothing more (see the module docstring)."""
+        order = self.seal_orders[port]
+        if order is None:
+            return []
+        values = tuple(key[i] for i in order)
+        join_key = values[0] if len(values) == 1 else values
+        side, bound = 1 - port, p + 1 - self.window_us
+        pruned = self.pruned[side]
+        if bound <= self.port_punctuations[port] + 1 - self.window_us or bound <= pruned.get(join_key, NO_PUNCTUATION):
+            return []
+        pruned[join_key] = bound
+        bucket = self.index[side].get(join_key)
+        if bucket:
+            n = bisect_right(bucket, bound, key=_by_ts)
+            if n == len(bucket):
+                del self.index[side][join_key]
+            else:
+                del bucket[:n]
+        return []
+
     def _prune(self, side: int, bound: int) -> None:
         """Drop ``side``'s records with ``ts ≤ bound``: for each key, a prefix of its list."""
-        heap = self.expiry[side]
-        if not heap or heap[0][0] > bound:
-            return
+        heap, pruned = self.expiry[side], self.pruned[side]
         expired: dict[Any, int] = {}
         while heap and heap[0][0] <= bound:
-            key = heappop(heap)[2]
+            ts, _, key, _ = heappop(heap)
+            if pruned and ts <= pruned.get(key, NO_PUNCTUATION):
+                continue                                  # a seal took it already
             expired[key] = expired.get(key, 0) + 1
+        if pruned:                                        # what the punctuation covers now
+            for key in [k for k, b in pruned.items() if b <= bound]:
+                del pruned[key]
         index = self.index[side]
         for key, n in expired.items():
             bucket = index[key]
@@ -113,7 +149,9 @@ class KeyedJoin(Join):
 
     def buffered(self, port: int) -> list[Record]:
         """The records buffered for ``port`` in timestamp order, ties in arrival order: the plain Join's buffer."""
-        return [entry[3] for entry in sorted(self.expiry[port])]
+        pruned = self.pruned[port]
+        return [entry[3] for entry in sorted(self.expiry[port])
+                if not pruned or entry[0] > pruned.get(entry[2], NO_PUNCTUATION)]
 
     def snapshot_state(self) -> Any:
         return [[list(r) for r in self.buffered(port)] for port in (0, 1)]

@@ -56,8 +56,11 @@ class OperatorReplica:
         self.sealing = sealing if sealing is not None and not merged else None
         self.key_seals = [SealTable() for _ in upstreams_per_port] if self.sealing is not None else None
         self.late_for_seal = 0
-        if self.sealing is not None and self.sealing.closes and hasattr(operator, "seal_positions"):
-            operator.seal_positions = self.sealing.group_positions
+        if self.sealing is not None and self.sealing.closes:
+            if hasattr(operator, "seal_positions"):            # a time-window aggregate
+                operator.seal_positions = self.sealing.group_positions
+            if hasattr(operator, "seal_orders"):               # a keyed join
+                operator.seal_orders = self.sealing.port_orders
 
     def knows(self, port: int, key: Hashable) -> bool:
         """Whether a batch with this content key reached ``port`` whole from another stream replica
@@ -109,7 +112,7 @@ class OperatorReplica:
                 continue                                    # a copy from another stream replica, or stale
             if sealing.closes:
                 if self.sorters is not None:
-                    released = self.sorters[port].release_key(p, sealing.record_positions, key)
+                    released = self.sorters[port].release_key(p, sealing.positions(port), key)
                     if released:
                         out += self.operator.on_batch(port, released)
                 out += self.operator.on_key_seal(port, key, p)
@@ -121,7 +124,7 @@ class OperatorReplica:
 
     def _unsealed(self, port: int, records: list[Record]) -> list[Record]:
         """``records`` less those of a sealed key at or below its seal (a promise broken upstream)."""
-        sealed, positions = self.key_seals[port].sealed, self.sealing.record_positions
+        sealed, positions = self.key_seals[port].sealed, self.sealing.positions(port)
         kept = [r for r in records if r[0] > sealed(record_key(r, positions))]
         self.late_for_seal += len(records) - len(kept)
         return kept

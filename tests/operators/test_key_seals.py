@@ -270,3 +270,66 @@ def test_sealed_count_windows_equal_the_one_copy_reference_in_any_interleaving(s
     sorter.add([r for records in streams for r in records])
     expected = CountWindowAggregate(size, slide, (1,), SUMS)
     assert got == Counter(expected.on_batch(0, sorter.release(CLOSED)))
+
+
+# -- keyed joins: seals prune the other side's buffer per key --------------------------------------
+
+from replicast.operators.keyed_join import KeyedJoin, key_getter  # noqa: E402
+
+JOIN_SEALING = KeySealing(("k",), closes=True, port_orders=((0,), (0,)), port_positions=((1,), (1,)))
+
+
+def keyed_join(window=10):
+    return KeyedJoin(window, (key_getter((1,)), key_getter((1,))))
+
+
+def test_a_seal_on_one_side_prunes_that_key_on_the_other():
+    replica = OperatorReplica(keyed_join(), [1, 1], sealing=JOIN_SEALING)
+    replica.on_batch(1, 0, [(3, "a", 1.0), (3, "b", 1.0), (15, "a", 2.0)])
+    assert replica.on_key_seals(0, 0, [(("a",), 12)]) == ([], [])       # left promises no a at or below 12
+    assert replica.operator.buffered(1) == [(3, "b", 1.0), (15, "a", 2.0)]
+    out, _ = replica.on_batch(0, 0, [(13, "a", 5.0), (9, "b", 5.0)])
+    assert sorted(out) == [(9, "b", 5.0, "b", 1.0), (15, "a", 5.0, "a", 2.0)]
+    replica.on_batch(1, 0, [(2, "a", 9.0)])                             # too old for any later left a
+    assert (2, "a", 9.0) not in replica.operator.buffered(1)
+    replica.on_batch(0, 0, [], 30)                                      # the punctuation pops the rest
+    assert replica.operator.buffered(1) == [] and replica.operator.pruned == ({}, {})
+    copy = OperatorReplica(keyed_join(), [1, 1], sealing=JOIN_SEALING)
+    copy.restore(replica.snapshot())
+    assert copy.operator.buffered(0) == replica.operator.buffered(0)
+
+
+def test_the_analysis_gives_a_keyed_join_seals_on_the_ports_sealed_on_their_join_fields():
+    b = QueryBuilder()
+    b.stream("load", {"server": "str", "load": "float"}, seal=["server"])
+    b.stream("ping", {"dst": "str", "rtt": "float"})
+    b.operator("j", "join", ["load", "ping"], window_ms=5, on="load.server == ping.dst and ping.rtt > 1")
+    b.operator("cross", "join", ["load", "ping"], window_ms=5)
+    b.application("out", "j")
+    b.application("out2", "cross")
+    query = b.build()
+    assert key_sealing(query, "j") == KeySealing(("server",), closes=True, port_orders=((0,), None),
+                                                 port_positions=((1,), (1,)))
+    assert key_sealing(query, "cross") is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(producers(), producers(), st.integers(0, 2**32), st.sampled_from([1, 7, 25]), st.sampled_from([None, 0.5]))
+def test_sealed_keyed_joins_equal_the_one_copy_reference_in_any_interleaving(left, right, seed, window, snapshot_at):
+    rng = random.Random(seed)
+    keys = ["k00", "k01"]
+    left = [sorted((r[0], keys[hash(r[1]) % 2], r[2]) for r in records) for records in left[:1]]
+    right = [sorted((r[0], keys[hash(r[1]) % 2], r[2]) for r in records) for records in right[:1]]
+    sequences = [producer_items(left[0], rng)] * 2 + [producer_items(right[0], rng)] * 2
+    make = lambda: OperatorReplica(keyed_join(window), [2, 2], sealing=JOIN_SEALING)
+    replica, got = make(), []
+    merged = interleave(sequences, rng)
+    for n, (index, item) in enumerate(merged):
+        if snapshot_at is not None and n == int(snapshot_at * len(merged)):
+            fresh = make()
+            fresh.restore(replica.snapshot())
+            replica = fresh
+        got += [value for kind, value in feed(replica, index // 2, index % 2, item) if kind == "r"]
+    reference = keyed_join(window)
+    expected = reference.on_batch(0, left[0]) + reference.on_batch(1, right[0])
+    assert Counter(got) == Counter(expected)
