@@ -105,6 +105,7 @@ def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str
     """The report ``replicast explain`` prints."""
     from replicast.operators.blazes import key_text
     from replicast.operators.coordination import Coordination
+    from replicast.operators.key_seals import key_sealing
 
     query = analysis.query
     lines = [f"{query.source}: coordination analysis (Blazes); docs/explain.md explains the notation", ""]
@@ -115,6 +116,12 @@ def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str
         lines.append(f"  {report.name:<{width}} {report.kind:<11} k={report.replicas}  {annotation:<22} "
                      f"{report.coordination.value:<22} -> {report.output}")
         lines.append(f"  {'':<{width}}   why: {report.why}")
+        sealing = key_sealing(query, report.name) if report.kind == "operator" else None
+        if sealing is not None and sealing.port_orders:
+            ports = ", ".join(f"{query.inputs_of(report.name)[i]}" for i, o in enumerate(sealing.port_orders)
+                              if o is not None)
+            lines.append(f"  {'':<{width}}   seals per key of {ports} (sealed on its join fields) prune the other "
+                         f"side's buffer per key; its outputs wait for nothing either way")
         if report.key_seal is not None and report.holds_output and report.coordination is not Coordination.SEAL_KEY:
             lines.append(f"  {'':<{width}}   seal per key {key_text(report.key_seal)} would also do: each partition "
                          f"released at its own producers' seal, not the slowest producer's (the engine seals per "

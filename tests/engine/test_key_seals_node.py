@@ -223,3 +223,48 @@ def test_replay_of_sealed_count_windows_releases_each_keys_sorted_prefix_and_giv
         result = replay(query, inputs, replicas=2, seed=seed, crash=1, punctuation_us=1_000_000)
         assert Counter(result.outputs["per_server"]) == reference, seed
     assert len(released) > 500
+
+
+JOIN = """
+[[streams]]
+name = "load"
+fields = { server = "str", load = "float" }
+seal = ["server"]
+
+[[streams]]
+name = "ping"
+fields = { dst = "str", rtt = "float" }
+seal = ["dst"]
+
+[[operators]]
+name = "j"
+kind = "join"
+inputs = ["load", "ping"]
+window_ms = 500
+on = "load.server == ping.dst"
+
+[[applications]]
+name = "out"
+input = "j"
+"""
+
+
+def test_replay_of_a_join_sealed_on_its_key_prunes_per_key_and_gives_the_reference(monkeypatch):
+    import random
+
+    from replicast.operators.keyed_join import KeyedJoin
+
+    query = parse_query(JOIN, "join-seal.toml")
+    rng = random.Random(1)
+    inputs = {"load": [(i * 50_000 + 1, rng.choice("abc"), 0.5) for i in range(200)],
+              "ping": [(i * 50_000 + 7, rng.choice("abc"), 1.0) for i in range(200)]}
+    pruned = []
+    original = KeyedJoin.on_key_seal
+    monkeypatch.setattr(KeyedJoin, "on_key_seal",
+                        lambda self, port, key, p: pruned.append(key) or original(self, port, key, p))
+    reference = Counter(replay(query, inputs, replicas=1, punctuation_us=1_000_000).outputs["out"])
+    assert len(reference) > 1000
+    for seed in range(3):
+        result = replay(query, inputs, replicas=3, seed=seed, crash=2, punctuation_us=1_000_000)
+        assert Counter(result.outputs["out"]) == reference, seed
+    assert len(pruned) > 100
