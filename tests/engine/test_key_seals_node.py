@@ -263,7 +263,7 @@ def test_replay_of_a_join_sealed_on_its_key_prunes_per_key_and_gives_the_referen
     monkeypatch.setattr(KeyedJoin, "on_key_seal",
                         lambda self, port, key, p: pruned.append(key) or original(self, port, key, p))
     reference = Counter(replay(query, inputs, replicas=1, punctuation_us=1_000_000).outputs["out"])
-    assert len(reference) > 1000
+    assert sum(reference.values()) > 1000
     for seed in range(3):
         result = replay(query, inputs, replicas=3, seed=seed, crash=2, punctuation_us=1_000_000)
         assert Counter(result.outputs["out"]) == reference, seed
