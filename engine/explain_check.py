@@ -58,17 +58,19 @@ def sample_streams(query: Query, rng: random.Random, *, records: int = 24,
             for field in spec.seal:
                 position, kind = spec.schema.index(field), spec.schema.types[spec.schema.names.index(field)]
                 for row in rows:
-                    row[position] = _owned(row[position], kind, own, len(peers))
+                    row[position] = _owned(rng, row[position], kind, own, len(peers))
         streams[name] = [tuple(row) for row in rows]
     return streams
 
 
-def _owned(value, kind: str, own: int, streams: int):
-    """``value`` made the ``own``-th sealed stream's: no other stream sealed on the key draws it."""
+def _owned(rng: random.Random, value, kind: str, own: int, streams: int):
+    """A value of the ``own``-th of ``streams`` sealed streams: the key values are dealt out among
+    them (``a``, ``c`` to the first of two, ``b`` to the second), so other streams still match them."""
     if kind == "str":
-        return f"{value}{own}"
+        pool = KEYS + tuple(f"k{i}" for i in range(max(0, streams - len(KEYS))))
+        return rng.choice(pool[own::streams])
     if kind == "int":
-        return value * streams + own
+        return rng.choice(range(own, 10 * streams, streams))
     if kind == "float":
         return value + 10.0 * own
     return own % 2 == 0          # bool: two streams at most can own disjoint values
