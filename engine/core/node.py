@@ -56,6 +56,7 @@ from replicast.operators.record import Record
 
 if TYPE_CHECKING:
     from replicast.engine.core.coordination import Coordination, CoordinationSetup
+    from replicast.engine.core.tracepoints import Tracer
 
 
 class NodeCore:
@@ -101,6 +102,8 @@ class NodeCore:
         self.links = Links(self, now)
         self.key_seals = KeySealRelay(self)          # seals per key (operators/key_seals.py)
         self.stamper, self.voter = Stamper(self), Voter(self)
+        #: Installed trace queries' tracepoints (engine.core.tracepoints); None, and free, while there are none.
+        self.tracer: "Tracer | None" = None
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
             Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,

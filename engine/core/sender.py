@@ -63,6 +63,8 @@ class Sender:
         hosted.records_out += len(records)
         if hosted.hop:
             path += hosted.hop
+        if core.tracer is not None:
+            core.tracer.emit(hosted, records, punctuation, now, path)                # docs/tracing.md
         if hosted.kind == "application":
             core.deliver(hosted, records, punctuation, now, path)
             return

@@ -1,0 +1,266 @@
+"""Tracepoints of the node core and the trace queries evaluated at them (Pivot Tracing; docs/tracing.md).
+
+The node core calls two hooks, each behind one ``if core.tracer is not None`` — the whole cost of
+tracing while no query is installed (``NodeCore.tracer`` is None then):
+
+* :meth:`Tracer.arrival` from the receiver, for every batch a replica's port takes: each copy of
+  a sampled record reaching the duplicate filter (§IV-B, Alg. 1) is an ``Arrival`` event (pass or
+  drop, from which upstream replica, its rank among the copies, how much later than the first),
+  and a passed record that waits in a sorter (§IV-C) is a ``Wait`` event when its punctuation
+  releases it;
+* :meth:`Tracer.emit` from the sender, for every batch a replica emits: ``Source`` (an entry
+  point's records), ``Emit`` (an operator's), ``Send`` (the batch, to each downstream replica) and
+  ``Deliver`` (an application's records, with their latency and the path of first arrivals).
+
+Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
+
+1. Sampling is by record, and deterministic: a record is sampled at ``Sample 1/N`` when a hash of
+   its timestamp is 0 modulo N (:func:`sampled`), so every replica samples the same records and
+   every copy of a sampled record is seen at every duplicate filter.  Batches a port already saw
+   whole (equal content keys: the k copies of one emission, DESIGN.md "Identical batches") are
+   sampled once; their copies reuse the answer and are never decoded for it.
+2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
+   the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
+   :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
+   a first arrival again.  A record equal to an earlier one (a second occurrence) counts as a copy.
+3. Events go only to the queries installed on their tracepoint; a hook whose tracepoint has no
+   query returns at once.  :func:`install` makes the tracer, :func:`remove` drops it with the last
+   query: removing a query removes its cost.
+4. :meth:`Tracer.take` hands out, per query, the partial table since the last call (plain data:
+   :mod:`engine.core.trace_aggregate` rule 2); the driver calls it on its own schedule.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+from typing import TYPE_CHECKING, Any
+
+from replicast.engine.core.trace_aggregate import Partial
+from replicast.engine.core.trace_language import TraceQuery, TraceQueryError
+
+if TYPE_CHECKING:
+    from replicast.engine.core.hosted import Hosted
+    from replicast.engine.core.node import NodeCore
+    from replicast.operators.plan import StreamReplica
+
+#: How long a port remembers a sampled record's first arrival (µs): wide-area copies differ by
+#: hundreds of ms at most (§VI); a copy later than this is counted as a first arrival (rule 2).
+REMEMBER_US = 30_000_000
+#: At most this many first arrivals remembered per node (oldest forgotten first).
+MAX_REMEMBERED = 200_000
+#: Sampled records waiting in sorters, per port, at most (oldest forgotten first).
+MAX_WAITING = 10_000
+#: Batches whose sampling is remembered by content key (rule 1).
+MAX_KEYS = 4_096
+#: Queries one node evaluates at once.
+MAX_QUERIES = 32
+_MIX = 0x9E3779B1
+
+
+def sampled(ts: int, n: int) -> bool:
+    """Whether the record with timestamp ``ts`` is sampled at ``Sample 1/n`` (rule 1)."""
+    return n == 1 or ((ts * _MIX) >> 16) % n == 0
+
+
+class Tracer:
+    """The installed queries of one node core and the state their tracepoints keep."""
+
+    def __init__(self, core: "NodeCore"):
+        self.core = core
+        self.queries: dict[str, Partial] = {}
+        #: tracepoint -> [(sample N, partial)], for the hooks
+        self.points: dict[str, list[tuple[int, Partial]]] = {}
+        self.first: dict[tuple, list] = {}             # (replica, port, record) -> [first now, copies so far]
+        self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
+        self._keys: dict[tuple[bytes, int], list] = {}  # (content key, N) -> sampled records (rule 1)
+        self.events = 0
+
+    # -- queries (rule 3) ---------------------------------------------------------------------------
+    def add(self, qid: str, query: TraceQuery) -> None:
+        if qid not in self.queries and len(self.queries) >= MAX_QUERIES:
+            raise TraceQueryError(f"query {qid!r}: this node already evaluates {MAX_QUERIES} queries")
+        self.queries[qid] = Partial(query)
+        self._index()
+
+    def drop(self, qid: str) -> bool:
+        found = self.queries.pop(qid, None) is not None
+        self._index()
+        return found
+
+    def _index(self) -> None:
+        points: dict[str, list] = {}
+        for partial in self.queries.values():
+            points.setdefault(partial.query.tracepoint, []).append((partial.query.sample, partial))
+        self.points = points
+        if "Arrival" not in points:
+            self.first.clear()
+        if "Wait" not in points:
+            self.waiting.clear()
+
+    def take(self) -> dict[str, list]:
+        """Per query id, its partial table since the last call (rule 4)."""
+        return {qid: partial.take() for qid, partial in self.queries.items()}
+
+    # -- sampling (rule 1) --------------------------------------------------------------------------
+    def _sample(self, records, key, n: int) -> list:
+        if key is not None:
+            cached = self._keys.get((key, n))
+            if cached is not None:
+                return cached
+        if n == 1:
+            chosen = list(records)
+        else:
+            stamps = getattr(records, "stamps", None)
+            if stamps is not None:                     # wire records: timestamps without building records
+                chosen = [records[i] for i, ts in enumerate(stamps) if ((ts * _MIX) >> 16) % n == 0]
+            else:
+                chosen = [r for r in records if ((r[0] * _MIX) >> 16) % n == 0]
+        if key is not None:
+            keys = self._keys
+            if len(keys) >= MAX_KEYS:
+                del keys[next(iter(keys))]
+            keys[(key, n)] = chosen
+        return chosen
+
+    def _fire(self, listeners: list[tuple[int, Partial]], records, key, make) -> None:
+        """Events ``make(record)`` for each record sampled by each listening query."""
+        for n, partial in listeners:
+            for record in self._sample(records, key, n):
+                partial.add(make(record))
+                self.events += 1
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def arrival(self, stream: "StreamReplica", hosted: "Hosted", records, key, punctuation: int | None,
+                now: int) -> None:
+        """A batch of stream replica ``stream`` reached ``hosted``'s port (after its duplicate filter ran)."""
+        points = self.points
+        arrivals, waits = points.get("Arrival"), points.get("Wait")
+        if arrivals is None and waits is None:
+            return
+        port, replica = stream.port, hosted.replica
+        node, upstream, upstream_node = self.core.name, str(stream.source), self.core.inbound[stream].node
+        name = str(replica)
+        sorted_port = waits is not None and hosted.logic is not None and hosted.logic.sorters is not None
+        if records and (arrivals is not None or sorted_port):
+            n = 0                                      # sampled at every query's N divides it
+            for sample, _ in (arrivals or []) + (waits or []):
+                n = gcd(n, sample)
+            first, remember = self.first, self._remember
+            for record in self._sample(records, key, n):
+                ts = record[0]
+                seen = first.get((replica, port, record))
+                if seen is None or now - seen[0] > REMEMBER_US:
+                    seen = remember((replica, port, record), now)
+                    if sorted_port:
+                        self._wait(replica, port, ts, now)
+                else:
+                    seen[1] += 1
+                if arrivals is None:
+                    continue
+                rank, later = seen[1], now - seen[0]
+                event = {"node": node, "replica": name, "port": port, "upstream": upstream,
+                         "upstream_node": upstream_node, "outcome": "pass" if rank == 1 else "drop",
+                         "rank": rank, "later_us": later, "age_us": now - ts, "ts": ts}
+                for sample, partial in arrivals:
+                    if sample == n or sampled(ts, sample):
+                        partial.add(event)
+                        self.events += 1
+        if sorted_port and punctuation is not None:
+            self._release(waits, replica, name, port, hosted.logic.filters[port].max_punctuation, now)
+
+    def _remember(self, key: tuple, now: int) -> list:
+        first = self.first
+        while first:
+            oldest = next(iter(first))
+            if len(first) < MAX_REMEMBERED and now - first[oldest][0] <= REMEMBER_US:
+                break
+            del first[oldest]
+        seen = first[key] = [now, 1]
+        return seen
+
+    def _wait(self, replica, port: int, ts: int, now: int) -> None:
+        waiting = self.waiting.setdefault((replica, port), [])
+        if len(waiting) >= MAX_WAITING:
+            del waiting[0]
+        waiting.append((ts, now))
+
+    def _release(self, waits, replica, name: str, port: int, p: int | None, now: int) -> None:
+        waiting = self.waiting.get((replica, port))
+        if not waiting or p is None:
+            return
+        keep = []
+        for ts, since in waiting:
+            if ts > p:
+                keep.append((ts, since))
+                continue
+            event = {"node": self.core.name, "replica": name, "port": port, "kind": "sorter",
+                     "wait_us": now - since, "ts": ts}
+            for sample, partial in waits:
+                if sampled(ts, sample):
+                    partial.add(event)
+                    self.events += 1
+        self.waiting[(replica, port)] = keep
+
+    def emit(self, hosted: "Hosted", records, punctuation: int | None, now: int, path: tuple[str, ...]) -> None:
+        """``hosted`` emits ``records`` (then maybe ``punctuation``), caused by a batch that came along ``path``."""
+        points, node, name = self.points, self.core.name, str(hosted.replica)
+        kind = hosted.kind
+        if kind == "application":
+            listeners = points.get("Deliver")
+            if listeners and records:
+                route = " > ".join(path)
+                self._fire(listeners, records, None, lambda r: {
+                    "node": node, "app": hosted.replica.name, "ts": r[0], "latency_us": now - r[0], "path": route})
+            return
+        point = "Source" if kind == "entry" else "Emit"
+        listeners = points.get(point)
+        if listeners and records:
+            if kind == "entry":
+                stream = hosted.replica.name
+                self._fire(listeners, records, None, lambda r: {
+                    "node": node, "replica": name, "stream": stream, "ts": r[0], "age_us": now - r[0]})
+            else:
+                self._fire(listeners, records, None, lambda r: {
+                    "node": node, "replica": name, "ts": r[0], "age_us": now - r[0]})
+        sends = points.get("Send")
+        if sends:
+            offset = hosted.log.end
+            for n, partial in sends:
+                if offset % n:
+                    continue
+                for stream, route in hosted.routes.items():
+                    partial.add({"node": node, "replica": name, "to_node": route.node,
+                                 "to_replica": str(stream.target), "records": len(records),
+                                 "punctuation": int(punctuation is not None)})
+                    self.events += 1
+
+
+# -- installing and removing (rule 3) ---------------------------------------------------------------
+def install(core: "NodeCore", qid: str, query: TraceQuery) -> None:
+    """Evaluate ``query`` at ``core``'s tracepoints from now on (replacing a query of the same id)."""
+    tracer = core.tracer
+    if tracer is None:
+        tracer = Tracer(core)
+    tracer.add(qid, query)
+    core.tracer = tracer
+
+
+def remove(core: "NodeCore", qid: str) -> bool:
+    """Stop evaluating query ``qid``; with the last one gone, tracing costs nothing again."""
+    tracer = core.tracer
+    if tracer is None:
+        return False
+    found = tracer.drop(qid)
+    if not tracer.queries:
+        core.tracer = None
+    return found
+
+
+def take(core: "NodeCore") -> dict[str, list]:
+    """Each installed query's partial table since the last call (empty when none is installed)."""
+    return {} if core.tracer is None else core.tracer.take()
+
+
+def installed(core: "NodeCore") -> dict[str, Any]:
+    """Query id -> its text, for listings."""
+    return {} if core.tracer is None else {qid: p.query.text for qid, p in core.tracer.queries.items()}

@@ -1,0 +1,189 @@
+"""Trace queries (docs/tracing.md): the language, partial aggregation, and the node core's tracepoints
+on an in-memory network of node cores (both runtimes drive the same core)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from replicast.engine.core import tracepoints
+from replicast.engine.core.trace_aggregate import LogHistogram, Partial, finish, merge
+from replicast.engine.core.trace_language import TraceQueryError, parse
+from tests.engine.memnet import MemoryNetwork
+from tests.engine.test_node import NODES, QUERY, assert_same, placement, publish_all
+from tests.test_purity import ALLOWED, imported_modules
+
+ROOT = Path(__file__).resolve().parents[2]
+
+WIN_SHARE = """From a In Arrival Where a.outcome = "pass"
+               GroupBy a.replica, a.port, a.upstream Select a.replica, a.port, a.upstream, COUNT, SHARE Sample 1/1"""
+
+
+def test_the_tracing_modules_are_pure():
+    for name in ("engine/core/tracepoints.py", "engine/core/trace_language.py", "engine/core/trace_aggregate.py"):
+        assert imported_modules(ROOT / name) <= ALLOWED, name
+
+
+def test_a_query_parses_into_its_clauses():
+    q = parse('from a in Arrival where a.replica = "correlate#0" and a.rank >= 2 '
+              'groupby a.upstream select a.upstream, P50(a.later_us), P99(a.later_us), COUNT sample 1/1000')
+    assert q.tracepoint == "Arrival" and q.sample == 1000 and q.group_by == ("upstream",)
+    assert [(c.field, c.op, c.value) for c in q.where] == [("replica", "=", "correlate#0"), ("rank", ">=", 2)]
+    assert [o.label for o in q.select] == ["upstream", "P50(later_us)", "P99(later_us)", "COUNT"]
+    assert parse("From d In Deliver Select COUNT").sample == 100
+
+
+@pytest.mark.parametrize("text, words", [
+    ("From a In Nowhere Select COUNT", ["Nowhere", "Arrival"]),
+    ("From a In Arrival Select a.colour, COUNT", ["colour"]),
+    ("From a In Arrival Select a.upstream, COUNT", ["upstream", "GroupBy"]),
+    ("From a In Arrival Where b.rank = 1 Select COUNT", ["b"]),
+    ("From a In Arrival Where a.rank ~ 1 Select COUNT", ["~"]),
+    ("From a In Arrival Where a.rank = 1 Or a.rank = 2 Select COUNT", ["And", "Or"]),
+    ("From a In Arrival GroupBy a.port", ["Select"]),
+    ("From a In Arrival Select a.port", ["aggregate"]),
+    ("From a In Arrival Select COUNT Sample 2/3", ["Sample"]),
+    ("Select COUNT From a In Arrival", ["order"]),
+    ("From a In Arrival Select MEDIAN(a.rank)", ["MEDIAN"]),
+])
+def test_a_bad_query_is_one_line_naming_what_is_wrong(text, words):
+    with pytest.raises(TraceQueryError) as error:
+        parse(text)
+    assert "\n" not in str(error.value)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_partial_tables_merge_into_shares_and_percentiles():
+    q = parse("From a In Arrival GroupBy a.port, a.upstream "
+              "Select a.port, a.upstream, COUNT, SHARE, P50(a.later_us), P99(a.later_us), AVG(a.rank), MAX(a.rank)")
+    one, two = Partial(q), Partial(q)
+    for i in range(300):
+        (one if i % 2 else two).add({"port": 0, "upstream": "x#0", "later_us": 1000 + i, "rank": 1})
+    for i in range(100):
+        one.add({"port": 0, "upstream": "x#1", "later_us": 50_000, "rank": 2})
+    one.add({"port": 1, "upstream": "y#0", "later_us": 7, "rank": 3})
+    rows = finish(q, merge(q, [one.take(), two.take()]))
+    assert [(r["port"], r["upstream"], r["COUNT"], r["SHARE"]) for r in rows] == \
+        [(0, "x#0", 300, 0.75), (0, "x#1", 100, 0.25), (1, "y#0", 1, 1.0)]
+    assert rows[0]["P50(later_us)"] == pytest.approx(1150, rel=0.02)
+    assert rows[0]["P99(later_us)"] == pytest.approx(1296, rel=0.02)
+    assert rows[1]["P50(later_us)"] == pytest.approx(50_000, rel=0.02)
+    assert rows[2]["AVG(rank)"] == 3 and rows[2]["MAX(rank)"] == 3
+    assert one.take() == []                              # taken: the next interval starts empty
+
+
+def test_log_histogram_quantiles_are_within_two_percent():
+    values = [v * 37 % 100_003 + 2 for v in range(5000)]
+    buckets: dict = {}
+    for v in values:
+        buckets[LogHistogram.index(v)] = buckets.get(LogHistogram.index(v), 0) + 1
+    ordered = sorted(values)
+    for q in (0.5, 0.9, 0.99):
+        assert LogHistogram.quantile(buckets, q) == pytest.approx(ordered[int(q * (len(values) - 1))], rel=0.02)
+
+
+def install_everywhere(net: MemoryNetwork, qid: str, text: str) -> None:
+    for core in net.cores.values():
+        tracepoints.install(core, qid, parse(text))
+
+
+def answers(net: MemoryNetwork, qid: str, text: str) -> list[dict]:
+    """The answer to query ``qid``: every node's table merged (taking hands out every query's tables)."""
+    taken = net.__dict__.setdefault("taken", {})
+    for name, core in net.cores.items():
+        for query, table in tracepoints.take(core).items():
+            taken.setdefault(query, []).append(table)
+    q = parse(text)
+    return finish(q, merge(q, taken.get(qid, [])))
+
+
+def test_tracing_is_off_by_default_and_removing_the_last_query_turns_it_off():
+    net = MemoryNetwork(QUERY, placement(2, NODES))
+    assert all(core.tracer is None for core in net.cores.values())
+    core = net.cores["n1"]
+    tracepoints.install(core, "a", parse(WIN_SHARE))
+    tracepoints.install(core, "b", parse("From d In Deliver Select COUNT"))
+    assert set(tracepoints.installed(core)) == {"a", "b"}
+    assert tracepoints.remove(core, "a") and core.tracer is not None
+    assert not tracepoints.remove(core, "a")
+    assert tracepoints.remove(core, "b") and core.tracer is None
+
+
+def test_every_copy_is_an_arrival_and_the_drops_are_the_duplicate_filters_drops():
+    """At Sample 1/1 each copy of every record at every port is one Arrival: the passes are the
+    records the filters passed, the drops exactly the filters' duplicates (§IV-B), and every
+    record passed at a port of a k = 2 replica arrives twice (both upstream replicas live)."""
+    place = placement(2, NODES)
+    net = MemoryNetwork(QUERY, place, seed=3)
+    text = """From a In Arrival GroupBy a.node, a.replica, a.outcome, a.rank
+              Select a.node, a.replica, a.outcome, a.rank, COUNT, P50(a.later_us) Sample 1/1"""
+    install_everywhere(net, "copies", text)
+    publish_all(net, place)
+    assert_same(net)                                    # tracing changes no output
+    rows = answers(net, "copies", text)
+    drops: dict = {}
+    for row in rows:
+        assert (row["outcome"] == "pass") == (row["rank"] == 1)
+        if row["outcome"] == "drop":
+            drops[(row["node"], row["replica"])] = drops.get((row["node"], row["replica"]), 0) + row["COUNT"]
+    for name, core in net.cores.items():
+        for replica, values in core.statistics()["replicas"].items():
+            if values["kind"] != "entry":
+                assert drops.get((name, replica), 0) == values["duplicates"], (name, replica)
+    passes = {(r["node"], r["replica"]): r["COUNT"] for r in rows if r["rank"] == 1}
+    seconds = {(r["node"], r["replica"]): r["COUNT"] for r in rows if r["rank"] == 2}
+    operators = [key for key in passes if key[1].split("#")[0] in QUERY.operators]
+    assert operators and all(seconds.get(key) == passes[key] for key in operators)
+
+
+def test_win_share_per_upstream_replica_moves_when_a_node_dies():
+    place = placement(2, NODES)
+    net = MemoryNetwork(QUERY, place, seed=1)
+    install_everywhere(net, "share", WIN_SHARE)
+    publish_all(net, place, kill="n3")
+    rows = answers(net, "share", WIN_SHARE)
+    by_port: dict = {}
+    for row in rows:
+        by_port.setdefault((row["replica"], row["port"]), {})[row["upstream"]] = row["SHARE"]
+    assert all(sum(shares.values()) == pytest.approx(1.0) for shares in by_port.values())
+    # correlate's upstream replicas on n3 won only until n3 died: their peers won the rest
+    correlate = [r for r in rows if r["replica"].startswith("correlate") and r["upstream"].split("#")[0] == "load"]
+    assert len({r["upstream"] for r in correlate}) == 2
+
+
+def test_deliver_counts_every_sampled_record_with_its_latency():
+    place = placement(2, NODES)
+    net = MemoryNetwork(QUERY, place)
+    every = "From d In Deliver GroupBy d.app Select d.app, COUNT, MAX(d.latency_us)"
+    install_everywhere(net, "all", every + " Sample 1/1")
+    install_everywhere(net, "some", every + " Sample 1/10")
+    publish_all(net, place)
+    counts = {r["app"]: r["COUNT"] for r in answers(net, "all", every + " Sample 1/1")}
+    assert counts == {app: len(records) for app, records in net.delivered.items() if records}
+    some = {r["app"]: r["COUNT"] for r in answers(net, "some", every + " Sample 1/10")}
+    expected = {app: sum(tracepoints.sampled(r[0], 10) for r in records) for app, records in net.delivered.items()}
+    assert some == {app: n for app, n in expected.items() if n}
+    assert sum(some.values()) < sum(counts.values()) / 3
+
+
+def test_records_waiting_in_a_sorter_are_released_at_a_punctuation():
+    place = placement(2, NODES)
+    net = MemoryNetwork(QUERY, place)
+    text = "From w In Wait GroupBy w.replica Select w.replica, COUNT, MAX(w.wait_us) Sample 1/1"
+    install_everywhere(net, "waits", text)
+    ticking = net.publish
+
+    def publish_and_tick(node, stream, items):       # time passes between source items
+        net.now += 1000
+        ticking(node, stream, items)
+    net.publish = publish_and_tick
+    publish_all(net, place)
+    rows = {r["replica"]: r for r in answers(net, "waits", text)}
+    sorted_replicas = {name for name in rows if name.split("#")[0] in ("load_trend", "alerts", "load_trends")}
+    assert sorted_replicas and set(rows) == sorted_replicas
+    # records reach alerts and load_trend before the punctuation that releases them; load_trend's
+    # count windows emit only at punctuations, so load_trends' records never wait
+    assert all(r["MAX(wait_us)"] > 0 for name, r in rows.items() if not name.startswith("load_trends"))
+    assert rows["load_trends#0"]["MAX(wait_us)"] == 0
