@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "replicast.engine.place_cli",
     "replicast.engine.explain_cli",
     "replicast.engine.consume_cli",
+    "replicast.engine.trace_cli",
 )
 
 

@@ -41,6 +41,7 @@ from replicast.engine.aio.mqtt_outputs import MqttOutputs
 from replicast.engine.aio.snapshot_hold import SnapshotHolds
 from replicast.engine.aio.supervise import Supervisor
 from replicast.engine.aio.tcp_source import SourceServer
+from replicast.engine.aio.trace_service import TraceService, serve as serve_metrics_and_trace
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import shorten
 from replicast.engine.messages import Snapshot
@@ -143,8 +144,10 @@ class NodeDriver:
                      extra={"event": "source_listening"})
         metrics_server = None
         self.health.serve_scrapes(loop)
+        self.trace = TraceService(self.core, self.config.secret, loop)      # docs/tracing.md
         if self.spec.metrics_port is not None:
-            metrics_server = self.metrics.serve(self.spec.host, self.spec.metrics_port)
+            metrics_server = serve_metrics_and_trace(self.spec.host, self.spec.metrics_port, self.metrics.registry,
+                                                     self.trace)
         log.info("node %s listening on %s:%d", self.name, self.spec.host, self.spec.port,
                  extra={"event": "listening", "replicas": [str(r) for r in self.core.hosted]})
         supervise = self._supervisor.start
@@ -154,6 +157,7 @@ class NodeDriver:
         for task, run in self.mqtt.tasks().items():
             supervise(task, run)
         supervise("metrics", self.health.refresh_forever)
+        supervise("trace", self.trace.run)
         if self.deliveries.files:
             supervise("outputs", self.deliveries.retry_outputs)
         try:

@@ -1,0 +1,92 @@
+"""Issue 24 as a user tries it: trace queries installed on a running Fig. 1 cluster (7 processes,
+k = 2, real TCP, mosquitto) with ``replicast trace-query``, answers streamed back and merged, the
+win shares moving when a node is killed, and the queries' cost gone once they are removed
+(docs/tracing.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import aiomqtt
+
+from replicast.engine.cluster_config import load_cluster
+from replicast.engine.trace_client import ClusterTrace
+from tests.integration.helpers import (ROOT, cluster, fig1_cluster_toml, free_ports, kill, make_cluster_module,
+                                       mosquitto, publish_fig1_round)
+
+#: Correlate's first input is ``load``, whose replicas run on n1 (load#0) and n4 (load#1).
+WIN_SHARE = ('From a In Arrival Where a.replica = "correlate#0" And a.port = 0 And a.outcome = "pass" '
+             'GroupBy a.port, a.upstream Select a.port, a.upstream, COUNT, SHARE Sample 1/1')
+GAIN = ("From a In Arrival Where a.rank = 2 GroupBy a.replica "
+        "Select a.replica, COUNT, P50(a.later_us), P99(a.later_us) Sample 1/1")
+MAX_TICKS = 400                         # the publisher stops by itself after 40 s at most
+
+
+class Publisher:
+    """The Fig. 1 sources, a round every 0.1 s, in a thread, until stopped (or MAX_TICKS)."""
+
+    def __init__(self, broker_port: int, servers: list[str]):
+        self.broker_port, self.servers = broker_port, servers
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        published = {f"{kind}_{s}": [] for s in self.servers for kind in ("cpu", "ping")}
+        async with aiomqtt.Client("127.0.0.1", self.broker_port, identifier="trace-test-pub") as pub:
+            for tick in range(MAX_TICKS):
+                if self.stopping.is_set():
+                    return
+                await publish_fig1_round(pub, self.servers, tick, published)
+                await asyncio.sleep(0.1)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        self.thread.join(10)
+
+
+def trace_query(cluster_file, text: str, *args: str) -> list[dict]:
+    """``replicast trace-query … --json``: the answers it printed, one per line."""
+    done = subprocess.run([sys.executable, "-m", "replicast.engine.cli", "trace-query", str(cluster_file), text,
+                           "--json", "--every", "1", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def shares(answer: dict) -> dict[str, float]:
+    return {row["upstream"]: row["SHARE"] for row in answer["rows"]}
+
+
+def test_trace_queries_on_a_running_cluster_stream_answers_and_follow_a_kill(tmp_path):
+    make = make_cluster_module()
+    with mosquitto(tmp_path) as broker_port:
+        cluster_file = tmp_path / "cluster.toml"
+        cluster_file.write_text(fig1_cluster_toml(tmp_path, broker_port, free_ports(14), punctuation_ms=100))
+        with cluster(cluster_file, tmp_path / "run") as processes, Publisher(broker_port, make.SERVERS):
+            time.sleep(1.0)
+            answers = trace_query(cluster_file, WIN_SHARE, "--for", "4", "--id", "share")
+            assert len(answers) >= 3                   # streamed: one answer a second
+            final = shares(answers[-1])
+            assert set(final) == {"load#0", "load#1"}, answers[-1]
+            assert sum(final.values()) == 1.0
+            assert sum(row["COUNT"] for row in answers[-1]["rows"]) > 20
+            gains = trace_query(cluster_file, GAIN, "--for", "3")[-1]["rows"]
+            operators = {row["replica"].split("#")[0] for row in gains}
+            assert {"load", "ping", "correlate", "hot"} <= operators, gains
+            assert all(row["P99(later_us)"] >= row["P50(later_us)"] >= 0 for row in gains)
+            # the queries were removed when trace-query stopped: the nodes trace nothing any more
+            trace = ClusterTrace(load_cluster(cluster_file))
+            assert trace.queries() == {node: {} for node in trace.urls}
+
+            kill(processes["n1"])                      # load#0 dies: correlate#0 takes load#1's copies only
+            time.sleep(1.5)
+            after = trace_query(cluster_file, WIN_SHARE, "--for", "3", "--window", "2")
+            assert shares(after[-1]) == {"load#1": 1.0}, after[-1]
