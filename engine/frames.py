@@ -28,6 +28,7 @@ import msgpack
 import msgspec
 from msgspec import Meta, Raw, Struct
 
+from replicast.engine.core.tracepoints import MAX_HOPS, is_baggage
 from replicast.engine.packed_records import PackedRecords, WireError, records_bytes
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                                        DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, KeySeals, Mark, Message,
@@ -159,12 +160,27 @@ class BatchFrame(OnStream, tag=1):
     records: bytes                  # the msgpack array of records, read when first needed (wire rule 4)
     punctuation: Int64 | None
 
-    @classmethod
-    def of(cls, m: Batch) -> "BatchFrame":
-        return cls(*stream_fields(m.stream), m.epoch, m.offset, records_bytes(m.records), m.punctuation)
-
     def message(self) -> Batch:
         return Batch(self.stream, self.epoch, self.offset, PackedRecords(self.records), self.punctuation)
+
+    @classmethod
+    def of(cls, m: Batch) -> "BatchFrame":
+        fields = (*stream_fields(m.stream), m.epoch, m.offset, records_bytes(m.records), m.punctuation)
+        if m.path and is_baggage(m.path):               # a trace's baggage: only then (docs/tracing.md)
+            return TracedBatchFrame(*fields, m.path)
+        return cls(*fields)
+
+
+class TracedBatchFrame(BatchFrame, tag=50):
+    """A batch with trace baggage (engine/core/baggage.py): the batch frame and one field more, so
+    the frames of batches without it stay byte for byte what they are."""
+
+    baggage: Annotated[tuple[Annotated[str, Meta(max_length=200)], ...],
+                       Meta(max_length=MAX_HOPS, description=f"at most {MAX_HOPS} trace hops")]
+
+    def message(self) -> Batch:
+        return Batch(self.stream, self.epoch, self.offset, PackedRecords(self.records), self.punctuation,
+                     self.baggage)
 
 
 #: A value of a seal's key: what a record's field may hold (operators/record.py).
@@ -585,8 +601,10 @@ FRAMES: tuple[type[Frame], ...] = (
     StampAckFrame, CommittedFrame, JoinStampingFrame, KeySealsFrame)
 #: message class -> its frame type; code -> frame type.
 BY_MESSAGE: dict[type, type[Frame]] = {frame.MESSAGE: frame for frame in FRAMES}
-BY_CODE: dict[int, type[Frame]] = {frame.__struct_config__.tag: frame for frame in FRAMES}
-AnyFrame = Union[FRAMES]  # type: ignore[valid-type]
+#: Frames decoded besides: a batch with trace baggage (BatchFrame.of picks it).
+VARIANTS: tuple[type[Frame], ...] = (TracedBatchFrame,)
+BY_CODE: dict[int, type[Frame]] = {frame.__struct_config__.tag: frame for frame in (*FRAMES, *VARIANTS)}
+AnyFrame = Union[(*FRAMES, *VARIANTS)]  # type: ignore[valid-type]
 
 
 def code(frame: type[Frame]) -> int:

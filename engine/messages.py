@@ -21,7 +21,8 @@ Rules of this module:
 5. A batch's ``path`` is in-process provenance (Pivot Tracing's baggage, kept to one tuple per
    batch): the replicas whose emissions led to it, oldest first, as ``replica@node``.  Only cores
    that trace paths (``NodeOptions.trace_paths``, the simulator) fill it; it is not part of the
-   wire format nor of a batch's equality.
+   wire format nor of a batch's equality — except as trace baggage: hops that carry their times
+   (``replica@node@µs``, engine/core/tracepoints.py rule 4) travel in the frame (wire rule 5).
 6. Stream positioning is receiver-driven: a sender sends nothing on a stream replica until its
    receiver said where to start (:class:`Resume`) or asked it to keep its log (:class:`Hold`, while
    the receiving replica joins).  The sender answers a Resume with a :class:`StreamHead` and then

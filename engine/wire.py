@@ -13,6 +13,9 @@ Rules of this module:
    peer can never crash a node with bytes.
 4. A batch's records travel as one msgpack ``bin`` field holding the msgpack array of records,
    encoded once by the sender and read lazily by the receiver (:mod:`engine.packed_records`).
+5. A batch with trace baggage (engine/core/baggage.py: timed hops, only while a trace query needs
+   them) travels as its own frame code, the batch frame plus the hops (:class:`engine.frames.TracedBatchFrame`);
+   every other batch frame is byte for byte what it was.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import msgpack
 import msgspec
 
+from replicast.engine.core.tracepoints import is_baggage
 from replicast.engine.frames import BY_CODE, BY_MESSAGE, AnyFrame, Frame, required_fields
 from replicast.engine.messages import Batch, Message
 from replicast.engine.packed_records import EncodedRecords, PackedRecords, WireError, records_bytes
@@ -59,7 +63,8 @@ def batch_frame_size(header: int, batch: Batch) -> int:
     """``len(encode(batch))`` given ``header = batch_header_size(batch.stream)``, without building
     the frame (the simulator sizes every message it moves)."""
     return (header + len(_packb(batch.epoch)) + len(_packb(batch.offset))
-            + len(_packb(records_bytes(batch.records))) + len(_packb(batch.punctuation)))
+            + len(_packb(records_bytes(batch.records))) + len(_packb(batch.punctuation))
+            + (len(_packb(batch.path)) if batch.path and is_baggage(batch.path) else 0))     # rule 5
 
 
 def decode(body: bytes) -> Message:

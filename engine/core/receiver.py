@@ -265,7 +265,7 @@ class Receiver:
         hosted.records_in += len(records)
         out, forwarded = hosted.logic.on_batch(stream.port, inbound.index, records, punctuation, key)
         if core.tracer is not None:
-            core.tracer.arrival(stream, hosted, records, key, punctuation, now)     # docs/tracing.md
+            core.tracer.arrival(stream, hosted, records, key, punctuation, now, path)   # docs/tracing.md
         core.sender.emit(hosted, out, forwarded, now, path)
         if punctuation is not None and core.failover is not None:
             core.failover.after_punctuation(hosted, stream.port)

@@ -64,7 +64,7 @@ class Sender:
         if hosted.hop:
             path += hosted.hop
         if core.tracer is not None:
-            core.tracer.emit(hosted, records, punctuation, now, path)                # docs/tracing.md
+            path = core.tracer.emit(hosted, records, punctuation, now, path)         # docs/tracing.md
         if hosted.kind == "application":
             core.deliver(hosted, records, punctuation, now, path)
             return

@@ -48,6 +48,8 @@ TRACEPOINTS: dict[str, tuple[str, ...]] = {
     "Send": ("node", "replica", "to_node", "to_replica", "records", "punctuation"),
     # a record delivered to an application (§VI-B latency = arrival − ts), with the path of first arrivals
     "Deliver": ("node", "app", "ts", "latency_us", "path"),
+    # each hop of a sampled delivered record's baggage: time from the hop before (or its ts) to this emission
+    "Hop": ("node", "app", "hop", "replica", "hop_us", "latency_us", "path"),
 }
 
 AGGREGATES = ("COUNT", "SHARE", "SUM", "AVG", "MIN", "MAX")

@@ -26,7 +26,15 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 3. Events go only to the queries installed on their tracepoint; a hook whose tracepoint has no
    query returns at once.  :func:`install` makes the tracer, :func:`remove` drops it with the last
    query: removing a query removes its cost.
-4. :meth:`Tracer.take` hands out, per query, the partial table since the last call (plain data:
+4. Baggage (Pivot Tracing's, for the happened-before view of one record's trip): while a
+   ``Deliver`` or ``Hop`` query is installed, an entry point's batch holding a sampled record
+   leaves with a path of one timed hop, ``replica@node@µs`` (when it was emitted), and every
+   emission caused by a batch with baggage adds its own hop, the last :data:`MAX_HOPS` kept.  The
+   path travels in the batch frame (engine/wire.py) and the output log; at the application each
+   sampled record's hops become ``Hop`` events: how long the record spent from the hop before (its
+   timestamp, for the first) to each emission — queueing, waits, the link.  An emission is caused
+   by one input batch (engine/messages.py rule 5), so a hop whose cause had no baggage starts none.
+5. :meth:`Tracer.take` hands out, per query, the partial table since the last call (plain data:
    :mod:`engine.core.trace_aggregate` rule 2); the driver calls it on its own schedule.
 """
 
@@ -52,9 +60,17 @@ MAX_REMEMBERED = 200_000
 MAX_WAITING = 10_000
 #: Batches whose sampling is remembered by content key (rule 1).
 MAX_KEYS = 4_096
+#: Hops a batch's baggage keeps (the newest; rule 4).
+MAX_HOPS = 16
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
 _MIX = 0x9E3779B1
+
+
+def is_baggage(path: tuple[str, ...]) -> bool:
+    """Whether ``path`` is trace baggage (timed hops ``replica@node@µs``, rule 5) rather than the
+    simulator's untimed provenance (``replica@node``, engine/messages.py rule 5)."""
+    return bool(path) and path[-1].count("@") == 2 and path[-1].rpartition("@")[2].isdigit()
 
 
 def sampled(ts: int, n: int) -> bool:
@@ -74,6 +90,7 @@ class Tracer:
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
         self._keys: dict[tuple[bytes, int], list] = {}  # (content key, N) -> sampled records (rule 1)
         self.events = 0
+        self.baggage = 0
 
     # -- queries (rule 3) ---------------------------------------------------------------------------
     def add(self, qid: str, query: TraceQuery) -> None:
@@ -92,13 +109,17 @@ class Tracer:
         for partial in self.queries.values():
             points.setdefault(partial.query.tracepoint, []).append((partial.query.sample, partial))
         self.points = points
+        #: Entry points start baggage on batches with a record sampled at this N (0: none needs it)
+        self.baggage = 0
+        for sample, _ in points.get("Hop", []) + points.get("Deliver", []):
+            self.baggage = gcd(self.baggage, sample)
         if "Arrival" not in points:
             self.first.clear()
         if "Wait" not in points:
             self.waiting.clear()
 
     def take(self) -> dict[str, list]:
-        """Per query id, its partial table since the last call (rule 4)."""
+        """Per query id, its partial table since the last call (rule 5)."""
         return {qid: partial.take() for qid, partial in self.queries.items()}
 
     # -- sampling (rule 1) --------------------------------------------------------------------------
@@ -131,18 +152,21 @@ class Tracer:
 
     # -- hooks --------------------------------------------------------------------------------------
     def arrival(self, stream: "StreamReplica", hosted: "Hosted", records, key, punctuation: int | None,
-                now: int) -> None:
-        """A batch of stream replica ``stream`` reached ``hosted``'s port (after its duplicate filter ran)."""
+                now: int, path: tuple[str, ...] = ()) -> None:
+        """A batch of stream replica ``stream`` came along ``path`` to ``hosted``'s port (after its
+        duplicate filter ran)."""
         points = self.points
         arrivals, waits = points.get("Arrival"), points.get("Wait")
-        if arrivals is None and waits is None:
+        # an application delivers a record, sorted, after the batch that brought it: remember its baggage
+        keep = self.baggage if hosted.kind == "application" and path and is_baggage(path) else 0
+        if arrivals is None and waits is None and not keep:
             return
         port, replica = stream.port, hosted.replica
         node, upstream, upstream_node = self.core.name, str(stream.source), self.core.inbound[stream].node
         name = str(replica)
         sorted_port = waits is not None and hosted.logic is not None and hosted.logic.sorters is not None
-        if records and (arrivals is not None or sorted_port):
-            n = 0                                      # sampled at every query's N divides it
+        if records and (arrivals is not None or sorted_port or keep):
+            n = keep                                   # sampled at every query's N divides it
             for sample, _ in (arrivals or []) + (waits or []):
                 n = gcd(n, sample)
             first, remember = self.first, self._remember
@@ -151,6 +175,8 @@ class Tracer:
                 seen = first.get((replica, port, record))
                 if seen is None or now - seen[0] > REMEMBER_US:
                     seen = remember((replica, port, record), now)
+                    if keep:
+                        seen.append(path)
                     if sorted_port:
                         self._wait(replica, port, ts, now)
                 else:
@@ -201,17 +227,16 @@ class Tracer:
                     self.events += 1
         self.waiting[(replica, port)] = keep
 
-    def emit(self, hosted: "Hosted", records, punctuation: int | None, now: int, path: tuple[str, ...]) -> None:
-        """``hosted`` emits ``records`` (then maybe ``punctuation``), caused by a batch that came along ``path``."""
+    def emit(self, hosted: "Hosted", records, punctuation: int | None, now: int,
+             path: tuple[str, ...]) -> tuple[str, ...]:
+        """``hosted`` emits ``records`` (then maybe ``punctuation``), caused by a batch that came
+        along ``path``; returns the path the emitted batch carries (with baggage: rule 5)."""
         points, node, name = self.points, self.core.name, str(hosted.replica)
         kind = hosted.kind
         if kind == "application":
-            listeners = points.get("Deliver")
-            if listeners and records:
-                route = " > ".join(path)
-                self._fire(listeners, records, None, lambda r: {
-                    "node": node, "app": hosted.replica.name, "ts": r[0], "latency_us": now - r[0], "path": route})
-            return
+            if records:
+                self._deliver(hosted, records, now, path)
+            return path
         point = "Source" if kind == "entry" else "Emit"
         listeners = points.get(point)
         if listeners and records:
@@ -232,6 +257,45 @@ class Tracer:
                     partial.add({"node": node, "replica": name, "to_node": route.node,
                                  "to_replica": str(stream.target), "records": len(records),
                                  "punctuation": int(punctuation is not None)})
+                    self.events += 1
+        carried = self.baggage
+        if carried and not hosted.hop and records:
+            if path and is_baggage(path):
+                path = (*path[1 - MAX_HOPS:], f"{name}@{node}@{now}")
+            elif any(sampled(r[0], carried) for r in records):     # an entry point, or a cause without baggage
+                path = (f"{name}@{node}@{now}",)
+        return path
+
+    def _deliver(self, hosted: "Hosted", records, now: int, path: tuple[str, ...]) -> None:
+        """``Deliver`` for each sampled record, and ``Hop`` for each hop of its baggage (rule 5)."""
+        points, node, app = self.points, self.core.name, hosted.replica.name
+        timed = is_baggage(path)
+        hops = [hop.rsplit("@", 1) for hop in path] if timed else [(hop, None) for hop in path]
+        route = " > ".join(h for h, _ in hops)
+        listeners = points.get("Deliver")
+        if listeners:
+            self._fire(listeners, records, None, lambda r: {
+                "node": node, "app": app, "ts": r[0], "latency_us": now - r[0], "path": route})
+        listeners = points.get("Hop")
+        if not listeners:
+            return
+        first = self.first
+        for n, partial in listeners:
+            for record in self._sample(records, None, n):
+                if not timed:                          # released by a later batch: the record's own baggage
+                    seen = first.get((hosted.replica, 0, record))
+                    if seen is None or len(seen) < 3:
+                        continue
+                    path = seen[2]
+                    hops = [hop.rsplit("@", 1) for hop in path]
+                    route = " > ".join(h for h, _ in hops)
+                ts = previous = record[0]
+                for i, (hop, at) in enumerate([*hops, (f"{hosted.replica}@{node}", now)]):
+                    at = int(at)
+                    replica, _, where = hop.rpartition("@")
+                    partial.add({"node": where, "app": app, "hop": i, "replica": replica,
+                                 "hop_us": at - previous, "latency_us": now - ts, "path": route})
+                    previous = at
                     self.events += 1
 
 

@@ -187,3 +187,61 @@ def test_records_waiting_in_a_sorter_are_released_at_a_punctuation():
     # count windows emit only at punctuations, so load_trends' records never wait
     assert all(r["MAX(wait_us)"] > 0 for name, r in rows.items() if not name.startswith("load_trends"))
     assert rows["load_trends#0"]["MAX(wait_us)"] == 0
+
+
+HOPS = "From h In Hop GroupBy h.app, h.hop, h.replica Select h.app, h.hop, h.replica, COUNT, SUM(h.hop_us), " \
+       "SUM(h.latency_us) Sample 1/1"
+
+
+def test_baggage_carries_each_sampled_records_hops_across_the_wire_and_they_add_up_to_its_latency():
+    """Frames cross memnet's links encoded (engine/wire.py): the hops reach the application only
+    if the baggage travels in them.  Per delivered record its hops' times add up to its latency."""
+    place = placement(2, NODES)
+    net = MemoryNetwork(QUERY, place, seed=2)
+    install_everywhere(net, "hops", HOPS)
+    publish = net.publish
+
+    def publish_and_tick(node, stream, items):
+        net.now += 700
+        publish(node, stream, items)
+    net.publish = publish_and_tick
+    publish_all(net, place)
+    rows = answers(net, "hops", HOPS)
+    for app in QUERY.applications:
+        mine = [r for r in rows if r["app"] == app]
+        first = [r for r in mine if r["hop"] == 0]
+        assert first, app
+        records = sum(r["COUNT"] for r in first)
+        assert records == len(net.delivered[app]), app      # every delivered record had its baggage
+        assert sum(r["SUM(hop_us)"] for r in mine) == sum(r["SUM(latency_us)"] for r in first)
+        assert any(r["replica"].startswith(app + "#") for r in mine)     # the last hop: the application
+    # alerts' records come all the way from the entry points (joined and filtered, not aggregated)
+    starts = {r["replica"].split("#")[0] for r in rows if r["app"] == "alerts" and r["hop"] == 0}
+    assert starts and starts <= set(QUERY.streams)
+
+
+def test_baggage_is_on_the_wire_only_while_a_query_needs_it():
+    from replicast.engine.messages import Batch
+    from replicast.engine.wire import batch_frame_size, batch_header_size, decode, encode
+    from replicast.operators.plan import ReplicaId, StreamReplica
+    stream = StreamReplica(ReplicaId("load", 0), ReplicaId("correlate", 1), 0)
+    plain = Batch(stream, 5, 7, [(1, "a", 0.5)], 3)
+    untimed = Batch(stream, 5, 7, [(1, "a", 0.5)], 3, ("cpu_a#0@n1", "load#0@n2"))   # the simulator's paths
+    timed = Batch(stream, 5, 7, [(1, "a", 0.5)], 3, ("cpu_a#0@n1@10", "load#0@n2@25"))
+    assert encode(untimed) == encode(plain)
+    assert len(encode(timed)) > len(encode(plain))
+    assert decode(encode(timed)[4:]).path == timed.path and decode(encode(plain)[4:]).path == ()
+    header = batch_header_size(stream)
+    for batch in (plain, timed):
+        assert batch_frame_size(header, batch) == len(encode(batch))
+    net = MemoryNetwork(QUERY, placement(2, NODES))
+    assert all(core.tracer is None for core in net.cores.values())
+
+
+@pytest.mark.parametrize("baggage", [("x",) * 17, ("a" * 201,), (1, 2)])
+def test_oversized_or_odd_baggage_is_a_wire_error(baggage):
+    import msgpack
+    from replicast.engine.wire import WireError, decode
+    body = msgpack.packb([1, "load", 0, "correlate", 1, 0, 5, 7, msgpack.packb([[1, "a", 0.5]]), None, list(baggage)])
+    with pytest.raises(WireError):
+        decode(body)
