@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "replicast.engine.explain_cli",
     "replicast.engine.consume_cli",
     "replicast.engine.trace_cli",
+    "replicast.engine.dashboard_cli",
 )
 
 

@@ -46,7 +46,8 @@ TRACEPOINTS: dict[str, tuple[str, ...]] = {
     "Emit": ("node", "replica", "ts", "age_us"),
     # a batch sent to one downstream replica (every N-th batch of a replica's output log, N the sampling)
     "Send": ("node", "replica", "to_node", "to_replica", "records", "punctuation"),
-    # a record delivered to an application (§VI-B latency = arrival − ts), with the path of first arrivals
+    # a record delivered to an application (§VI-B latency = arrival − ts), with the path of first
+    # arrivals when a Hop query carries baggage (or the simulator traces paths)
     "Deliver": ("node", "app", "ts", "latency_us", "path"),
     # each hop of a sampled delivered record's baggage: time from the hop before (or its ts) to this emission
     "Hop": ("node", "app", "hop", "replica", "hop_us", "latency_us", "path"),

@@ -27,7 +27,7 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    query returns at once.  :func:`install` makes the tracer, :func:`remove` drops it with the last
    query: removing a query removes its cost.
 4. Baggage (Pivot Tracing's, for the happened-before view of one record's trip): while a
-   ``Deliver`` or ``Hop`` query is installed, an entry point's batch holding a sampled record
+   ``Hop`` query is installed, an entry point's batch holding a sampled record
    leaves with a path of one timed hop, ``replica@node@µs`` (when it was emitted), and every
    emission caused by a batch with baggage adds its own hop, the last :data:`MAX_HOPS` kept.  The
    path travels in the batch frame (engine/wire.py) and the output log; at the application each
@@ -111,7 +111,7 @@ class Tracer:
         self.points = points
         #: Entry points start baggage on batches with a record sampled at this N (0: none needs it)
         self.baggage = 0
-        for sample, _ in points.get("Hop", []) + points.get("Deliver", []):
+        for sample, _ in points.get("Hop", []):
             self.baggage = gcd(self.baggage, sample)
         if "Arrival" not in points:
             self.first.clear()

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+from html.parser import HTMLParser
 
 import aiomqtt
+import pytest
 
 from replicast.engine.cluster_config import load_cluster
 from replicast.engine.trace_client import ClusterTrace
@@ -90,3 +94,78 @@ def test_trace_queries_on_a_running_cluster_stream_answers_and_follow_a_kill(tmp
             time.sleep(1.5)
             after = trace_query(cluster_file, WIN_SHARE, "--for", "3", "--window", "2")
             assert shares(after[-1]) == {"load#1": 1.0}, after[-1]
+
+
+def chromium_dom(url: str, budget_ms: int = 4000) -> str:
+    """The page at ``url`` as headless Chromium renders it after its script ran ``budget_ms`` (virtual time)."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    done = subprocess.run([binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+class Page(HTMLParser):
+    """The elements of the dashboard that carry data- attributes."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if any(k.startswith("data-") for k in attrs):
+            self.elements.append((tag, attrs))
+
+    def replicas(self) -> dict[str, dict]:
+        return {a["data-replica"]: a for t, a in self.elements if t == "span" and "data-replica" in a}
+
+    def shares(self, replica: str, port: int) -> dict[str, float]:
+        return {a["data-upstream"]: float(a["data-share"]) for t, a in self.elements
+                if t == "tr" and a.get("data-replica") == replica and a.get("data-port") == str(port)}
+
+    def ccdfs(self) -> dict[str, int]:
+        return {a["data-app"]: int(a["data-count"]) for t, a in self.elements if t == "svg" and "data-app" in a}
+
+    def queries(self) -> set[str]:
+        return {a["data-query"] for t, a in self.elements if "data-query" in a}
+
+
+def test_the_dashboard_shows_a_running_cluster_in_a_browser_and_a_kill_moves_the_win_shares(tmp_path):
+    make = make_cluster_module()
+    with mosquitto(tmp_path) as broker_port:
+        cluster_file = tmp_path / "cluster.toml"
+        ports = free_ports(15)
+        cluster_file.write_text(fig1_cluster_toml(tmp_path, broker_port, ports[:14], punctuation_ms=100))
+        with cluster(cluster_file, tmp_path / "run") as processes, Publisher(broker_port, make.SERVERS):
+            dashboard = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "dashboard", str(cluster_file),
+                                          "--port", str(ports[14])], cwd=ROOT, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+            try:
+                trace_query(cluster_file, GAIN, "--for", "1", "--keep", "--id", "gain")   # a query left installed
+                url = f"http://127.0.0.1:{ports[14]}/"
+                time.sleep(5)
+                page = Page(chromium_dom(url))
+                replicas = page.replicas()
+                assert replicas["correlate#0"]["data-node"] == "n3" and replicas["correlate#0"]["data-state"] == "live"
+                assert {"cpu_n1#0", "load#0", "hot#1", "alerts#0"} <= set(replicas)
+                assert set(page.ccdfs()) == {"alerts", "rtt_stats", "load_trends"} and page.ccdfs()["alerts"] > 0
+                before = page.shares("correlate#0", 0)
+                assert set(before) == {"load#0", "load#1"} and sum(before.values()) == pytest.approx(1.0)
+                assert "gain" in page.queries()
+
+                kill(processes["n1"])                  # load#0 dies
+                time.sleep(12)                         # the win-share window (10 s) passes
+                page = Page(chromium_dom(url))
+                assert page.shares("correlate#0", 0) == {"load#1": 1.0}
+                assert page.replicas()["load#0"]["data-state"] == "unreachable"
+            finally:
+                dashboard.send_signal(signal.SIGINT)
+                dashboard.wait(20)
+                ClusterTrace(load_cluster(cluster_file)).remove("gain")
+            trace = ClusterTrace(load_cluster(cluster_file))
+            assert all(not queries for queries in trace.queries().values())    # the dashboard removed its own

@@ -1,0 +1,30 @@
+"""``replicast dashboard CLUSTER``: a web page of a running cluster, served locally (docs/tracing.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "dashboard", help="serve a live web page of a running cluster",
+        description="Serve a web page (one command, no build step) showing a running cluster: the query DAG with "
+                    "each replica's server and state, each application's latency CCDF, the win share of every "
+                    "stream replica, and the answers of installed trace queries (docs/tracing.md).  The "
+                    "dashboard installs two sampled trace queries on the nodes and removes them when it stops.")
+    parser.add_argument("cluster", help="the cluster file the nodes run (their metrics ports and secret)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to serve the page on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="port to serve the page on (default 8765; 0: any)")
+    parser.add_argument("--every", type=float, default=1.0, metavar="S", help="poll the nodes every S seconds")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from replicast.engine.cluster_config import load_cluster
+    from replicast.engine.dashboard import ClusterView, serve
+
+    try:
+        serve(ClusterView(load_cluster(args.cluster)), args.host, args.port, args.every)
+    except KeyboardInterrupt:
+        pass
+    return 0
