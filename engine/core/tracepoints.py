@@ -14,9 +14,11 @@ tracing while no query is installed (``NodeCore.tracer`` is None then):
 
 Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 
-1. Sampling is by record, and deterministic: a record is sampled at ``Sample 1/N`` when a hash of
-   its timestamp is 0 modulo N (:func:`sampled`), so every replica samples the same records and
-   every copy of a sampled record is seen at every duplicate filter.  Batches a port already saw
+1. Sampling is by record timestamp, and deterministic: a record is sampled at ``Sample 1/N`` when
+   a hash of its time slot (``ts >> SLOT_SHIFT``: 256 µs) is 0 modulo N (:func:`sampled`), so every
+   replica samples the same records and every copy of a sampled record is seen at every duplicate
+   filter.  A batch costs one C-level sort of its timestamps and a hash per slot it spans; only a
+   batch that touches a sampled slot is read record by record (benchmarks/tracing_overhead.py).  Batches a port already saw
    whole (equal content keys: the k copies of one emission, DESIGN.md "Identical batches") are
    sampled once; their copies reuse the answer and are never decoded for it.
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
@@ -41,6 +43,7 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 from __future__ import annotations
 
 from math import gcd
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from replicast.engine.core.trace_aggregate import Partial
@@ -64,7 +67,11 @@ MAX_KEYS = 4_096
 MAX_HOPS = 16
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
+#: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
+#: (rule 1), so a batch is sampled by its slots, not record by record.
+SLOT_SHIFT = 8
 _MIX = 0x9E3779B1
+_ts = itemgetter(0)
 
 
 def is_baggage(path: tuple[str, ...]) -> bool:
@@ -75,7 +82,7 @@ def is_baggage(path: tuple[str, ...]) -> bool:
 
 def sampled(ts: int, n: int) -> bool:
     """Whether the record with timestamp ``ts`` is sampled at ``Sample 1/n`` (rule 1)."""
-    return n == 1 or ((ts * _MIX) >> 16) % n == 0
+    return n == 1 or (((ts >> SLOT_SHIFT) * _MIX) >> 16) % n == 0
 
 
 class Tracer:
@@ -90,7 +97,7 @@ class Tracer:
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
         self._keys: dict[tuple[bytes, int], list] = {}  # (content key, N) -> sampled records (rule 1)
         self.events = 0
-        self.baggage = 0
+        self.baggage = self.arrival_sample = 0
 
     # -- queries (rule 3) ---------------------------------------------------------------------------
     def add(self, qid: str, query: TraceQuery) -> None:
@@ -109,6 +116,10 @@ class Tracer:
         for partial in self.queries.values():
             points.setdefault(partial.query.tracepoint, []).append((partial.query.sample, partial))
         self.points = points
+        #: The N that samples what every Arrival and Wait query samples (0: none is installed)
+        self.arrival_sample = 0
+        for sample, _ in points.get("Arrival", []) + points.get("Wait", []):
+            self.arrival_sample = gcd(self.arrival_sample, sample)
         #: Entry points start baggage on batches with a record sampled at this N (0: none needs it)
         self.baggage = 0
         for sample, _ in points.get("Hop", []):
@@ -128,14 +139,17 @@ class Tracer:
             cached = self._keys.get((key, n))
             if cached is not None:
                 return cached
-        if n == 1:
+        if n == 1 or not records:
             chosen = list(records)
-        else:
+        else:                                          # the batch's time slots first: in C but for a few
             stamps = getattr(records, "stamps", None)
-            if stamps is not None:                     # wire records: timestamps without building records
-                chosen = [records[i] for i, ts in enumerate(stamps) if ((ts * _MIX) >> 16) % n == 0]
-            else:
-                chosen = [r for r in records if ((r[0] * _MIX) >> 16) % n == 0]
+            stamps = sorted(map(_ts, records) if stamps is None else stamps)
+            low, high = stamps[0] >> SLOT_SHIFT, stamps[-1] >> SLOT_SHIFT
+            if high - low < len(stamps):
+                hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
+            else:                                      # spread thinly over time: record by record
+                hot = {ts >> SLOT_SHIFT for ts in stamps if sampled(ts, n)}
+            chosen = [r for r in records if r[0] >> SLOT_SHIFT in hot] if hot else []
         if key is not None:
             keys = self._keys
             if len(keys) >= MAX_KEYS:
@@ -162,37 +176,43 @@ class Tracer:
         if arrivals is None and waits is None and not keep:
             return
         port, replica = stream.port, hosted.replica
-        node, upstream, upstream_node = self.core.name, str(stream.source), self.core.inbound[stream].node
-        name = str(replica)
         sorted_port = waits is not None and hosted.logic is not None and hosted.logic.sorters is not None
         if records and (arrivals is not None or sorted_port or keep):
-            n = keep                                   # sampled at every query's N divides it
-            for sample, _ in (arrivals or []) + (waits or []):
-                n = gcd(n, sample)
-            first, remember = self.first, self._remember
-            for record in self._sample(records, key, n):
-                ts = record[0]
-                seen = first.get((replica, port, record))
-                if seen is None or now - seen[0] > REMEMBER_US:
-                    seen = remember((replica, port, record), now)
-                    if keep:
-                        seen.append(path)
-                    if sorted_port:
-                        self._wait(replica, port, ts, now)
-                else:
-                    seen[1] += 1
-                if arrivals is None:
-                    continue
-                rank, later = seen[1], now - seen[0]
-                event = {"node": node, "replica": name, "port": port, "upstream": upstream,
-                         "upstream_node": upstream_node, "outcome": "pass" if rank == 1 else "drop",
-                         "rank": rank, "later_us": later, "age_us": now - ts, "ts": ts}
-                for sample, partial in arrivals:
-                    if sample == n or sampled(ts, sample):
-                        partial.add(event)
-                        self.events += 1
+            n = gcd(keep, self.arrival_sample)         # sampled at every query's N divides it
+            chosen = self._sample(records, key, n)
+            if chosen:
+                self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now)
         if sorted_port and punctuation is not None:
-            self._release(waits, replica, name, port, hosted.logic.filters[port].max_punctuation, now)
+            self._release(waits, replica, str(replica), port, hosted.logic.filters[port].max_punctuation, now)
+
+    def _arrived(self, stream, hosted, chosen: list, n: int, arrivals, sorted_port: bool, keep: int,
+                 path: tuple[str, ...], now: int) -> None:
+        """The sampled records of a batch at a port: first arrivals remembered, events made (rule 2)."""
+        port, replica = stream.port, hosted.replica
+        node, upstream, upstream_node = self.core.name, str(stream.source), self.core.inbound[stream].node
+        name = str(replica)
+        first, remember = self.first, self._remember
+        for record in chosen:
+            ts = record[0]
+            seen = first.get((replica, port, record))
+            if seen is None or now - seen[0] > REMEMBER_US:
+                seen = remember((replica, port, record), now)
+                if keep:
+                    seen.append(path)
+                if sorted_port:
+                    self._wait(replica, port, ts, now)
+            else:
+                seen[1] += 1
+            if arrivals is None:
+                continue
+            rank = seen[1]
+            event = {"node": node, "replica": name, "port": port, "upstream": upstream,
+                     "upstream_node": upstream_node, "outcome": "pass" if rank == 1 else "drop",
+                     "rank": rank, "later_us": now - seen[0], "age_us": now - ts, "ts": ts}
+            for sample, partial in arrivals:
+                if sample == n or sampled(ts, sample):
+                    partial.add(event)
+                    self.events += 1
 
     def _remember(self, key: tuple, now: int) -> list:
         first = self.first
