@@ -32,6 +32,10 @@ class NodeOptions:
     #: (engine.core.views): the cluster's nodes.  Empty: each entry point's replica nodes and the
     #: nodes of the replicas it feeds, as configured when it first needs a view.
     voters: tuple[str, ...] = ()
+    #: The weight each stream replica's duplicate filter reports to the placement coordinator:
+    #: ``rank`` (§V-B: Σ 1/rank over its copies) or ``win-share`` (the copies it delivered first:
+    #: a stream replica that never wins weighs 0, docs/tracing.md).
+    utility: str = "rank"
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,11 +101,21 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
     return out
 
 
+def rank_weights(dedup) -> list[float]:
+    """§V-B: each stream replica's Σ 1/rank over the copies it delivered."""
+    return dedup.weights()
+
+
+def win_weights(dedup) -> list[float]:
+    """Win share's weight: how many copies each stream replica delivered first (rank 1)."""
+    return [float(counts[0]) for counts in dedup.rank_counts]
+
+
 def server_report(core: "NodeCore", now: int, load: float = 0.0, capacity: float = 1.0) -> ServerReport:
     """What this server tells the placement coordinator at ``now`` (:mod:`placement.reports`).
 
     * ``inputs``: every stream replica into a hosted replica, with its duplicate filter's §V-B
-      weight (the filter's index of that stream replica, ``statistics()["replicas"][…]["inputs"]``)
+      weight (or its wins, with ``NodeOptions.utility = "win-share"``; the filter's index of that stream replica, ``statistics()["replicas"][…]["inputs"]``)
       and its delay (§V-C): how far the newest punctuation received on it lags ``now``, less one
       punctuation interval (a source punctuates once per interval, so a stream on time lags by its
       latency plus up to one interval).  A stream replica that has carried no punctuation yet is as
@@ -118,7 +128,8 @@ def server_report(core: "NodeCore", now: int, load: float = 0.0, capacity: float
 
     Built only when a report is due (every few seconds), never on the data path.
     """
-    weights = {replica: [f.weights() for f in h.logic.filters]
+    signal = win_weights if core.options.utility == "win-share" else rank_weights
+    weights = {replica: [signal(f) for f in h.logic.filters]
                for replica, h in core.hosted.items() if h.logic is not None}
     interval = core.options.punctuation_us
     inputs = {}

@@ -245,3 +245,27 @@ def test_oversized_or_odd_baggage_is_a_wire_error(baggage):
     body = msgpack.packb([1, "load", 0, "correlate", 1, 0, 5, 7, msgpack.packb([[1, "a", 0.5]]), None, list(baggage)])
     with pytest.raises(WireError):
         decode(body)
+
+
+@pytest.mark.parametrize("signal", ["rank", "win-share"])
+def test_the_coordinator_is_told_win_share_or_rank_weights(signal):
+    """NodeOptions.utility picks what a server reports per stream replica (placement reports):
+    §V-B's Σ 1/rank, or its wins — a stream replica that never wins weighs 0 only then."""
+    from dataclasses import replace as with_options
+    from replicast.engine.core.stats import server_report
+    from replicast.engine.node import NodeOptions
+    place = placement(2, NODES)
+    net = MemoryNetwork(QUERY, place, options=with_options(NodeOptions(), utility=signal))
+    publish_all(net, place)
+    checked = 0
+    for core in net.cores.values():
+        report = server_report(core, net.now)
+        for stream, inbound in core.inbound.items():
+            hosted = core.hosted[stream.target]
+            if hosted.logic is None or inbound.index is None:
+                continue
+            counts = hosted.logic.filters[stream.port].rank_counts[inbound.index]
+            expected = counts[0] if signal == "win-share" else sum(n / (r + 1) for r, n in enumerate(counts))
+            assert report.inputs[stream].weight == pytest.approx(expected)
+            checked += counts[1] > 0                     # it lost some: the two signals differ there
+    assert checked
