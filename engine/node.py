@@ -26,6 +26,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from replicast.engine.core import tracepoints
 from replicast.engine.core.configure import add_replica, configure, configure_pinned, placement_plan, remove_replica
 from replicast.engine.core.events import (ControlRefused, DeadLetter, Decided, Delivered, Event, NodeOptions, PeerTimedOut,
                                 ProtocolError, ReplicaChanged, StreamCutOff)
@@ -148,6 +149,26 @@ class GuardedCore:
 
     def statistics(self) -> dict[str, Any]:
         return self._core.statistics()
+
+    @property
+    def tracer(self):
+        return self._core.tracer
+
+    # -- trace queries (docs/tracing.md): a user's input, so a refused query is a TraceQueryError for
+    #    the caller, not the core's ERROR; none is taken in ERROR -----------------------------------
+    def install_trace(self, qid: str, query) -> None:
+        next_core_state(self.state, CoreStep.RETURNED)
+        tracepoints.install(self._core, qid, query)
+
+    def remove_trace(self, qid: str) -> bool:
+        return tracepoints.remove(self._core, qid)
+
+    def take_traces(self) -> dict[str, list]:
+        return tracepoints.take(self._core)
+
+    def trace_context(self, stream: str | None, traceparent: str | None) -> bool:
+        """The next source message on ``stream`` came with this W3C traceparent (None: cleared)."""
+        return tracepoints.source_context(self._core, stream, traceparent)
 
     def ready(self) -> bool:
         return self.state is CoreState.RUNNING and self._core.ready()

@@ -221,10 +221,14 @@ class NodeDriver:
         except CoreFailed:
             pass                 # logged by _core_failed, which stopped the node
 
-    def _on_source(self, stream: str, payload: bytes) -> None:
-        """One source message (MQTT or a TCP source line): the core takes it or dead-letters it."""
+    def _on_source(self, stream: str, payload: bytes, traceparent: str | None = None) -> None:
+        """One source message (MQTT or a TCP source line): the core takes it or dead-letters it; an
+        MQTT 5 message's W3C ``traceparent`` goes with it into the trace baggage (docs/tracing.md)."""
         try:
+            traced = traceparent is not None and self.core.trace_context(stream, traceparent)
             self.core.on_source(stream, payload, now=now_us())
+            if traced:
+                self.core.trace_context(None, None)
             self._transmit()
         except CoreFailed:
             pass                 # logged by _core_failed, which stopped the node

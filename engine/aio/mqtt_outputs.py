@@ -25,6 +25,7 @@ import aiomqtt
 
 from replicast.engine.aio.supervise import Backoff
 from replicast.engine.aio.mqtt_session import BrokerSession, read_retained
+from replicast.engine.aio.trace_service import traceparent_of
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import shorten
 from replicast.engine.node import DeadLetter, Delivered
@@ -61,7 +62,7 @@ class MqttOutputs:
         if entries or any(own in brokers for brokers in apps.values()):
             self.sessions[own.url] = BrokerSession(
                 own, config.mqtt, name, metrics, topic=IN_TOPIC if entries else None,
-                on_message=lambda topic, payload: on_source(topic.rsplit("/", 1)[-1], payload))
+                on_message=lambda topic, payload, context=None: on_source(topic.rsplit("/", 1)[-1], payload, context))
         for brokers in apps.values():
             for broker in brokers:
                 if broker.url not in self.sessions:
@@ -111,6 +112,8 @@ class MqttOutputs:
             self._punctuated[app] = event.now
         payload = mqtt_items(self._names[app], event, ids)
         properties = mqtt_properties(app, event, ids or [])
+        if event.path:
+            properties += traceparent_of(event.path)          # an input's trace goes on (docs/tracing.md)
         retain = event.punctuation is not None and event.punctuation > self._retained.get(app, -1)
         for broker in self.apps[app]:
             session = self.sessions[broker.url]

@@ -234,7 +234,11 @@ class BrokerSession:
                 self.metrics.mqtt_redeliveries.inc()
                 continue
             if self.on_message is not None:
-                self.on_message(topic, payload)
+                traceparent = _traceparent(message)
+                if traceparent is None:
+                    self.on_message(topic, payload)
+                else:                          # an external producer's trace (docs/tracing.md)
+                    self.on_message(topic, payload, traceparent)
 
     async def _output(self, client: aiomqtt.Client) -> None:
         queue = self.outbox
@@ -275,4 +279,13 @@ async def read_retained(broker: BrokerAddress, settings: MqttSettings, node: str
                         return payload if isinstance(payload, bytes) else str(payload or "").encode()
         except TimeoutError:
             return None
+    return None
+
+
+def _traceparent(message) -> str | None:
+    """The W3C ``traceparent`` user property of an MQTT 5 message, if it has one."""
+    properties = getattr(message, "properties", None)
+    for key, value in getattr(properties, "UserProperty", None) or ():
+        if key == "traceparent":
+            return value
     return None

@@ -54,10 +54,21 @@ def token(secret: bytes) -> str:
     return hmac.new(secret, b"replicast trace queries", hashlib.sha256).hexdigest()
 
 
+def traceparent_of(path: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The ``traceparent`` user property of a delivery whose baggage carries an input's trace id
+    (engine/core/tracepoints.py rule 5): the same trace, a span id of this delivery's own."""
+    trace = tracepoints.trace_id(path)
+    if trace is None:
+        return []
+    span = hashlib.sha256("\n".join(path).encode()).hexdigest()[:16]
+    return [("traceparent", f"00-{trace}-{span}-01")]
+
+
 class TraceService:
     """Trace queries of one running node core (see the module docstring)."""
 
     def __init__(self, core, secret: bytes, loop: asyncio.AbstractEventLoop):
+        """``core``: the driver's :class:`~engine.node.GuardedCore`."""
         self.core, self.loop = core, loop
         self._token = token(secret).encode()
         self.reports: deque[dict[str, Any]] = deque(maxlen=KEEP_REPORTS)
@@ -71,20 +82,20 @@ class TraceService:
             self.collect()
 
     def collect(self) -> None:
-        tables = tracepoints.take(self.core)
+        tables = self.core.take_traces()
         if tables:
             self.seq += 1
             self.reports.append({"seq": self.seq, "at_us": time.time_ns() // 1000, "tables": tables})
 
     def _install(self, qid: str, text: str) -> dict:
         query = parse(text)
-        tracepoints.install(self.core, qid, query)
+        self.core.install_trace(qid, query)
         return {"installed": qid, "text": query.text}
 
     def _remove(self, qid: str) -> dict:
         if self.core.tracer is not None:
             self.collect()                              # what it counted so far still reaches readers
-        return {"removed": tracepoints.remove(self.core, qid)}
+        return {"removed": self.core.remove_trace(qid)}
 
     def _results(self, after: int) -> dict:
         return {"node": self.core.name, "seq": self.seq,
@@ -99,7 +110,7 @@ class TraceService:
                       for stream, inbound in core.inbound.items() if stream.target == replica]
             replicas.append({"replica": str(replica), "name": replica.name, "kind": hosted.kind,
                              "state": hosted.state.value, "inputs": inputs})
-        return {"node": core.name, "now_us": time.time_ns() // 1000, "replicas": replicas, "connected": sorted(core.connected),
+        return {"node": core.name, "now_us": time.time_ns() // 1000, "replicas": replicas,
                 "queries": tracepoints.installed(core), "statistics": core.statistics()}
 
     # -- in the HTTP server's threads -----------------------------------------------------------------

@@ -36,12 +36,20 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    sampled record's hops become ``Hop`` events: how long the record spent from the hop before (its
    timestamp, for the first) to each emission — queueing, waits, the link.  An emission is caused
    by one input batch (engine/messages.py rule 5), so a hop whose cause had no baggage starts none.
-5. :meth:`Tracer.take` hands out, per query, the partial table since the last call (plain data:
+5. An external producer's trace (W3C Trace Context): the driver hands the ``traceparent`` of a
+   source message to :func:`source_context` around ``on_source``; while a ``Hop`` query is
+   installed, the entry point's batch of that message then starts baggage whatever the sampling,
+   its first entry ``trace:<trace id>``, which every hop keeps.  A delivery whose baggage has one
+   carries it out again (engine/aio: a ``traceparent`` user property on the application's MQTT 5
+   message).  Stateless operators, joins and sorted applications keep the chain; an aggregate's
+   window, closed by a punctuation, starts a new one without it.
+6. :meth:`Tracer.take` hands out, per query, the partial table since the last call (plain data:
    :mod:`engine.core.trace_aggregate` rule 2); the driver calls it on its own schedule.
 """
 
 from __future__ import annotations
 
+import re
 from math import gcd
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -65,6 +73,9 @@ MAX_WAITING = 10_000
 MAX_KEYS = 4_096
 #: Hops a batch's baggage keeps (the newest; rule 4).
 MAX_HOPS = 16
+#: Baggage's first entry when the records came with an external trace context (rule 6).
+TRACE_PREFIX = "trace:"
+_TRACE_ID = re.compile(r"00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
 #: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
@@ -72,6 +83,16 @@ MAX_QUERIES = 32
 SLOT_SHIFT = 8
 _MIX = 0x9E3779B1
 _ts = itemgetter(0)
+
+
+def _hops(path: tuple[str, ...]) -> list[list[str]]:
+    """A baggage path's hops as ``[replica@node, µs]`` (its trace id entry left out)."""
+    return [hop.rsplit("@", 1) for hop in path if not hop.startswith(TRACE_PREFIX)]
+
+
+def trace_id(path: tuple[str, ...]) -> str | None:
+    """The external trace id a baggage path carries (rule 6), if any."""
+    return path[0][len(TRACE_PREFIX):] if path and path[0].startswith(TRACE_PREFIX) else None
 
 
 def is_baggage(path: tuple[str, ...]) -> bool:
@@ -98,6 +119,8 @@ class Tracer:
         self._keys: dict[tuple[bytes, int], list] = {}  # (content key, N) -> sampled records (rule 1)
         self.events = 0
         self.baggage = self.arrival_sample = 0
+        #: (stream, trace id) of the source message being taken (rule 6), set by the driver around on_source
+        self.context: tuple[str, str] | None = None
 
     # -- queries (rule 3) ---------------------------------------------------------------------------
     def add(self, qid: str, query: TraceQuery) -> None:
@@ -130,7 +153,7 @@ class Tracer:
             self.waiting.clear()
 
     def take(self) -> dict[str, list]:
-        """Per query id, its partial table since the last call (rule 5)."""
+        """Per query id, its partial table since the last call (rule 6)."""
         return {qid: partial.take() for qid, partial in self.queries.items()}
 
     # -- sampling (rule 1) --------------------------------------------------------------------------
@@ -172,7 +195,9 @@ class Tracer:
         points = self.points
         arrivals, waits = points.get("Arrival"), points.get("Wait")
         # an application delivers a record, sorted, after the batch that brought it: remember its baggage
-        keep = self.baggage if hosted.kind == "application" and path and is_baggage(path) else 0
+        keep = 0
+        if self.baggage and hosted.kind == "application" and path and is_baggage(path):
+            keep = 1 if path[0].startswith(TRACE_PREFIX) else self.baggage     # a traced input: every record
         if arrivals is None and waits is None and not keep:
             return
         port, replica = stream.port, hosted.replica
@@ -255,6 +280,8 @@ class Tracer:
         kind = hosted.kind
         if kind == "application":
             if records:
+                if self.baggage and not is_baggage(path):     # released by a later batch: a record's own
+                    path = self._record_baggage(hosted, records, path)
                 self._deliver(hosted, records, now, path)
             return path
         point = "Source" if kind == "entry" else "Emit"
@@ -280,17 +307,30 @@ class Tracer:
                     self.events += 1
         carried = self.baggage
         if carried and not hosted.hop and records:
+            hop = f"{name}@{node}@{now}"
             if path and is_baggage(path):
-                path = (*path[1 - MAX_HOPS:], f"{name}@{node}@{now}")
+                kept = path[:1] if path[0].startswith(TRACE_PREFIX) else ()
+                path = (*kept, *path[len(kept):][len(kept) + 1 - MAX_HOPS:], hop)     # at most MAX_HOPS
+            elif kind == "entry" and self.context is not None and self.context[0] == hosted.replica.name:
+                path = (TRACE_PREFIX + self.context[1], hop)        # an external producer's trace (rule 6)
             elif any(sampled(r[0], carried) for r in records):     # an entry point, or a cause without baggage
-                path = (f"{name}@{node}@{now}",)
+                path = (hop,)
+        return path
+
+    def _record_baggage(self, hosted: "Hosted", records, path: tuple[str, ...]) -> tuple[str, ...]:
+        """The baggage the first of ``records`` that brought any arrived with (else ``path``)."""
+        first = self.first
+        for record in records:
+            seen = first.get((hosted.replica, 0, record))
+            if seen is not None and len(seen) > 2:
+                return seen[2]
         return path
 
     def _deliver(self, hosted: "Hosted", records, now: int, path: tuple[str, ...]) -> None:
         """``Deliver`` for each sampled record, and ``Hop`` for each hop of its baggage (rule 5)."""
         points, node, app = self.points, self.core.name, hosted.replica.name
         timed = is_baggage(path)
-        hops = [hop.rsplit("@", 1) for hop in path] if timed else [(hop, None) for hop in path]
+        hops = _hops(path) if timed else [(hop, None) for hop in path]
         route = " > ".join(h for h, _ in hops)
         listeners = points.get("Deliver")
         if listeners:
@@ -307,7 +347,7 @@ class Tracer:
                     if seen is None or len(seen) < 3:
                         continue
                     path = seen[2]
-                    hops = [hop.rsplit("@", 1) for hop in path]
+                    hops = _hops(path)
                     route = " > ".join(h for h, _ in hops)
                 ts = previous = record[0]
                 for i, (hop, at) in enumerate([*hops, (f"{hosted.replica}@{node}", now)]):
@@ -348,3 +388,14 @@ def take(core: "NodeCore") -> dict[str, list]:
 def installed(core: "NodeCore") -> dict[str, Any]:
     """Query id -> its text, for listings."""
     return {} if core.tracer is None else {qid: p.query.text for qid, p in core.tracer.queries.items()}
+
+
+def source_context(core: "NodeCore", stream: str | None, traceparent: str | None) -> bool:
+    """The source message on ``stream`` about to be taken came with W3C ``traceparent`` (None after
+    it: cleared).  Returns whether it is carried (a Hop query is installed and the header is valid)."""
+    tracer = core.tracer
+    if tracer is None:
+        return False
+    match = _TRACE_ID.match(traceparent or "")
+    tracer.context = (stream, match.group(1)) if match and stream is not None and tracer.baggage else None
+    return tracer.context is not None

@@ -3,6 +3,7 @@ on an in-memory network of node cores (both runtimes drive the same core)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,27 @@ def test_the_coordinator_is_told_win_share_or_rank_weights(signal):
             assert report.inputs[stream].weight == pytest.approx(expected)
             checked += counts[1] > 0                     # it lost some: the two signals differ there
     assert checked
+
+
+def test_an_input_trace_context_rides_in_the_baggage_to_the_deliveries():
+    """A source message's W3C traceparent (tracepoints rule 5): its records' batches carry the trace
+    id through the operators to the application, even where the sampling would not take them."""
+    place = placement(2, NODES)
+    net = MemoryNetwork(QUERY, place, seed=4)
+    install_everywhere(net, "hops", "From h In Hop Select COUNT Sample 1/1000000")
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    publish = net.publish
+
+    def publish_with_context(node, stream, items):
+        core = net.cores[node]
+        assert tracepoints.source_context(core, stream, f"00-{trace}-00f067aa0ba902b7-01")
+        core.on_source(stream, json.dumps(items).encode(), now=net.now)
+        tracepoints.source_context(core, None, None)
+        net.flush()
+    net.publish = publish_with_context
+    publish_all(net, place)
+    traced = [(name, e) for name, e in net.events if type(e).__name__ == "Delivered" and e.records
+              and tracepoints.trace_id(e.path) == trace]
+    assert {e.app for _, e in traced} >= {"alerts"}          # joined, filtered and sorted on the way
+    assert not tracepoints.source_context(net.cores["n1"], "cpu_a", "not-a-traceparent")
+    net.publish = publish
