@@ -1,4 +1,5 @@
-"""``replicast dashboard``: a locally served web page of a running cluster (docs/tracing.md).
+"""``replicast dashboard``: a locally served web page of a running cluster, or of a recorded run
+(:class:`RecordedView`: a simulation's output, an application's output files) (docs/tracing.md).
 
 The page (:mod:`engine.dashboard_page`, one HTML file with its script: no build step) reads
 ``/api/state`` once a second; this module serves it from a :class:`ClusterView` that polls the
@@ -23,6 +24,8 @@ import json
 import logging
 import threading
 import time
+from collections import Counter, defaultdict
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,6 +33,7 @@ from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.core.trace_aggregate import LogHistogram, merge
 from replicast.engine.core.trace_language import TraceQueryError, parse
 from replicast.engine.trace_client import Answers, ClusterTrace, now_us
+from replicast.operators.errors import ReplicastError
 
 log = logging.getLogger("replicast.dashboard")
 
@@ -85,6 +89,8 @@ class ClusterView:
         self.answers.trim(now - int(KEEP_S * 1e6))
         snapshot = {"ready": True, "at_us": now, "cluster": str(self.config.path),
                     "dag": self._dag(states), "latency": self._latency(now), "shares": self._shares(now),
+                    "shares_title": f"Win share per stream replica (last {SHARE_WINDOW_S:.0f} s: whose copy "
+                                    "passed the duplicate filter first)",
                     "queries": [{"id": qid, "text": text, "rows": self.answers.rows(qid)}
                                 for qid, text in sorted(self.others.items())],
                     "unreachable": sorted(self.trace.unreachable), "untraceable": self.trace.untraceable}
@@ -139,7 +145,117 @@ class ClusterView:
             return json.dumps(self.snapshot, default=str).encode()
 
 
-def serve(view: ClusterView, host: str, port: int, interval: float = 1.0) -> None:
+class RecordedView:
+    """The same page for a finished run (``replicast dashboard --run PATH``), read once:
+
+    * a simulated run (``deliveries.parquet``, or a ``replicast simulate`` directory's ``k<K>/``):
+      each application's latency CCDF, and the win share of each upstream replica along the
+      delivered records' paths — the chain of first arrivals the simulator records per delivery
+      (engine/messages.py rule 5), so a share here is of the records that reached an application;
+      the DAG is what the paths went through (replica@server), states ``recorded``;
+    * a live cluster's output files (``*.jsonl`` of the applications' file sinks, or a directory of
+      them): each application's latency CCDF (arrival − ts), no paths.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.snapshot: dict[str, Any] = {"ready": False}
+
+    def install(self) -> None:
+        pass
+
+    def remove(self) -> None:
+        pass
+
+    def refresh(self) -> None:
+        if self.snapshot["ready"]:
+            return
+        rows = self._rows()
+        latency: dict[str, list[int]] = defaultdict(list)
+        transitions: Counter = Counter()
+        for app, late, path, n in rows:
+            latency[app].extend([late] * n)
+            hops = path.split(" > ") if path else []
+            for upstream, replica in zip(hops, hops[1:]):
+                transitions[(replica.partition("@")[0], upstream.partition("@")[0].rpartition("#")[0],
+                             upstream.partition("@")[0])] += n
+        self.snapshot = {"ready": True, "at_us": now_us(), "cluster": f"recorded run {self.path}",
+                         "dag": _dag_of_paths(row[2] for row in rows), "latency": {
+                             app: _ccdf(values) for app, values in sorted(latency.items())},
+                         "shares": _path_shares(transitions), "queries": [], "unreachable": [], "untraceable": [],
+                         "shares_title": "Win share per upstream replica along the delivered records' paths "
+                                         "(port: the upstream's name)"}
+
+    def _rows(self) -> list[tuple[str, int, str, int]]:
+        """(app, latency µs, path, count) of every delivery."""
+        path = self.path
+        if path.is_dir() and (path / "deliveries.parquet").is_file():
+            path = path / "deliveries.parquet"
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq             # the simulation extra
+            table = pq.read_table(path, columns=["app", "ts", "arrival", "path"]).to_pydict()
+            return [(app, arrival - ts, route or "", 1) for app, ts, arrival, route
+                    in zip(table["app"], table["ts"], table["arrival"], table["path"])]
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        if not files:
+            raise ReplicastError(f"{path}: no deliveries.parquet and no *.jsonl output files here")
+        rows = []
+        for file in files:
+            for number, line in enumerate(file.read_text().splitlines(), 1):
+                try:
+                    item = json.loads(line)
+                    rows.append((str(item["app"]), int(item["arrival"]) - int(item["ts"]), "", 1))
+                except (ValueError, KeyError, TypeError):
+                    raise ReplicastError(f"{file}:{number}: not an output line with app, ts and arrival") from None
+        return rows
+
+    def page_state(self) -> bytes:
+        return json.dumps(self.snapshot, default=str).encode()
+
+
+def _ccdf(latencies: list[int], points: int = 200) -> dict:
+    ordered = sorted(latencies)
+    n = len(ordered)
+    step = max(1, n // points)
+    curve = [[float(ordered[i]), (n - i) / n] for i in range(0, n, step)]
+    return {"count": n, "sample": 1, "ccdf": curve, "p50_us": float(ordered[(n - 1) // 2]),
+            "p99_us": float(ordered[int(0.99 * (n - 1))])}
+
+
+def _path_shares(transitions: Counter) -> list[dict]:
+    totals: Counter = Counter()
+    for (replica, port, _), n in transitions.items():
+        totals[(replica, port)] += n
+    return [{"replica": replica, "port": port, "upstream": upstream, "count": n, "share": n / totals[(replica, port)]}
+            for (replica, port, upstream), n in sorted(transitions.items())]
+
+
+def _dag_of_paths(paths) -> list[dict]:
+    """Logical nodes and replicas seen on the paths, upstream first."""
+    inputs: dict[str, set] = defaultdict(set)
+    replicas: dict[str, dict[str, str]] = defaultdict(dict)
+    first, last = set(), set()
+    for path in set(paths):
+        hops = [hop.partition("@") for hop in path.split(" > ")] if path else []
+        for i, (replica, _, node) in enumerate(hops):
+            name = replica.rpartition("#")[0]
+            replicas[name][replica] = node
+            if i:
+                inputs[name].add(hops[i - 1][0].rpartition("#")[0])
+        if hops:
+            first.add(hops[0][0].rpartition("#")[0])
+            last.add(hops[-1][0].rpartition("#")[0])
+    order: list[str] = []
+    while len(order) < len(replicas):                  # upstream first (paths are acyclic)
+        ready = sorted(n for n in replicas if n not in order and inputs[n] <= set(order))
+        order += ready or sorted(n for n in replicas if n not in order)
+    return [{"name": name, "kind": "stream" if name in first else "application" if name in last else "operator",
+             "inputs": sorted(inputs[name]), "replicas": [{"replica": r, "node": node, "state": "recorded"}
+                                                          for r, node in sorted(replicas[name].items())]}
+            for name in order]
+
+
+def serve(view, host: str, port: int, interval: float = 1.0) -> None:
     """Serve the page on ``host:port`` and refresh the view every ``interval`` seconds until Ctrl-C."""
     from replicast.engine.dashboard_page import PAGE
 

@@ -35,7 +35,7 @@ PAGE = r"""<!doctype html>
 <div id="dag"></div>
 <h2>Latency CCDF per application (share of records at least this late)</h2>
 <div id="latency"></div>
-<h2>Win share per stream replica (last 10 s: whose copy passed the duplicate filter first)</h2>
+<h2 id="shares-title">Win share per stream replica</h2>
 <table id="shares"><thead><tr><th>replica</th><th>port</th><th>upstream replica</th><th>wins</th><th>share</th></tr></thead>
 <tbody></tbody></table>
 <h2>Installed queries</h2>
@@ -126,6 +126,7 @@ async function refresh() {
       document.getElementById("latency").replaceChildren(
         ...Object.entries(state.latency).sort().map(([app, info]) => drawCcdf(app, info)));
       drawShares(state.shares);
+      document.getElementById("shares-title").textContent = state.shares_title;
       drawQueries(state.queries);
       const status = document.getElementById("status");
       status.replaceChildren(`${state.cluster} — updated ${new Date(state.at_us / 1000).toLocaleTimeString()}`);
