@@ -28,6 +28,9 @@ WIN_SHARE = ('From a In Arrival Where a.replica = "correlate#0" And a.port = 0 A
              'GroupBy a.port, a.upstream Select a.port, a.upstream, COUNT, SHARE Sample 1/1')
 GAIN = ("From a In Arrival Where a.rank = 2 GroupBy a.replica "
         "Select a.replica, COUNT, P50(a.later_us), P99(a.later_us) Sample 1/1")
+#: Where records over a bound spent their time (on loopback nothing takes 500 ms: a bound of 0 here).
+SLOW_HOPS = ("From h In Hop Where h.latency_us > 0 GroupBy h.app, h.hop, h.replica "
+             "Select h.app, h.hop, h.replica, COUNT, SUM(h.hop_us), SUM(h.latency_us), P50(h.hop_us) Sample 1/1")
 MAX_TICKS = 400                         # the publisher stops by itself after 40 s at most
 
 
@@ -86,6 +89,17 @@ def test_trace_queries_on_a_running_cluster_stream_answers_and_follow_a_kill(tmp
             operators = {row["replica"].split("#")[0] for row in gains}
             assert {"load", "ping", "correlate", "hot"} <= operators, gains
             assert all(row["P99(later_us)"] >= row["P50(later_us)"] >= 0 for row in gains)
+            # "where did slow records spend their time": every hop of the alerts' records, from the entry
+            # points through the join to the application, and the hops add up to the latency
+            hops = trace_query(cluster_file, SLOW_HOPS, "--for", "3")[-1]["rows"]
+            alerts = [row for row in hops if row["app"] == "alerts"]
+            assert {row["replica"].split("#")[0] for row in alerts} >= {"load", "correlate", "hot", "alerts"}, hops
+            starts = {f"{kind}_{s}" for kind in ("cpu", "ping") for s in make.SERVERS}
+            first = [row for row in alerts if row["hop"] == 0]         # (records in flight while the query was
+            from_entry = sum(row["COUNT"] for row in first if row["replica"].split("#")[0] in starts)   # installed
+            assert from_entry >= 0.8 * sum(row["COUNT"] for row in first), first   # start their chain later)
+            assert sum(row["SUM(hop_us)"] for row in alerts) == \
+                sum(row["SUM(latency_us)"] for row in alerts if row["hop"] == 0)
             # the queries were removed when trace-query stopped: the nodes trace nothing any more
             trace = ClusterTrace(load_cluster(cluster_file))
             assert trace.queries() == {node: {} for node in trace.urls}
