@@ -7,7 +7,8 @@ tracing while no query is installed (``NodeCore.tracer`` is None then):
   a sampled record reaching the duplicate filter (§IV-B, Alg. 1) is an ``Arrival`` event (pass or
   drop, from which upstream replica, its rank among the copies, how much later than the first),
   and a passed record that waits in a sorter (§IV-C) is a ``Wait`` event when its punctuation
-  releases it;
+  releases it (an entry-stamped stream's records waiting for every member to hold their stamp
+  are ``Wait`` events of kind ``stamper``, from :meth:`Tracer.emit`);
 * :meth:`Tracer.emit` from the sender, for every batch a replica emits: ``Source`` (an entry
   point's records), ``Emit`` (an operator's), ``Send`` (the batch, to each downstream replica) and
   ``Deliver`` (an application's records, with their latency and the path of first arrivals).
@@ -284,6 +285,11 @@ class Tracer:
                     path = self._record_baggage(hosted, records, path)
                 self._deliver(hosted, records, now, path)
             return path
+        waits = points.get("Wait")
+        if waits and kind == "entry" and hosted.stamp is not None and records:    # entry-stamped: held until
+            port = 0                                                                # every member had it
+            self._fire(waits, records, None, lambda r: {
+                "node": node, "replica": name, "port": port, "kind": "stamper", "wait_us": now - r[0], "ts": r[0]})
         point = "Source" if kind == "entry" else "Emit"
         listeners = points.get(point)
         if listeners and records:

@@ -294,3 +294,17 @@ def test_an_input_trace_context_rides_in_the_baggage_to_the_deliveries():
     assert {e.app for _, e in traced} >= {"alerts"}          # joined, filtered and sorted on the way
     assert not tracepoints.source_context(net.cores["n1"], "cpu_a", "not-a-traceparent")
     net.publish = publish
+
+
+def test_an_entry_stamped_streams_records_wait_for_their_stamp_round():
+    """Entry-stamped mode: a stamped record leaves once every entry replica holds its stamp; the
+    wait (one round trip between the entry replicas) is a Wait event of kind stamper."""
+    from tests.engine.test_entry_stamping import network, publish, settle
+    net = network(seed=1)
+    text = "From w In Wait GroupBy w.kind, w.replica Select w.kind, w.replica, COUNT, MAX(w.wait_us) Sample 1/1"
+    install_everywhere(net, "waits", text)
+    publish(net, 0, 20)
+    settle(net)
+    rows = [r for r in answers(net, "waits", text) if r["kind"] == "stamper"]
+    assert sum(r["COUNT"] for r in rows) >= 20 and {r["replica"] for r in rows} <= {"cpu#0", "cpu#1"}
+    assert max(r["MAX(wait_us)"] for r in rows) > 0
