@@ -62,10 +62,10 @@ class ClusterView:
         self.snapshot: dict[str, Any] = {"ready": False}
         self.lock = threading.Lock()
 
-    def install(self) -> None:
-        """(Re)install the view's queries on every node that lacks them (a restarted node has none)."""
+    def install(self, nodes: list[str] | None = None) -> None:
+        """Install the view's queries on every node (or those of ``nodes``: a restarted node has none)."""
         for qid, text in ((SHARE_ID, SHARE_QUERY), (LATENCY_ID, LATENCY_QUERY)):
-            self.trace.install(qid, text)
+            self.trace.install(qid, text, nodes)
 
     def remove(self) -> None:
         for qid in (SHARE_ID, LATENCY_ID):
@@ -73,10 +73,10 @@ class ClusterView:
 
     def refresh(self) -> None:
         states = self.trace.state()
+        lacking = [node for node, state in states.items() if not {SHARE_ID, LATENCY_ID} <= set(state["queries"])]
+        if lacking:
+            self.install(lacking)
         for node, state in states.items():
-            if not {SHARE_ID, LATENCY_ID} <= set(state["queries"]):
-                self.install()
-                break
             for qid, text in state["queries"].items():
                 if qid not in (SHARE_ID, LATENCY_ID) and qid not in self.others:
                     try:

@@ -104,3 +104,7 @@ def _cell(value) -> str:
 def _say_unreachable(cluster) -> None:
     for node, why in sorted(cluster.unreachable.items()):
         print(f"replicast trace-query: node {node} did not answer ({why})", file=sys.stderr)
+    for node, queries in sorted(cluster.overflow.items()):
+        for qid, n in sorted(queries.items()):
+            print(f"replicast trace-query: node {node}: query {qid} had more groups than a table keeps; "
+                  f"{n} events not counted (group by fewer distinct values)", file=sys.stderr)

@@ -42,6 +42,8 @@ class ClusterTrace:
                      for name, spec in config.nodes.items() if spec.metrics_port is not None}
         self.untraceable = sorted(set(config.nodes) - set(self.urls))
         self.unreachable: dict[str, str] = {}
+        #: node -> query id -> events its table could not keep (more groups than a table holds)
+        self.overflow: dict[str, dict[str, int]] = {}
         self._after: dict[str, int] = defaultdict(int)
 
     def _request(self, node: str, method: str, path: str, body: bytes | None = None) -> Any:
@@ -62,10 +64,10 @@ class ClusterTrace:
         self.unreachable.pop(node, None)
         return answer
 
-    def install(self, qid: str, text: str) -> TraceQuery:
-        """Install query ``qid`` on every node (rule 2); returns it parsed."""
+    def install(self, qid: str, text: str, nodes: list[str] | None = None) -> TraceQuery:
+        """Install query ``qid`` on every node (or those of ``nodes``) (rule 2); returns it parsed."""
         query = parse(text)
-        for node in self.urls:
+        for node in self.urls if nodes is None else nodes:
             self._request(node, "PUT", f"/trace/queries/{qid}", text.encode())
         return query
 
@@ -99,6 +101,8 @@ class ClusterTrace:
                 answer = self._request(node, "GET", "/trace/results?after=0") or {"reports": [], "seq": 0}
             for report in answer["reports"]:
                 new.append((node, report["at_us"], report["tables"]))
+            if answer.get("overflow"):
+                self.overflow[node] = answer["overflow"]
             self._after[node] = answer["seq"]
         return new
 

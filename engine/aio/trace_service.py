@@ -98,8 +98,9 @@ class TraceService:
         return {"removed": self.core.remove_trace(qid)}
 
     def _results(self, after: int) -> dict:
-        return {"node": self.core.name, "seq": self.seq,
-                "reports": [r for r in self.reports if r["seq"] > after]}
+        tracer = self.core.tracer
+        return {"node": self.core.name, "seq": self.seq, "reports": [r for r in self.reports if r["seq"] > after],
+                "overflow": {} if tracer is None else dict(tracer.overflow)}
 
     def _state(self) -> dict:
         core = self.core

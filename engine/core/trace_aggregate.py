@@ -141,15 +141,21 @@ def finish(query: TraceQuery, merged: dict[tuple, list]) -> list[dict[str, Any]]
     return rows
 
 
-class Partial:
-    """One query's table on one node, since the last :meth:`take` (rule 1)."""
+#: Groups one query's table holds per interval at most; events of further groups are counted, not kept.
+MAX_GROUPS = 10_000
 
-    __slots__ = ("query", "groups", "events")
+
+class Partial:
+    """One query's table on one node, since the last :meth:`take` (rule 1); at most
+    :data:`MAX_GROUPS` groups (``GroupBy a.ts`` would otherwise grow with the stream), the events of
+    any further group counted in :attr:`overflow`."""
+
+    __slots__ = ("query", "groups", "events", "overflow")
 
     def __init__(self, query: TraceQuery):
         self.query = query
         self.groups: dict[tuple, list] = {}
-        self.events = 0
+        self.events = self.overflow = 0
 
     def add(self, event: dict) -> None:
         query = self.query
@@ -159,6 +165,9 @@ class Partial:
         key = tuple(event[f] for f in query.group_by)
         states = self.groups.get(key)
         if states is None:
+            if len(self.groups) >= MAX_GROUPS:
+                self.overflow += 1
+                return
             states = self.groups[key] = new_states(query)
         update(query, states, event)
         self.events += 1

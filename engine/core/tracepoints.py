@@ -120,6 +120,7 @@ class Tracer:
         self._keys: dict[tuple[bytes, int], list] = {}  # (content key, N) -> sampled records (rule 1)
         self.events = 0
         self.baggage = self.arrival_sample = 0
+        self.overflow: dict[str, int] = {}             # query id -> events of groups past MAX_GROUPS
         #: (stream, trace id) of the source message being taken (rule 6), set by the driver around on_source
         self.context: tuple[str, str] | None = None
 
@@ -154,7 +155,12 @@ class Tracer:
             self.waiting.clear()
 
     def take(self) -> dict[str, list]:
-        """Per query id, its partial table since the last call (rule 6)."""
+        """Per query id, its partial table since the last call (rule 6); events beyond a table's
+        groups (trace_aggregate.MAX_GROUPS) are added up in :attr:`overflow`."""
+        for qid, partial in self.queries.items():
+            if partial.overflow:
+                self.overflow[qid] = self.overflow.get(qid, 0) + partial.overflow
+                partial.overflow = 0
         return {qid: partial.take() for qid, partial in self.queries.items()}
 
     # -- sampling (rule 1) --------------------------------------------------------------------------

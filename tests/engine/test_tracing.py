@@ -308,3 +308,12 @@ def test_an_entry_stamped_streams_records_wait_for_their_stamp_round():
     rows = [r for r in answers(net, "waits", text) if r["kind"] == "stamper"]
     assert sum(r["COUNT"] for r in rows) >= 20 and {r["replica"] for r in rows} <= {"cpu#0", "cpu#1"}
     assert max(r["MAX(wait_us)"] for r in rows) > 0
+
+
+def test_a_table_keeps_at_most_max_groups_and_counts_the_rest():
+    from replicast.engine.core import trace_aggregate
+    q = parse("From a In Arrival GroupBy a.ts Select a.ts, COUNT")
+    partial = Partial(q)
+    for ts in range(trace_aggregate.MAX_GROUPS + 25):
+        partial.add({"ts": ts})
+    assert len(partial.groups) == trace_aggregate.MAX_GROUPS and partial.overflow == 25
