@@ -3,6 +3,7 @@ in one simulator run (docs/tracing.md, "Win share as a GC signal").
 
     python3 benchmarks/win_share_utility.py                       # sim-fig1, kmax = 2, first 600 s
     python3 benchmarks/win_share_utility.py --kmax 3 --duration 1800
+    python3 benchmarks/win_share_utility.py --gc --duration 1800   # GC run by each signal (sim-fig1-placement)
 
 Every duplicate filter counts, per stream replica, the copies it delivered at each arrival rank
 (operators/dedup.py).  §V-B weighs a stream replica by Σ 1/rank over its copies; win share counts
@@ -53,14 +54,40 @@ def shares(sim) -> list[dict]:
     return rows
 
 
+def gc_runs(scenario, kmax: int) -> None:
+    """The scenario's coordinator run twice, GC ranking by each signal: what each did and cost."""
+    original = simulator_run.Simulation
+    print(f"{scenario.name}, kmax = {kmax}, {scenario.duration_s:.0f} simulated s, garbage collection by:")
+    for signal in ("rank", "win-share"):
+        def with_signal(*a, **k):
+            k["options"] = replace(k["options"], utility=signal)
+            return original(*a, **k)
+        simulator_run.Simulation = with_signal
+        try:
+            summary = run(Prepared(scenario), kmax).summary
+        finally:
+            simulator_run.Simulation = original
+        decisions = summary.get("coordinator", {}).get("decisions", {})
+        latency = summary.get("latency_ms", {})
+        print(f"  {signal:>9}: decisions {decisions}; network cost {summary.get('network_cost')}; "
+              f"latency p50 {latency.get('p50')} ms, p99 {latency.get('p99')} ms; delivered {summary.get('delivered')}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", default=str(ROOT / "examples/sim-fig1.toml"))
+    parser.add_argument("--scenario", help="scenario (default: examples/sim-fig1.toml; with --gc "
+                        "examples/sim-fig1-placement.toml)")
     parser.add_argument("--kmax", type=int, default=2)
     parser.add_argument("--duration", type=float, default=600.0, help="simulated seconds (default 600)")
+    parser.add_argument("--gc", action="store_true", help="run the coordinator's garbage collection once with "
+                        "each signal instead (the scenario needs a [coordinator] table)")
     args = parser.parse_args()
-    scenario = load_scenario(args.scenario)
+    default = "sim-fig1-placement.toml" if args.gc else "sim-fig1.toml"
+    scenario = load_scenario(args.scenario or ROOT / "examples" / default)
     scenario = replace(scenario, duration_s=args.duration)
+    if args.gc:
+        gc_runs(scenario, args.kmax)
+        return 0
     captured = []
     original = simulator_run.Simulation
 

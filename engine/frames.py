@@ -28,7 +28,7 @@ import msgpack
 import msgspec
 from msgspec import Meta, Raw, Struct
 
-from replicast.engine.core.tracepoints import MAX_HOPS, is_baggage
+from replicast.engine.core.baggage import MAX_HOPS, is_baggage
 from replicast.engine.packed_records import PackedRecords, WireError, records_bytes
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                                        DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, KeySeals, Mark, Message,

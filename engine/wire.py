@@ -26,7 +26,7 @@ from typing import Any
 import msgpack
 import msgspec
 
-from replicast.engine.core.tracepoints import is_baggage
+from replicast.engine.core.baggage import is_baggage
 from replicast.engine.frames import BY_CODE, BY_MESSAGE, AnyFrame, Frame, required_fields
 from replicast.engine.messages import Batch, Message
 from replicast.engine.packed_records import EncodedRecords, PackedRecords, WireError, records_bytes

@@ -37,6 +37,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 
 from replicast.engine.core import tracepoints
+from replicast.engine.core.baggage import trace_id
 from replicast.engine.core.trace_language import TraceQueryError, parse
 
 #: How often the node takes its queries' partial tables (seconds).
@@ -57,7 +58,7 @@ def token(secret: bytes) -> str:
 def traceparent_of(path: tuple[str, ...]) -> list[tuple[str, str]]:
     """The ``traceparent`` user property of a delivery whose baggage carries an input's trace id
     (engine/core/tracepoints.py rule 5): the same trace, a span id of this delivery's own."""
-    trace = tracepoints.trace_id(path)
+    trace = trace_id(path)
     if trace is None:
         return []
     span = hashlib.sha256("\n".join(path).encode()).hexdigest()[:16]

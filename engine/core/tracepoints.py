@@ -50,11 +50,11 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 
 from __future__ import annotations
 
-import re
 from math import gcd
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from replicast.engine.core.baggage import MAX_HOPS, TRACE_ID, TRACE_PREFIX, hops as _hops, is_baggage, trace_id
 from replicast.engine.core.trace_aggregate import Partial
 from replicast.engine.core.trace_language import TraceQuery, TraceQueryError
 
@@ -72,11 +72,6 @@ MAX_REMEMBERED = 200_000
 MAX_WAITING = 10_000
 #: Batches whose sampling is remembered by content key (rule 1).
 MAX_KEYS = 4_096
-#: Hops a batch's baggage keeps (the newest; rule 4).
-MAX_HOPS = 16
-#: Baggage's first entry when the records came with an external trace context (rule 6).
-TRACE_PREFIX = "trace:"
-_TRACE_ID = re.compile(r"00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
 #: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
@@ -84,22 +79,6 @@ MAX_QUERIES = 32
 SLOT_SHIFT = 8
 _MIX = 0x9E3779B1
 _ts = itemgetter(0)
-
-
-def _hops(path: tuple[str, ...]) -> list[list[str]]:
-    """A baggage path's hops as ``[replica@node, µs]`` (its trace id entry left out)."""
-    return [hop.rsplit("@", 1) for hop in path if not hop.startswith(TRACE_PREFIX)]
-
-
-def trace_id(path: tuple[str, ...]) -> str | None:
-    """The external trace id a baggage path carries (rule 6), if any."""
-    return path[0][len(TRACE_PREFIX):] if path and path[0].startswith(TRACE_PREFIX) else None
-
-
-def is_baggage(path: tuple[str, ...]) -> bool:
-    """Whether ``path`` is trace baggage (timed hops ``replica@node@µs``, rule 5) rather than the
-    simulator's untimed provenance (``replica@node``, engine/messages.py rule 5)."""
-    return bool(path) and path[-1].count("@") == 2 and path[-1].rpartition("@")[2].isdigit()
 
 
 def sampled(ts: int, n: int) -> bool:
@@ -408,6 +387,6 @@ def source_context(core: "NodeCore", stream: str | None, traceparent: str | None
     tracer = core.tracer
     if tracer is None:
         return False
-    match = _TRACE_ID.match(traceparent or "")
+    match = TRACE_ID.match(traceparent or "")
     tracer.context = (stream, match.group(1)) if match and stream is not None and tracer.baggage else None
     return tracer.context is not None

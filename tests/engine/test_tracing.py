@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from replicast.engine.core import tracepoints
+from replicast.engine.core.baggage import trace_id
 from replicast.engine.core.trace_aggregate import LogHistogram, Partial, finish, merge
 from replicast.engine.core.trace_language import TraceQueryError, parse
 from tests.engine.memnet import MemoryNetwork
@@ -22,7 +23,8 @@ WIN_SHARE = """From a In Arrival Where a.outcome = "pass"
 
 
 def test_the_tracing_modules_are_pure():
-    for name in ("engine/core/tracepoints.py", "engine/core/trace_language.py", "engine/core/trace_aggregate.py"):
+    for name in ("engine/core/tracepoints.py", "engine/core/trace_language.py", "engine/core/trace_aggregate.py",
+                 "engine/core/baggage.py"):
         assert imported_modules(ROOT / name) <= ALLOWED, name
 
 
@@ -290,7 +292,7 @@ def test_an_input_trace_context_rides_in_the_baggage_to_the_deliveries():
     net.publish = publish_with_context
     publish_all(net, place)
     traced = [(name, e) for name, e in net.events if type(e).__name__ == "Delivered" and e.records
-              and tracepoints.trace_id(e.path) == trace]
+              and trace_id(e.path) == trace]
     assert {e.app for _, e in traced} >= {"alerts"}          # joined, filtered and sorted on the way
     assert not tracepoints.source_context(net.cores["n1"], "cpu_a", "not-a-traceparent")
     net.publish = publish
