@@ -131,7 +131,8 @@ class ClusterConfig:
         return NodeOptions(punctuation_us=round(self.punctuation_ms * 1000), heartbeat_us=round(self.heartbeat_ms * 1000),
                            peer_timeout_us=round(self.peer_timeout_ms * 1000), entry_modes=dict(self.entry_modes),
                            join_timeout_us=round(self.join_timeout_ms * 1000), retention_items=self.retention_items,
-                           mode=self.mode, voters=tuple(sorted(self.nodes)))
+                           mode=self.mode, voters=tuple(sorted(self.nodes)),
+                           utility=self.coordinator.utility if self.coordinator is not None else "rank")
 
     def coordination(self, node: str):
         """Node ``node``'s part in placement (:class:`engine.core.coordination.CoordinationSetup`), or None."""

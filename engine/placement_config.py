@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -52,6 +52,9 @@ class CoordinatorSettings:
     expiry_s: float = 30.0
     latency_within_percent: float | None = None   # the latency objective (placement.objective)
     latency_bound_ms: float | None = None
+    #: What each server reports per stream replica for GC to rank by: "rank" (§V-B) or "win-share"
+    #: (docs/tracing.md); NodeOptions.utility of every node.
+    utility: str = "rank"
     # cluster files only
     kmax: int = 2
     alpha: float = 0.9
@@ -103,6 +106,8 @@ class CoordinatorTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     theta: NonNegative = CoordinatorSettings.theta
     gc: bool = CoordinatorSettings.gc
     revival: bool = CoordinatorSettings.revival
+    utility: Annotated[Literal["rank", "win-share"], Meta(description="\"rank\" or \"win-share\"")] = \
+        CoordinatorSettings.utility
 
 
 class ClusterCoordinatorTable(CoordinatorTable):

@@ -144,7 +144,8 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
                           peer_timeout_us=round(scenario.peer_timeout_ms * 1000),
                           entry_modes={s: scenario.entry_mode for s in query.streams},
                           join_timeout_us=round(scenario.join_timeout_ms * 1000),
-                          retention_items=scenario.retention_items, mode=scenario.mode)
+                          retention_items=scenario.retention_items, mode=scenario.mode,
+                          utility=scenario.coordinator.utility if scenario.coordinator is not None else "rank")
     begin = prepared.start if segment is None else segment.warm
     end = prepared.end if segment is None else segment.stop
     closes = end >= prepared.end                  # this run ends as the whole run does

@@ -319,3 +319,15 @@ def test_a_table_keeps_at_most_max_groups_and_counts_the_rest():
     for ts in range(trace_aggregate.MAX_GROUPS + 25):
         partial.add({"ts": ts})
     assert len(partial.groups) == trace_aggregate.MAX_GROUPS and partial.overflow == 25
+
+
+def test_coordinator_utility_is_a_cluster_file_and_scenario_setting(tmp_path):
+    from replicast.engine.cluster_config import ClusterConfigError, load_cluster
+    from replicast.engine.placement_config import parse_coordinator
+    from tests.engine.test_config_errors import min_cost_cluster
+    assert load_cluster(min_cost_cluster(tmp_path, 'kmax = 1\nutility = "win-share"')).options().utility == "win-share"
+    assert load_cluster(min_cost_cluster(tmp_path, "kmax = 1")).options().utility == "rank"
+    with pytest.raises(ClusterConfigError) as error:
+        load_cluster(min_cost_cluster(tmp_path, 'kmax = 1\nutility = "wins"'))
+    assert "'utility' must be \"rank\" or \"win-share\", got 'wins'" in str(error.value)
+    assert parse_coordinator({"utility": "win-share"}, "scenario", ValueError).utility == "win-share"
