@@ -55,18 +55,13 @@ def shares(sim) -> list[dict]:
 
 
 def gc_runs(scenario, kmax: int) -> None:
-    """The scenario's coordinator run twice, GC ranking by each signal: what each did and cost."""
-    original = simulator_run.Simulation
+    """The scenario's coordinator run twice, GC ranking by each signal (``[coordinator] utility``)."""
+    if scenario.coordinator is None:
+        raise SystemExit(f"{scenario.path}: --gc needs a [coordinator] table")
     print(f"{scenario.name}, kmax = {kmax}, {scenario.duration_s:.0f} simulated s, garbage collection by:")
     for signal in ("rank", "win-share"):
-        def with_signal(*a, **k):
-            k["options"] = replace(k["options"], utility=signal)
-            return original(*a, **k)
-        simulator_run.Simulation = with_signal
-        try:
-            summary = run(Prepared(scenario), kmax).summary
-        finally:
-            simulator_run.Simulation = original
+        chosen = replace(scenario, coordinator=replace(scenario.coordinator, utility=signal, compare_static=False))
+        summary = run(Prepared(chosen), kmax).summary
         decisions = summary.get("coordinator", {}).get("decisions", {})
         latency = summary.get("latency_ms", {})
         print(f"  {signal:>9}: decisions {decisions}; network cost {summary.get('network_cost')}; "
