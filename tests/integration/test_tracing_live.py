@@ -83,7 +83,7 @@ def test_trace_queries_on_a_running_cluster_stream_answers_and_follow_a_kill(tmp
             assert len(answers) >= 3                   # streamed: one answer a second
             final = shares(answers[-1])
             assert set(final) == {"load#0", "load#1"}, answers[-1]
-            assert sum(final.values()) == 1.0
+            assert sum(final.values()) == pytest.approx(1.0)
             assert sum(row["COUNT"] for row in answers[-1]["rows"]) > 20
             gains = trace_query(cluster_file, GAIN, "--for", "3")[-1]["rows"]
             operators = {row["replica"].split("#")[0] for row in gains}
