@@ -19,9 +19,9 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    a hash of its time slot (``ts >> SLOT_SHIFT``: 256 µs) is 0 modulo N (:func:`sampled`), so every
    replica samples the same records and every copy of a sampled record is seen at every duplicate
    filter.  A batch costs one C-level sort of its timestamps and a hash per slot it spans; only a
-   batch that touches a sampled slot is read record by record (benchmarks/tracing_overhead.py).  Batches a port already saw
-   whole (equal content keys: the k copies of one emission, DESIGN.md "Identical batches") are
-   sampled once; their copies reuse the answer and are never decoded for it.
+   batch that touches a sampled slot is read record by record (benchmarks/tracing_overhead.py).
+   Batches a port already saw whole (equal content keys: the k copies of one emission, DESIGN.md
+   "Identical batches") are sampled once; their copies reuse the answer and are never decoded for it.
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
    the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
    :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
@@ -32,11 +32,13 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 4. Baggage (Pivot Tracing's, for the happened-before view of one record's trip): while a
    ``Hop`` query is installed, an entry point's batch holding a sampled record
    leaves with a path of one timed hop, ``replica@node@µs`` (when it was emitted), and every
-   emission caused by a batch with baggage adds its own hop, the last :data:`MAX_HOPS` kept.  The
+   emission caused by a batch with baggage adds its own hop, the last :data:`MAX_HOPS` kept (an
+   emission holding a sampled record whose cause had none starts a chain of its own).  The
    path travels in the batch frame (engine/wire.py) and the output log; at the application each
    sampled record's hops become ``Hop`` events: how long the record spent from the hop before (its
    timestamp, for the first) to each emission — queueing, waits, the link.  An emission is caused
-   by one input batch (engine/messages.py rule 5), so a hop whose cause had no baggage starts none.
+   by one input batch (engine/messages.py rule 5).  An application that delivers a record after
+   the batch that brought it (sorted, released by a punctuation) uses the baggage it came with.
 5. An external producer's trace (W3C Trace Context): the driver hands the ``traceparent`` of a
    source message to :func:`source_context` around ``on_source``; while a ``Hop`` query is
    installed, the entry point's batch of that message then starts baggage whatever the sampling,
@@ -100,7 +102,7 @@ class Tracer:
         self.events = 0
         self.baggage = self.arrival_sample = 0
         self.overflow: dict[str, int] = {}             # query id -> events of groups past MAX_GROUPS
-        #: (stream, trace id) of the source message being taken (rule 6), set by the driver around on_source
+        #: (stream, trace id) of the source message being taken (rule 5), set by the driver around on_source
         self.context: tuple[str, str] | None = None
 
     # -- queries (rule 3) ---------------------------------------------------------------------------
@@ -128,8 +130,8 @@ class Tracer:
         self.baggage = 0
         for sample, _ in points.get("Hop", []):
             self.baggage = gcd(self.baggage, sample)
-        if "Arrival" not in points:
-            self.first.clear()
+        if "Arrival" not in points and "Wait" not in points and not self.baggage:
+            self.first.clear()                         # nothing reads first arrivals any more
         if "Wait" not in points:
             self.waiting.clear()
 
