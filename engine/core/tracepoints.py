@@ -263,7 +263,7 @@ class Tracer:
     def emit(self, hosted: "Hosted", records, punctuation: int | None, now: int,
              path: tuple[str, ...]) -> tuple[str, ...]:
         """``hosted`` emits ``records`` (then maybe ``punctuation``), caused by a batch that came
-        along ``path``; returns the path the emitted batch carries (with baggage: rule 5)."""
+        along ``path``; returns the path the emitted batch carries (with baggage: rule 4)."""
         points, node, name = self.points, self.core.name, str(hosted.replica)
         kind = hosted.kind
         if kind == "application":
@@ -305,8 +305,8 @@ class Tracer:
                 kept = path[:1] if path[0].startswith(TRACE_PREFIX) else ()
                 path = (*kept, *path[len(kept):][len(kept) + 1 - MAX_HOPS:], hop)     # at most MAX_HOPS
             elif kind == "entry" and self.context is not None and self.context[0] == hosted.replica.name:
-                path = (TRACE_PREFIX + self.context[1], hop)        # an external producer's trace (rule 6)
-            elif any(sampled(r[0], carried) for r in records):     # an entry point, or a cause without baggage
+                path = (TRACE_PREFIX + self.context[1], hop)        # an external producer's trace (rule 5)
+            elif self._sample(records, None, carried):      # an entry point, or a cause without baggage
                 path = (hop,)
         return path
 
@@ -320,7 +320,7 @@ class Tracer:
         return path
 
     def _deliver(self, hosted: "Hosted", records, now: int, path: tuple[str, ...]) -> None:
-        """``Deliver`` for each sampled record, and ``Hop`` for each hop of its baggage (rule 5)."""
+        """``Deliver`` for each sampled record, and ``Hop`` for each hop of its baggage (rule 4)."""
         points, node, app = self.points, self.core.name, hosted.replica.name
         timed = is_baggage(path)
         hops = _hops(path) if timed else [(hop, None) for hop in path]
