@@ -26,7 +26,6 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from replicast.engine.core import tracepoints
 from replicast.engine.core.configure import add_replica, configure, configure_pinned, placement_plan, remove_replica
 from replicast.engine.core.events import (ControlRefused, DeadLetter, Decided, Delivered, Event, NodeOptions, PeerTimedOut,
                                 ProtocolError, ReplicaChanged, StreamCutOff)
@@ -34,6 +33,8 @@ from replicast.engine.core.modes import MODES, Mode, parse_mode, shape
 from replicast.engine.core.node import NodeCore
 from replicast.engine.core.states import IllegalTransition, InboundState, ReplicaState, RouteState
 from replicast.engine.core.stats import COUNTERS, LATENCY_BOUNDS_US
+from replicast.engine.core.tracepoints import (install as _install_trace, remove as _remove_trace,
+                                               source_context as _trace_context, take as _take_traces)
 from replicast.engine.messages import Message
 from replicast.operators.errors import ReplicastError
 
@@ -158,17 +159,17 @@ class GuardedCore:
     #    the caller, not the core's ERROR; none is taken in ERROR -----------------------------------
     def install_trace(self, qid: str, query) -> None:
         next_core_state(self.state, CoreStep.RETURNED)
-        tracepoints.install(self._core, qid, query)
+        _install_trace(self._core, qid, query)
 
     def remove_trace(self, qid: str) -> bool:
-        return tracepoints.remove(self._core, qid)
+        return _remove_trace(self._core, qid)
 
     def take_traces(self) -> dict[str, list]:
-        return tracepoints.take(self._core)
+        return _take_traces(self._core)
 
     def trace_context(self, stream: str | None, traceparent: str | None) -> bool:
         """The next source message on ``stream`` came with this W3C traceparent (None: cleared)."""
-        return tracepoints.source_context(self._core, stream, traceparent)
+        return _trace_context(self._core, stream, traceparent)
 
     def ready(self) -> bool:
         return self.state is CoreState.RUNNING and self._core.ready()
