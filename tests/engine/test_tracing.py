@@ -331,3 +331,21 @@ def test_coordinator_utility_is_a_cluster_file_and_scenario_setting(tmp_path):
         load_cluster(min_cost_cluster(tmp_path, 'kmax = 1\nutility = "wins"'))
     assert "'utility' must be \"rank\" or \"win-share\", got 'wins'" in str(error.value)
     assert parse_coordinator({"utility": "win-share"}, "scenario", ValueError).utility == "win-share"
+
+
+def test_a_guarded_core_takes_queries_and_a_refused_one_is_not_the_cores_failure():
+    """The asyncio driver holds a GuardedCore (engine/node.py): a query beyond the node's limit is
+    the caller's error (TraceQueryError), the core keeps running; a core in ERROR takes none."""
+    from replicast.engine.core.tracepoints import MAX_QUERIES
+    from replicast.engine.node import CoreFailed, CoreState, GuardedCore, NodeCore
+    guarded = GuardedCore(NodeCore("n1", QUERY, now=0))
+    for i in range(MAX_QUERIES):
+        guarded.install_trace(f"q{i}", parse(WIN_SHARE))
+    with pytest.raises(TraceQueryError):
+        guarded.install_trace("one-too-many", parse(WIN_SHARE))
+    assert guarded.state is CoreState.RUNNING and len(tracepoints.installed(guarded)) == MAX_QUERIES
+    assert set(guarded.take_traces()) == {f"q{i}" for i in range(MAX_QUERIES)}
+    assert all(guarded.remove_trace(f"q{i}") for i in range(MAX_QUERIES)) and guarded.tracer is None
+    guarded.state = CoreState.ERROR
+    with pytest.raises(CoreFailed):
+        guarded.install_trace("late", parse(WIN_SHARE))
