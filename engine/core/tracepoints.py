@@ -98,7 +98,7 @@ class Tracer:
         self.points: dict[str, list[tuple[int, Partial]]] = {}
         self.first: dict[tuple, list] = {}             # (replica, port, record) -> [first now, copies so far]
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
-        self._keys: dict[tuple[bytes, int], list] = {}  # (content key, N) -> sampled records (rule 1)
+        self._keys: dict[tuple[int, int, int], list] = {}   # (key's hash, its length, N) -> sampled records
         self.events = 0
         self.baggage = self.arrival_sample = 0
         self.overflow: dict[str, int] = {}             # query id -> events of groups past MAX_GROUPS
@@ -146,26 +146,26 @@ class Tracer:
 
     # -- sampling (rule 1) --------------------------------------------------------------------------
     def _sample(self, records, key, n: int) -> list:
-        if key is not None:
-            cached = self._keys.get((key, n))
+        if n == 1 or not records:
+            return list(records)                       # nothing to choose: nothing to remember
+        if key is not None:         # by the bytes' hash and length: the cache keeps no batch's bytes alive
+            key = (hash(key), len(key), n)
+            cached = self._keys.get(key)
             if cached is not None:
                 return cached
-        if n == 1 or not records:
-            chosen = list(records)
-        else:                                          # the batch's time slots first: in C but for a few
-            stamps = getattr(records, "stamps", None)
-            stamps = sorted(map(_ts, records) if stamps is None else stamps)
-            low, high = stamps[0] >> SLOT_SHIFT, stamps[-1] >> SLOT_SHIFT
-            if high - low < len(stamps):
-                hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
-            else:                                      # spread thinly over time: record by record
-                hot = {ts >> SLOT_SHIFT for ts in stamps if sampled(ts, n)}
-            chosen = [r for r in records if r[0] >> SLOT_SHIFT in hot] if hot else []
+        stamps = getattr(records, "stamps", None)      # the batch's time slots first: in C but for a few
+        stamps = sorted(map(_ts, records) if stamps is None else stamps)
+        low, high = stamps[0] >> SLOT_SHIFT, stamps[-1] >> SLOT_SHIFT
+        if high - low < len(stamps):
+            hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
+        else:                                          # spread thinly over time: record by record
+            hot = {ts >> SLOT_SHIFT for ts in stamps if sampled(ts, n)}
+        chosen = [r for r in records if r[0] >> SLOT_SHIFT in hot] if hot else []
         if key is not None:
             keys = self._keys
             if len(keys) >= MAX_KEYS:
                 del keys[next(iter(keys))]
-            keys[(key, n)] = chosen
+            keys[key] = chosen
         return chosen
 
     def _fire(self, listeners: list[tuple[int, Partial]], records, key, make) -> None:
