@@ -57,7 +57,10 @@ class ClusterTrace:
                 line = json.loads(error.read()).get("error", error.reason)
             except ValueError:
                 line = error.reason
-            raise ReplicastError(f"node {node}: {line}") from None
+            if error.code >= 500:                      # the node's trouble: skipped this time (rule 2)
+                self.unreachable[node] = f"{self.urls[node]}: {line}"
+                return None
+            raise ReplicastError(f"node {node}: {line}") from None      # the request's: a bad query, the token
         except (OSError, ValueError) as error:
             self.unreachable[node] = f"{self.urls[node]}: {error}"
             return None

@@ -39,6 +39,7 @@ from prometheus_client import make_wsgi_app
 from replicast.engine.core import tracepoints
 from replicast.engine.core.baggage import trace_id
 from replicast.engine.core.trace_language import TraceQueryError, parse
+from replicast.operators.errors import ReplicastError
 
 #: How often the node takes its queries' partial tables (seconds).
 REPORT_S = 1.0
@@ -150,6 +151,8 @@ class TraceService:
                 return 200, self._on_loop(self._state)
         except TraceQueryError as error:
             return 400, {"error": str(error)}
+        except ReplicastError as error:                 # the core stopped (engine/node.py, ERROR)
+            return 503, {"error": str(error)}
         except ValueError as error:
             return 400, {"error": f"{path}: {error}"}
         except concurrent.futures.TimeoutError:

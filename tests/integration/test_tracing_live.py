@@ -227,6 +227,7 @@ def test_a_producers_traceparent_comes_out_with_the_applications_records(tmp_pat
                 return seen
 
             wait_for(lambda: traced.queries() and len(traced.queries()) == 2, 30, "both nodes' trace routes")
+            refuses_strangers_and_bad_queries(path)
             assert asyncio.run(drive(5)) == []            # no Hop query: no baggage, nothing carried out
             traced.install("hops", "From h In Hop Select COUNT Sample 1/1000000")
             out = asyncio.run(drive(10))
@@ -234,3 +235,25 @@ def test_a_producers_traceparent_comes_out_with_the_applications_records(tmp_pat
             assert {value.split("-")[1] for value in out} == {trace}
             assert all(len(value.split("-")[2]) == 16 and value.split("-")[2] != "00f067aa0ba902b7" for value in out)
             traced.remove("hops")
+
+
+def refuses_strangers_and_bad_queries(cluster_file) -> None:
+    """The trace routes want the cluster's token, and a node answers a query it cannot parse with
+    the parser's one line (a client that skips the local check gets the same line)."""
+    import dataclasses
+    import urllib.error
+    import urllib.request
+
+    from replicast.engine.aio.trace_service import token
+    from replicast.operators.errors import ReplicastError
+    config = load_cluster(cluster_file)
+    stranger = ClusterTrace(dataclasses.replace(config, secret=b"not the secret"))
+    with pytest.raises(ReplicastError, match="token"):
+        stranger.queries()
+    url = next(iter(ClusterTrace(config).urls.values()))
+    request = urllib.request.Request(f"{url}/trace/queries/bad", data=b"From a In Arrival Select a.colour, COUNT",
+                                     method="PUT", headers={"Authorization": f"Bearer {token(config.secret)}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 400
+    assert "Arrival has no field 'colour'" in json.loads(refused.value.read())["error"]
