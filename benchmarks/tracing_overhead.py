@@ -3,6 +3,7 @@
 
     python3 benchmarks/tracing_overhead.py                        # k = 2, 500 000 records, 3 rounds
     python3 benchmarks/tracing_overhead.py --k 3 --records 1000000 --rounds 5
+    python3 benchmarks/tracing_overhead.py --in-process --records 200000      # the node core alone
 
 The setup is benchmarks/node.py's TCP case: one ``replicast node`` process hosts a Filter and the
 application after it, and this process plays k upstream replicas sending the same records in
@@ -87,6 +88,55 @@ def run(k: int, records: int, batch: int, sample: int | None) -> tuple[tuple[flo
             node.wait(10)
 
 
+def in_process(k: int, records: int, batch: int, rounds: int) -> None:
+    """The node core alone (no sockets, no process): the same frames, decoded beforehand, handed to
+    one core with ``receive``; best of ``rounds`` alternating rounds per case.  Steadier than the TCP
+    runs on a loaded machine, and the node's whole work is the core's here, so the share is larger."""
+    from replicast.engine.core import tracepoints
+    from replicast.engine.core.trace_language import parse
+    from replicast.engine.messages import StreamHead
+    from replicast.engine.node import NodeCore, ReplicaState, configure
+    from replicast.engine.wire import decode
+    from replicast.operators.base import NO_PUNCTUATION
+    from replicast.operators.query_file import parse_query
+    from node import QUERY as NODE_QUERY
+
+    query = parse_query(NODE_QUERY)
+    place = {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]}
+    frames, _ = batch_frames(k, records, batch)
+    messages = [[decode(frame[4:]) for frame in per] for per in frames]
+
+    def once(sample: int | None) -> float:
+        core = NodeCore("z", query, now=0)
+        core.apply(configure(query, place, "z"), now=0)
+        for peer in place["s"]:
+            core.on_peer_up(peer, now=0)
+        now = 0
+        while any(h.state is ReplicaState.JOINING for h in core.hosted.values()):
+            now = core.next_timer()
+            core.handle_timer(now=now)
+        for stream, inbound in list(core.inbound.items()):
+            core.receive(inbound.node, StreamHead(stream, 0, 0, NO_PUNCTUATION), now=now)
+        core.messages_to_send(), core.events()
+        if sample is not None:
+            tracepoints.install(core, "bench", parse(QUERY.format(n=sample)))
+        start = time.perf_counter()
+        for copies in zip(*messages):
+            for i, message in enumerate(copies):
+                core.receive(f"u{i}", message, now=now)
+            core.messages_to_send(), core.events()
+        return time.perf_counter() - start
+
+    best = {case: float("inf") for case in (None, 1000, 100)}
+    for _ in range(rounds):
+        for case in best:
+            best[case] = min(best[case], once(case))
+    print(f"  in-process (the node core alone, k={k}, {records} records, best of {rounds}):")
+    for case, seconds in best.items():
+        extra = "" if case is None else f"   {seconds / best[None] - 1:+.1%}"
+        print(f"    {'no query' if case is None else f'1/{case}':>9}: {seconds / records * 1e6:.3f} µs per distinct record{extra}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,8 +144,13 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=500_000, help="records per run (default 500000)")
     parser.add_argument("--batch", type=int, default=1000, help="records per batch frame (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds, best reported (default 3)")
+    parser.add_argument("--in-process", action="store_true", help="time the node core alone instead (no TCP)")
     args = parser.parse_args()
     print(f"load average at start: {load()}")
+    if args.in_process:
+        in_process(args.k, args.records, args.batch, max(args.rounds, 5))
+        print(f"load average at end: {load()}")
+        return 0
     print(f"trace-query overhead, k={args.k}, {args.records} records in batches of {args.batch}, "
           f"best of {args.rounds} alternating rounds")
     cases = [None, 1000, 100]

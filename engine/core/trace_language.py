@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from replicast.operators.errors import ReplicastError
 
@@ -96,7 +97,7 @@ class TraceQuery:
     sample: int
     text: str
 
-    @property
+    @cached_property
     def aggregates(self) -> tuple[Output, ...]:
         """The Select items that aggregate, in order (the partial state a node keeps per group)."""
         return tuple(o for o in self.select if o.aggregate is not None)

@@ -81,6 +81,8 @@ MAX_QUERIES = 32
 SLOT_SHIFT = 8
 _MIX = 0x9E3779B1
 _ts = itemgetter(0)
+#: Tracepoints fired by an emission (Tracer.emit) other than an application's.
+_EMITTED = frozenset(("Wait", "Source", "Emit", "Send"))
 
 
 def sampled(ts: int, n: int) -> bool:
@@ -264,14 +266,16 @@ class Tracer:
              path: tuple[str, ...]) -> tuple[str, ...]:
         """``hosted`` emits ``records`` (then maybe ``punctuation``), caused by a batch that came
         along ``path``; returns the path the emitted batch carries (with baggage: rule 4)."""
-        points, node, name = self.points, self.core.name, str(hosted.replica)
-        kind = hosted.kind
+        points, kind = self.points, hosted.kind
         if kind == "application":
-            if records:
+            if records and ("Deliver" in points or "Hop" in points):
                 if self.baggage and not is_baggage(path):     # released by a later batch: a record's own
                     path = self._record_baggage(hosted, records, path)
                 self._deliver(hosted, records, now, path)
             return path
+        if not self.baggage and not (points.keys() & _EMITTED):
+            return path                                # no query listens to an emission
+        node, name = self.core.name, str(hosted.replica)
         waits = points.get("Wait")
         if waits and kind == "entry" and hosted.stamp is not None and records:    # entry-stamped: held until
             port = 0                                                                # every member had it
