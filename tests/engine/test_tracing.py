@@ -241,9 +241,9 @@ def test_baggage_is_on_the_wire_only_while_a_query_needs_it():
     assert all(core.tracer is None for core in net.cores.values())
 
 
-@pytest.mark.parametrize("code, baggage", [(26, ("x",) * 17), (26, ("a" * 201,)), (26, (1, 2)), (1, ("x@n@1",))])
+@pytest.mark.parametrize("code, baggage", [(50, ("x",) * 17), (50, ("a" * 201,)), (50, (1, 2)), (1, ("x@n@1",))])
 def test_oversized_or_odd_baggage_is_a_wire_error(code, baggage):
-    """Baggage has its own frame code (26, the batch frame plus the hops); a plain batch frame (1)
+    """Baggage has its own frame code (50, the batch frame plus the hops); a plain batch frame (1)
     with one field more is malformed, as any frame longer than its schema."""
     import msgpack
     from replicast.engine.wire import WireError, decode
@@ -251,7 +251,7 @@ def test_oversized_or_odd_baggage_is_a_wire_error(code, baggage):
                           list(baggage)])
     with pytest.raises(WireError):
         decode(body)
-    assert decode(msgpack.packb([26, "load", 0, "correlate", 1, 0, 5, 7, msgpack.packb([[1, "a", 0.5]]), None,
+    assert decode(msgpack.packb([50, "load", 0, "correlate", 1, 0, 5, 7, msgpack.packb([[1, "a", 0.5]]), None,
                                  ["cpu#0@n1@10"]])).path == ("cpu#0@n1@10",)
 
 
