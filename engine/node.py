@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from replicast.engine.core.configure import add_replica, configure, configure_pinned, placement_plan, remove_replica
 from replicast.engine.core.events import (ControlRefused, DeadLetter, Decided, Delivered, Event, NodeOptions, PeerTimedOut,
-                                ProtocolError, ReplicaChanged, StreamCutOff)
+                                ProtocolError, ReplicaChanged, SinkRestarted, StreamCutOff)
 from replicast.engine.core.modes import MODES, Mode, parse_mode, shape
 from replicast.engine.core.node import NodeCore
 from replicast.engine.core.states import IllegalTransition, InboundState, ReplicaState, RouteState
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NodeCore", "NodeOptions", "configure", "configure_pinned", "placement_plan", "add_replica",
            "remove_replica", "Event", "Delivered", "DeadLetter", "Decided", "PeerTimedOut", "ProtocolError",
-           "ReplicaChanged", "StreamCutOff", "ControlRefused", "ReplicaState", "RouteState", "InboundState",
+           "ReplicaChanged", "SinkRestarted", "StreamCutOff", "ControlRefused", "ReplicaState", "RouteState", "InboundState",
            "IllegalTransition", "MODES", "Mode", "parse_mode", "shape", "COUNTERS", "LATENCY_BOUNDS_US",
            "CoordinationSetup", "CoreState", "CoreStep", "CoreFailed", "GuardedCore", "next_core_state"]
 

@@ -69,6 +69,17 @@ class OutputIds:
         self._counts: dict[tuple[int, str], int] = {}
         self.punctuation: int | None = None
 
+    def restart(self, punctuation: int | None, delivered: dict) -> None:
+        """The sink starts a new incarnation (:class:`~engine.core.events.SinkRestarted`): it has
+        delivered ``delivered`` (record -> occurrences) above ``punctuation`` already — in a peer's
+        snapshot it restored — so the next equal record is the next occurrence, as on that peer."""
+        blake2b, prefix = hashlib.blake2b, self._prefix
+        self.punctuation = punctuation
+        self._counts = counts = {}
+        for record, n in delivered.items():
+            key = (record[0], blake2b(prefix + _canonical(record[1:]).encode(), digest_size=8).hexdigest())
+            counts[key] = counts.get(key, 0) + n
+
     def ids(self, event: Delivered) -> list[str]:
         """The ids of ``event.records``, in order; then ``event.punctuation`` is applied."""
         counts, prefix, out, blake2b, canonical = self._counts, self._prefix, [], hashlib.blake2b, _canonical

@@ -24,6 +24,7 @@ closes the same windows).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import Any
@@ -169,6 +170,15 @@ class OperatorReplica:
             out += emitted
             forwarded = f if f is not None else forwarded
         return out, forwarded
+
+    def given(self, port: int = 0) -> dict[Record, int]:
+        """The records ``port`` has handed to the operator above its punctuation, with their
+        multiplicities: what its filter passed less what its sorter still holds.  For an
+        application sink this is what it delivered since its last punctuation."""
+        given = Counter(self.filters[port].passed_counts())
+        if self.sorters is not None:
+            given.subtract(tuple(r) for r in self.sorters[port].snapshot())
+        return {record: n for record, n in given.items() if n > 0}
 
     def snapshot(self) -> dict[str, Any]:
         return {"operator": self.operator.snapshot(),

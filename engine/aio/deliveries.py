@@ -22,7 +22,7 @@ from typing import Callable
 from replicast.engine.aio.supervise import Backoff
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import shorten
-from replicast.engine.node import Delivered
+from replicast.engine.node import Delivered, SinkRestarted
 from replicast.engine.sinks import CallbackSink, FileSink, OutputIds, OutputState
 
 log = logging.getLogger("replicast.node")
@@ -69,6 +69,11 @@ class Deliveries:
                 self._output_state(sink)
         if app in self.mqtt_apps:
             self.publish(event, ids)
+
+    def restart(self, event: SinkRestarted) -> None:
+        """A hosted sink starts a new incarnation: its ids continue the counts it restored (docs/consume.md)."""
+        if event.app in self._ids:
+            self._ids[event.app].restart(event.punctuation, event.delivered)
 
     def close(self) -> None:
         for sinks in self.sinks.values():

@@ -45,7 +45,7 @@ from replicast.engine.aio.trace_service import TraceService, serve as serve_metr
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import shorten
 from replicast.engine.messages import Snapshot
-from replicast.engine.node import (CoreFailed, DeadLetter, Delivered, GuardedCore, NodeCore, configure,
+from replicast.engine.node import (CoreFailed, DeadLetter, Delivered, GuardedCore, NodeCore, SinkRestarted, configure,
                                    configure_pinned)
 from replicast.engine.wire import encode
 from replicast.operators.errors import ReplicastError
@@ -255,6 +255,8 @@ class NodeDriver:
         for event in self.core.events():
             if isinstance(event, Delivered):
                 self.deliveries.deliver(event)
+            elif isinstance(event, SinkRestarted):
+                self.deliveries.restart(event)
             elif isinstance(event, DeadLetter):
                 letters.setdefault(event.stream, []).append(event)
             else:

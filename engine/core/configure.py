@@ -85,9 +85,8 @@ def add_replica(query: Query, placement: Placement, name: str, node: str,
                 entry_modes: dict[str, str] | None = None) -> tuple[Placement, dict[str, list[Message]]]:
     """A new replica of ``name`` on ``node``: the new placement and the control messages per node
     (the replica is deployed, then every stream replica into and out of it is connected at both ends).
-    It joins mid-stream from a live peer's snapshot (``docs/lifecycle.md``)."""
-    if name in query.applications:
-        raise QueryError(f"placement: application {name!r} is not replicated")
+    It joins mid-stream from a live peer's snapshot (``docs/lifecycle.md``); an application's new
+    sink replica too, and its output ids continue the donor's (docs/consume.md)."""
     if name not in placement:
         raise QueryError(f"placement: {name!r} is not in the placement")
     new = {k: list(v) for k, v in placement.items()}

@@ -50,6 +50,18 @@ class Delivered:
 
 
 @dataclass(frozen=True, slots=True)
+class SinkRestarted:
+    """Application ``app``'s sink here starts a new incarnation (docs/consume.md, "Output ids"): it
+    restored a peer's snapshot in which it had already delivered ``delivered`` (record ->
+    occurrences) above ``punctuation``, or it rebuilds (both empty: it delivers everything above the
+    frontier it adopts).  A driver naming outputs continues its occurrence counts from these."""
+
+    app: str
+    punctuation: int | None
+    delivered: dict[Record, int]
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A rejected input item: published to ``replicast/dead-letter`` by the driver."""
 
@@ -113,4 +125,4 @@ class Decided:
 
 
 Event = (Delivered | DeadLetter | PeerTimedOut | ProtocolError | ReplicaChanged | StreamCutOff | ControlRefused
-         | Decided)
+         | Decided | SinkRestarted)

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from replicast.engine.core.events import ReplicaChanged
+from replicast.engine.core.events import ReplicaChanged, SinkRestarted
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.output_log import OutputLog
 from replicast.engine.core.states import InboundState, ReplicaState, RouteState, advance
@@ -259,6 +259,10 @@ class Lifecycle:
         else:
             hosted.logic.restore(state["logic"])
             hosted.restored = tuple(f.max_punctuation for f in hosted.logic.filters)
+            if hosted.kind == "application":          # its output ids continue the donor's counts
+                p = hosted.restored[0]
+                core.event(SinkRestarted(hosted.replica.name, None if p == NO_PUNCTUATION else p,
+                                         hosted.logic.given()))
             hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
             positions = {(name, index, port): (epoch, offset, i) for name, index, port, epoch, offset, i
                          in state["positions"]}
@@ -346,6 +350,8 @@ class Lifecycle:
         else:
             hosted.adopted, hosted.horizon = {}, None
             self._change(hosted, ReplicaState.REBUILDING, reason)
+            if hosted.kind == "application":          # it delivers all it adopts: ids count afresh
+                core.event(SinkRestarted(hosted.replica.name, None, {}))
         core.receiver.request_all(hosted)
 
     def adopt(self, hosted: Hosted, port: int, frontier: int, now: int) -> None:

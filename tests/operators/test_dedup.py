@@ -356,3 +356,22 @@ def test_punctuations_forget_exactly_the_records_at_or_below_them(records, k, rn
         assert sorted(tuple(r) for r, _ in f.snapshot()["counts"]) == sorted(reference.count)
         assert (f.passed, f.duplicates, f.below_punctuation) == \
             (reference.passed, reference.duplicates, reference.below_punctuation)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1)), max_size=40), st.integers(1, 3), st.booleans())
+def test_passed_counts_are_the_occurrences_passed_above_the_punctuation(records, k, keyed):
+    """What a sink that restores this filter has delivered in the current interval (docs/consume.md):
+    per record, how many of its occurrences passed — whatever the path (single replica, slots, runs)."""
+    f = DuplicateFilter(k)
+    passed: Counter = Counter()
+    half = len(records) // 2
+    for i in range(k):                                 # every replica sends the same two batches
+        for n, batch in enumerate((records[:half], records[half:])):
+            batch = [tuple(r) for r in batch]
+            passed.update(f.on_batch(i, batch, key=(n, tuple(batch)) if keyed else None))
+    f.on_punctuation(0, 1)
+    expected = {r: n for r, n in passed.items() if r[0] > 1}
+    assert f.passed_counts() == expected
+    g = DuplicateFilter(k)
+    g.restore(f.snapshot())
+    assert g.passed_counts() == expected
