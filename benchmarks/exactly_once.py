@@ -10,9 +10,14 @@ Three measurements, each with its baseline measured in the same process:
    ``--batch`` records, a punctuation after each): unique records handed out per second of CPU,
    against the same loop handing out every item (at-least-once: no filter).  Memory: the peak of
    ``tracemalloc`` while the filter runs, and the most ids it remembered.
-2. **Consumer, end to end** — the same payloads published to a real mosquitto on loopback; the
-   consumer library (:class:`replicast.consume.Consumer`) against a plain aiomqtt subscriber that
-   parses and counts every record: records/s from the first message to the last.
+   The same from the payloads' bytes (``ExactlyOnce.offer_payload``, msgspec decoding, as the
+   library does: a byte-identical copy is dropped undecoded), with its tracemalloc peak.
+2. **Consumer, end to end** — the same payloads published to a real mosquitto on loopback by
+   another process; the consumer library (:class:`replicast.consume.Consumer`, record by record
+   and by batches) against a plain aiomqtt subscriber that parses and counts every record:
+   records/s from the first item handed out to the last, and the consumer process's CPU µs per
+   item.  ``--consumer-only`` runs just these, ``--rounds`` times alternately (run it with an
+   interpreter that imports another checkout to compare two versions of the library).
 3. **Added latency** — one delivery of ``--latency-batch`` records every 2 ms: the sink side
    (:class:`engine.sinks.OutputIds` and the payload with ids, or without) plus publish, broker,
    and the consumer library (or a plain subscriber), publish-to-hand-out time per payload.
@@ -33,6 +38,7 @@ import gc
 import json
 import logging
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,8 +49,10 @@ import tracemalloc
 from pathlib import Path
 
 import aiomqtt
+import msgspec
 
 from replicast.consume import Consumer
+from replicast import consume_core
 from replicast.consume_core import ExactlyOnce
 from replicast.engine.core.events import Delivered
 from replicast.engine.sinks import OutputIds, mqtt_items
@@ -95,6 +103,27 @@ def dedup_rate(stream: list[bytes], rounds: int) -> tuple[float, float, int]:
     return unique / best_eo, passed / best_alo, unique
 
 
+def payload_rate(stream: list[bytes], rounds: int) -> tuple[float, int, int]:
+    """(records/s from payload bytes, tracemalloc peak bytes of a run, unique records)."""
+    decode = msgspec.json.Decoder().decode
+    best, unique = float("inf"), 0
+    for _ in range(rounds):
+        gc.collect()
+        start = time.process_time()
+        consumer, unique = ExactlyOnce(), 0
+        for payload in stream:
+            unique += len(consumer.offer_payload(payload, decode))
+        best = min(best, time.process_time() - start)
+    consumer = ExactlyOnce()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for payload in stream:
+        consumer.offer_payload(payload, decode)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return unique / best, peak, unique
+
+
 def dedup_memory(stream: list[bytes]) -> tuple[int, int]:
     """(peak bytes tracemalloc saw while filtering, most ids remembered)."""
     parsed = [json.loads(p) for p in stream]
@@ -133,33 +162,48 @@ class Mosquitto:
 
 
 # -- 2. end to end ----------------------------------------------------------------------------------
-async def plain_subscriber(port: int, ready: asyncio.Event, topic: str) -> int:
+# The sink replicas' payloads come from another process (``--publish``), as in a deployment, while the
+# consumer is away: its persistent session makes the broker queue them (docs/consume.md).  Then the
+# consumer comes back and drains the backlog, so what is timed is the consumer alone, not a
+# publisher's pace: from the first item it hands out to the last, with its process's CPU time.
+async def plain_subscriber(port: int, topic: str, client: str, clock: list | None) -> int:
+    """A plain aiomqtt subscriber (persistent 3.1.1 session) that parses and counts every record;
+    ``clock`` None: subscribe and leave."""
     seen = 0
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-plain-{os.getpid()}") as sub:
+    async with aiomqtt.Client("127.0.0.1", port, identifier=client, clean_session=False) as sub:
         await sub.subscribe(topic, qos=1)
-        ready.set()
+        if clock is None:
+            return 0
         async for message in sub.messages:
+            if not clock:
+                clock.append(_now())
             items = json.loads(message.payload)
             seen += sum(1 for i in items if "ts" in i)
             if items and items[-1].get("punctuation") == CLOSED:
                 return seen
 
 
-async def library_subscriber(port: int, ready: asyncio.Event, app: str, client: str) -> int:
-    seen = 0
+async def library_subscriber(port: int, app: str, client: str, clock: list | None, batches: bool) -> int:
+    """The consumer library: ``records()`` (one step per record) or ``batches()`` (one per payload);
+    ``clock`` None: subscribe and leave."""
     consumer = Consumer(app, [f"mqtt://127.0.0.1:{port}"], client_id=client)
-    records = consumer.records()
-    first = asyncio.ensure_future(records.__anext__())
-    await asyncio.sleep(0.5)                         # subscribed (no retained messages: wait, then publish)
-    ready.set()
-    try:
-        await first
-        seen = 1
-    except StopAsyncIteration:
+    iterator = consumer.batches() if batches else consumer.records()
+    first = asyncio.ensure_future(iterator.__anext__())
+    if clock is None:
+        await asyncio.sleep(1.0)                     # connected and subscribed: leave, the session stays
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
         return 0
-    async for _ in records:
-        seen += 1
+    got = await first
+    clock.append(_now())
+    seen = len(got) if batches else 1
+    async for item in iterator:
+        seen += len(item) if batches else 1
     return seen
+
+
+def _now() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
 
 
 async def publish_all(port: int, topic: str, stream: list[bytes]) -> None:
@@ -169,18 +213,35 @@ async def publish_all(port: int, topic: str, stream: list[bytes]) -> None:
             await asyncio.gather(*(pub.publish(topic, payload, qos=1) for payload in stream[start:start + 200]))
 
 
-async def end_to_end(port: int, stream: list[bytes], library: bool, tag: str) -> tuple[float, int, float]:
-    """(items handed out per second, how many, CPU seconds of this process: subscriber and publisher)."""
+def publisher(args) -> int:
+    """``--publish PORT TOPIC``: two sink replicas' payloads of ``--records`` records (``--no-ids``:
+    without ids), published to the broker — run as a process of its own by :func:`end_to_end`."""
+    port, topic = int(args.publish[0]), args.publish[1]
+    stream = two_replicas(payloads(deliveries(args.records, args.batch), ids=not args.no_ids))
+    asyncio.run(publish_all(port, topic, stream))
+    return 0
+
+
+async def end_to_end(port: int, records: int, batch: int, kind: str, tag: str) -> tuple[float, int, float]:
+    """(items handed out per second, how many, CPU µs of this process per item): ``kind`` is
+    ``records`` or ``batches`` (the library) or ``plain`` (a plain aiomqtt subscriber, payloads
+    without ids), draining a backlog another process published meanwhile (section comment)."""
     app = f"bench{tag}"
-    topic = f"replicast/out/{app}"
-    ready = asyncio.Event()
-    task = asyncio.create_task(library_subscriber(port, ready, app, f"bench-lib-{tag}-{os.getpid()}") if library
-                               else plain_subscriber(port, ready, topic))
-    await ready.wait()
-    start, cpu = time.perf_counter(), time.process_time()
-    await publish_all(port, topic, stream)
-    seen = await asyncio.wait_for(task, 600)
-    return seen / (time.perf_counter() - start), seen, time.process_time() - cpu
+    topic, client = f"replicast/out/{app}", f"bench-{tag}-{os.getpid()}"
+
+    def subscriber(clock):
+        return plain_subscriber(port, topic, client, clock) if kind == "plain" else \
+            library_subscriber(port, app, client, clock, kind == "batches")
+    await subscriber(None)
+    command = [sys.executable, __file__, "--publish", str(port), topic, "--records", str(records),
+               "--batch", str(batch)] + (["--no-ids"] if kind == "plain" else [])
+    process = await asyncio.create_subprocess_exec(*command)
+    if await process.wait():
+        raise RuntimeError(f"the publisher failed: {command}")
+    clock: list = []
+    seen = await asyncio.wait_for(subscriber(clock), 600)
+    (wall0, cpu0), (wall1, cpu1) = clock[0], _now()
+    return seen / (wall1 - wall0), seen, (cpu1 - cpu0) / seen * 1e6
 
 
 # -- 3. latency -------------------------------------------------------------------------------------
@@ -232,17 +293,20 @@ def pct(values: list[float], q: float) -> float:
 
 
 def consumer_only(args) -> int:
-    """The library against a plain subscriber, alternately, with the CPU time each run took."""
-    events = deliveries(args.records, args.batch)
-    with_ids, without = two_replicas(payloads(events, ids=True)), two_replicas(payloads(events, ids=False))
+    """The library (records and batches) against a plain subscriber, alternately, with the CPU time
+    each took per item handed out; the publisher is another process."""
+    kinds = ["records", "batches", "plain"] if hasattr(Consumer, "batches") else ["records", "plain"]
     with Mosquitto() as port:
         async def network():
             for r in range(args.rounds):
-                rate_lib, seen_lib, cpu_lib = await end_to_end(port, with_ids, True, f"lib{r}")
-                rate_plain, seen_plain, cpu_plain = await end_to_end(port, without, False, f"plain{r}")
-                assert seen_lib == args.records and seen_plain == 2 * args.records, (seen_lib, seen_plain)
-                print(f"round {r}: library {rate_lib:,.0f} records/s ({2 * rate_lib:,.0f} copies/s, CPU {cpu_lib:.2f} s); "
-                      f"plain aiomqtt subscriber {rate_plain:,.0f} items/s (CPU {cpu_plain:.2f} s)")
+                for kind in kinds:
+                    rate, seen, cpu = await end_to_end(port, args.records, args.batch, kind, f"{kind}{r}")
+                    assert seen == (2 if kind == "plain" else 1) * args.records, (kind, seen)
+                    what = "items (copies)" if kind == "plain" else "unique records"
+                    print(f"round {r}: {'plain aiomqtt subscriber' if kind == 'plain' else 'library, ' + kind}: "
+                          f"{rate:,.0f} {what}/s, CPU {cpu:.2f} µs each "
+                          f"(max RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)",
+                          flush=True)
         asyncio.run(network())
     return 0
 
@@ -254,11 +318,15 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-payloads", type=int, default=1000)
     parser.add_argument("--latency-batch", type=int, default=10)
+    parser.add_argument("--publish", nargs=2, metavar=("PORT", "TOPIC"), help=argparse.SUPPRESS)
+    parser.add_argument("--no-ids", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--consumer-only", action="store_true", help="only the end-to-end consumer comparison, "
                         "--rounds times alternately (wall-clock rates and CPU seconds: the machine is shared)")
     args = parser.parse_args(argv)
     logging.getLogger("mqtt").setLevel(logging.ERROR)      # aiomqtt's "pending publish calls" notes
 
+    if args.publish:
+        return publisher(args)
     if args.consumer_only:
         return consumer_only(args)
     from replicast.simulator.epoch_commit import compare
@@ -281,18 +349,25 @@ def main(argv=None) -> int:
     assert unique == args.records, (unique, args.records)
     print(f"consumer, pure dedup (2 sink replicas, {2 * args.records} copies): {eo:,.0f} records/s exactly once; "
           f"at least once {alo:,.0f} items/s (ratio {eo / alo:.2f}); target >= 200,000")
+    rate, payload_peak, unique = payload_rate(two_replicas(with_ids), args.rounds)
+    assert unique == args.records, (unique, args.records)
+    print(f"consumer, from payload bytes (msgspec; byte-identical copies dropped undecoded): {rate:,.0f} records/s; "
+          f"tracemalloc peak {payload_peak / 1024:,.0f} KiB (ids of one interval, covered payloads <= "
+          f"{consume_core.COVERED_BYTES // 1024} KiB)")
     peak, most = dedup_memory(two_replicas(with_ids))
     print(f"consumer memory over {args.records} records: tracemalloc peak {peak / 1024:,.0f} KiB, "
           f"most ids remembered {most} (one punctuation interval: {args.batch})")
 
     with Mosquitto() as port:
         async def network():
-            rate_lib, seen_lib, _ = await end_to_end(port, two_replicas(with_ids), True, "lib")
-            rate_plain, seen_plain, _ = await end_to_end(port, two_replicas(without), False, "plain")
-            assert seen_lib == args.records and seen_plain == 2 * args.records, (seen_lib, seen_plain)
-            print(f"consumer, end to end on mosquitto (2 sink replicas): library {rate_lib:,.0f} records/s "
-                  f"exactly once; plain aiomqtt subscriber {rate_plain:,.0f} items/s at least once "
-                  f"(ratio {rate_lib / rate_plain:.2f})")
+            rate_lib, seen_lib, cpu_lib = await end_to_end(port, args.records, args.batch, "records", "lib")
+            rate_batch, seen_batch, cpu_batch = await end_to_end(port, args.records, args.batch, "batches", "batch")
+            rate_plain, seen_plain, cpu_plain = await end_to_end(port, args.records, args.batch, "plain", "plain")
+            assert seen_lib == seen_batch == args.records and seen_plain == 2 * args.records, (seen_lib, seen_plain)
+            print(f"consumer, end to end on mosquitto (2 sink replicas, publisher in another process): library "
+                  f"{rate_lib:,.0f} records/s exactly once (CPU {cpu_lib:.2f} µs each), by batches {rate_batch:,.0f} "
+                  f"(CPU {cpu_batch:.2f} µs); plain aiomqtt subscriber {rate_plain:,.0f} items/s at least once "
+                  f"(CPU {cpu_plain:.2f} µs each); target >= 200,000")
             eo_lat, alo_lat = [], []
             for r in range(4):
                 alo_lat += await latency(port, False, args.latency_payloads // 4, args.latency_batch, f"a{r}")

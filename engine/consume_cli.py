@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
                         before_save=out.flush)       # printed before the position says so
 
     async def main() -> None:
-        async for record in consumer.records():
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        async for batch in consumer.batches():        # one write per payload's new records
+            out.write("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in batch))
     asyncio.run(main())
     return 0

@@ -63,15 +63,27 @@ def as_tuples(items):
     return [(i["ts"], i["server"], i["load"]) for i in items]
 
 
+def by_items(consumer: ExactlyOnce, payload: bytes) -> list[dict]:
+    return consumer.offer(json.loads(payload))
+
+
+def by_payload(consumer: ExactlyOnce, payload: bytes) -> list[dict]:
+    """What ``replicast.consume`` does: byte-identical payloads are dropped undecoded."""
+    return consumer.offer_payload(payload, json.loads)
+
+
+FEEDS = st.sampled_from([by_items, by_payload])
+
+
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10**6), restart=st.booleans(), order=st.sampled_from(list(Order)))
-def test_two_sink_replicas_give_each_record_exactly_once(seed, restart, order):
+@given(seed=st.integers(0, 10**6), restart=st.booleans(), order=st.sampled_from(list(Order)), feed=FEEDS)
+def test_two_sink_replicas_give_each_record_exactly_once(seed, restart, order, feed):
     rng = random.Random(seed)
     records = reference(seed)
     a = sink_payloads(records, rng)
     b = sink_payloads(records, rng, restart_at=rng.randrange(len(records)) if restart else None)
     consumer = ExactlyOnce(order)
-    got = [r for payload in interleave(rng, a, b) for r in consumer.offer(json.loads(payload))]
+    got = [r for payload in interleave(rng, a, b) for r in feed(consumer, payload)]
     if order is Order.TIMESTAMP:
         assert [r["ts"] for r in got] == sorted(r["ts"] for r in got)
     assert sorted(as_tuples(got)) == sorted(records)
@@ -79,18 +91,18 @@ def test_two_sink_replicas_give_each_record_exactly_once(seed, restart, order):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10**6), order=st.sampled_from(list(Order)))
-def test_a_consumer_restarted_from_its_position_neither_skips_nor_repeats(seed, order):
+@given(seed=st.integers(0, 10**6), order=st.sampled_from(list(Order)), feed=FEEDS)
+def test_a_consumer_restarted_from_its_position_neither_skips_nor_repeats(seed, order, feed):
     rng = random.Random(seed)
     records = reference(seed)
     stream = interleave(rng, sink_payloads(records, rng), sink_payloads(records, rng))
     cut = rng.randrange(len(stream))
     first = ExactlyOnce(order)
-    got = [r for payload in stream[:cut] for r in first.offer(json.loads(payload))]
+    got = [r for payload in stream[:cut] for r in feed(first, payload)]
     saved = Position.from_json(first.position().to_json())
     # restarted: the broker sends again some of what the first incarnation had seen (QoS 1)
     again = ExactlyOnce(order, saved)
-    got += [r for payload in stream[max(0, cut - 5):] for r in again.offer(json.loads(payload))]
+    got += [r for payload in stream[max(0, cut - 5):] for r in feed(again, payload)]
     assert sorted(as_tuples(got)) == sorted(records)
 
 
@@ -103,6 +115,32 @@ def test_the_first_copy_wins_and_below_the_frontier_is_a_copy():
     assert consumer.offer(payload) == [] and consumer.copies == 2
     assert consumer.offer([{"punctuation": 5}]) == [] and consumer.remembered == 0
     assert consumer.offer(payload) == [] and consumer.late == 2
+
+
+def test_a_byte_identical_payload_is_dropped_without_decoding():
+    ids = OutputIds("alerts")
+    first = Delivered("alerts", [(5, "a", 1.0), (6, "b", 2.0)], 6, 0)
+    second = Delivered("alerts", [(7, "a", 1.0)], None, 0)
+    a, b = (mqtt_items(NAMES, e, ids.ids(e)) for e in (first, second))
+    decoded = []
+
+    def decode(payload):
+        decoded.append(payload)
+        return json.loads(payload)
+    consumer = ExactlyOnce(covered_bytes=len(a))
+    assert len(consumer.offer_payload(a, decode)) == 2
+    assert len(consumer.offer_payload(b, decode)) == 1
+    assert consumer.offer_payload(a, decode) == [] and consumer.offer_payload(b, decode) == []
+    assert decoded == [a, b] and consumer.copy_payloads == 2
+    consumer.offer_payload(mqtt_items(NAMES, Delivered("alerts", [], 7, 0)), decode)   # b passed: covered, a forgotten
+    assert consumer.offer_payload(b, decode) == [] and decoded[-1] != b
+    assert consumer.offer_payload(a, decode) == [] and decoded[-1] == a and consumer.late == 2
+
+
+def test_payloads_of_records_without_ids_are_never_skipped():
+    consumer, payload = ExactlyOnce(), b'[{"ts": 1, "server": "a"}]'
+    assert len(consumer.offer_payload(payload, json.loads)) == 1
+    assert len(consumer.offer_payload(payload, json.loads)) == 1 and consumer.unidentified == 2
 
 
 def test_records_without_ids_pass_and_are_counted():
