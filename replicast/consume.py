@@ -140,21 +140,19 @@ class Consumer:
     async def _session(self, index: int, broker: BrokerAddress) -> None:
         """One broker: connect, subscribe, queue payloads; reconnect for ever."""
         identifier = self.client_id if len(self.brokers) == 1 else f"{self.client_id}-{index}"
-        protocol = aiomqtt.ProtocolVersion.V5
-        delay, spoken = 0.05, False          # spoken: a CONNACK came back in this protocol
+        protocol = await self._protocol(broker, identifier)
+        delay = 0.05
         while True:
             try:
                 if protocol is aiomqtt.ProtocolVersion.V5:
                     properties = Properties(PacketTypes.CONNECT)
                     properties.SessionExpiryInterval = SESSION_EXPIRY_S
                     client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
-                                            clean_start=False, properties=properties, keepalive=10,
-                                            timeout=10 if spoken else V5_CONNECT_PROBE_S)
+                                            clean_start=False, properties=properties, keepalive=10, timeout=10)
                 else:
                     client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
                                             clean_session=False, keepalive=10, timeout=10)
                 async with client:
-                    spoken = True
                     await client.subscribe(OUT_TOPIC.format(app=self.app), qos=1)
                     log.info("subscribed to %s on %s", OUT_TOPIC.format(app=self.app), broker.url)
                     delay = 0.05
@@ -168,10 +166,31 @@ class Consumer:
                     continue
                 log.warning("broker %s: %s", broker.url, error)
             except aiomqtt.MqttError as error:
-                if not spoken and protocol is aiomqtt.ProtocolVersion.V5 and "timed out" in str(error):
-                    log.info("broker %s: no answer to an MQTT 5 CONNECT; trying 3.1.1", broker.url)
-                    protocol = aiomqtt.ProtocolVersion.V311
-                    continue
+                log.warning("broker %s: %s", broker.url, error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _protocol(self, broker: BrokerAddress, identifier: str) -> aiomqtt.ProtocolVersion:
+        """The MQTT version to speak to ``broker``, learnt on a throwaway clean session of its own
+        (``<client id>-probe``).  Never on the consumer's session: a CONNECT that times out on this
+        side may still have resumed that session on the broker's, which then sends what it queued
+        and takes paho's automatic acknowledgements for messages this side drops.  A broker that
+        leaves an MQTT 5 CONNECT unanswered for ``V5_CONNECT_PROBE_S`` (amqtt) speaks 3.1.1."""
+        delay = 0.05
+        while True:
+            try:
+                async with aiomqtt.Client(broker.host, broker.port, identifier=f"{identifier}-probe",
+                                          protocol=aiomqtt.ProtocolVersion.V5, clean_start=True,
+                                          timeout=V5_CONNECT_PROBE_S):
+                    return aiomqtt.ProtocolVersion.V5
+            except aiomqtt.MqttCodeError as error:
+                if getattr(error.rc, "value", error.rc) in UNSUPPORTED_VERSION:
+                    return aiomqtt.ProtocolVersion.V311
+                log.warning("broker %s: %s", broker.url, error)
+            except aiomqtt.MqttError as error:
+                if "timed out" in str(error):
+                    log.info("broker %s: no answer to an MQTT 5 CONNECT; speaking 3.1.1", broker.url)
+                    return aiomqtt.ProtocolVersion.V311
                 log.warning("broker %s: %s", broker.url, error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
