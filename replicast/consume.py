@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -153,7 +154,10 @@ class Consumer:
                     client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
                                             clean_session=False, keepalive=10, timeout=10)
                 async with client:
-                    await client.subscribe(OUT_TOPIC.format(app=self.app), qos=1)
+                    # No time-out: a resumed session's queued messages come before the SUBACK, and
+                    # a subscription given up on would drop the messages received (and acknowledged)
+                    # meanwhile.  They wait in the client's queue; a dead link still ends the wait.
+                    await client.subscribe(OUT_TOPIC.format(app=self.app), qos=1, timeout=math.inf)
                     log.info("subscribed to %s on %s", OUT_TOPIC.format(app=self.app), broker.url)
                     delay = 0.05
                     async for message in client.messages:
