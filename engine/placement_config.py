@@ -57,6 +57,7 @@ class CoordinatorSettings:
     utility: str = "rank"
     # cluster files only
     kmax: int = 2
+    sink_replicas: int = 1            # of every application, placed by Alg. 5 like operator replicas
     alpha: float = 0.9
     dmin_ms: float = 30.0
     source_rate: float = 1.0          # records/s of every source stream, until measured
@@ -73,7 +74,8 @@ class CoordinatorSettings:
         objective = (None if self.latency_within_percent is None and self.latency_bound_ms is None
                      else LatencyObjective(self.latency_within_percent, self.latency_bound_ms))
         return CoordinatorConfig.in_seconds(
-            deploy or DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms), gc=self.gc,
+            deploy or DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms,
+                                   sink_replicas=self.sink_replicas), gc=self.gc,
             kmin=self.kmin, theta=self.theta, utility_period_s=self.utility_period_s, gc_period_s=self.gc_period_s,
             revival_threshold_s=self.revival_threshold_s, revival_period_s=self.revival_period_s,
             settle_s=self.settle_s, expiry_s=self.expiry_s, objective=objective, revival=self.revival)
@@ -114,6 +116,7 @@ class ClusterCoordinatorTable(CoordinatorTable):
     """A cluster file's ``[coordinator]``: also the deployment (Alg. 5) and the pinned replicas."""
 
     kmax: AtLeastOne = CoordinatorSettings.kmax
+    sink_replicas: AtLeastOne = CoordinatorSettings.sink_replicas
     alpha: Positive = CoordinatorSettings.alpha
     dmin_ms: NonNegative = CoordinatorSettings.dmin_ms
     source_rate: Positive = CoordinatorSettings.source_rate
@@ -139,6 +142,9 @@ def parse_coordinator(table: Any, where: str, error: type[Exception], *, nodes: 
     if cluster:
         if checked.alpha > 1:
             raise error(f"{where}: 'alpha' must be at most 1, got {checked.alpha!r}")
+        if checked.sink_replicas > checked.kmax:
+            raise error(f"{where}: sink_replicas = {checked.sink_replicas} is more than kmax = {checked.kmax} "
+                        f"(Alg. 5 places one replica of each per phase)")
         if checked.kmax > len(nodes):
             raise error(f"{where}: kmax = {checked.kmax} needs at least {checked.kmax} nodes, the file has {len(nodes)}")
         values["pin"] = {name: _pinned_nodes(name, value, f"{where}: pin.{name}", error, nodes, query)

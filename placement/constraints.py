@@ -27,10 +27,17 @@ class DeployConfig:
     kmax: int = 3
     alpha: float = 0.9
     dmin_ms: float = 30.0
+    #: Sink replicas of every application (docs/consume.md): Alg. 5 places those beyond its pinned
+    #: ones like operator replicas, in its first ``sink_replicas`` phases (1: the pinned ones only).
+    sink_replicas: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.kmax, bool) or not isinstance(self.kmax, int) or self.kmax < 1:
             raise PlacementError(f"kmax: expected an integer >= 1, got {self.kmax!r}")
+        if isinstance(self.sink_replicas, bool) or not isinstance(self.sink_replicas, int) \
+                or not 1 <= self.sink_replicas <= self.kmax:
+            raise PlacementError(f"sink_replicas: expected an integer from 1 to kmax = {self.kmax}, "
+                                 f"got {self.sink_replicas!r}")
         if not 0 < self.alpha <= 1:
             raise PlacementError(f"alpha: expected 0 < alpha <= 1, got {self.alpha!r}")
         if not self.dmin_ms >= 0:

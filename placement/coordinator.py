@@ -54,7 +54,7 @@ from replicast.placement.measurements import Measurements
 from replicast.placement.model import Deployment, Workload, connect
 from replicast.placement.objective import LatencyObjective, Objective, repair
 from replicast.placement.reports import ServerReport
-from replicast.placement.revival import Collected, allowed_servers, apply, revive
+from replicast.placement.revival import Collected, allowed_servers, apply, revive, sink_revivals
 from replicast.placement.tolerance import violations
 from replicast.placement.utility import Utilities, utilities
 
@@ -115,6 +115,8 @@ class CoordinatorCore:
         self._next_revival = now + config.revival_period_us
         #: The latency objective as last evaluated: each application's bound and modelled latency (ms).
         self.objective_view: dict[str, dict[str, float]] = {}
+        #: Per application, the highest sink replica index placed so far (placement.revival.sink_revivals).
+        self._sink_indices: dict[str, int] = {}
 
     # -- inputs ---------------------------------------------------------------------------------
     def receive(self, report: ServerReport, *, now: int) -> None:
@@ -350,7 +352,9 @@ class CoordinatorCore:
         return frozenset(keep)
 
     def _revive(self, now: int) -> None:
-        """§V-C for every replica whose reported inputs are all late."""
+        """§V-C for every replica whose reported inputs are all late; and sink replicas, like
+        operator replicas, brought back up to ``deploy.sink_replicas``."""
+        self._revive_sinks(now)
         delays = self._delays()
         late = sorted({s.target for s, d in delays.items() if d > self.config.revival_threshold_us})
         if not late and self.config.objective is None:
@@ -368,6 +372,20 @@ class CoordinatorCore:
                 apply(revival, self.deployment, self.collected)
         if self.config.objective is not None:
             self._revive_for_objective(network, workload)
+        self._emit(changes(before, self.deployment, self.servers, "revival"), now)
+
+    def _revive_sinks(self, now: int) -> None:
+        if self.config.deploy.sink_replicas <= 1:
+            return
+        before = self.deployment.copy()
+        for replica in before.hosts:
+            if replica.name in self.workload().applications:
+                self._sink_indices[replica.name] = max(self._sink_indices.get(replica.name, -1), replica.index)
+        for revival in sink_revivals(self.deployment, self.live(), self.network(), self.workload(),
+                                     self.config.deploy, self._sink_indices):
+            self.counters["revival_sink"] += 1
+            apply(revival, self.deployment, self.collected)
+            self._sink_indices[revival.replica.name] = revival.replica.index
         self._emit(changes(before, self.deployment, self.servers, "revival"), now)
 
     def _objective(self, network, workload) -> Objective:

@@ -18,7 +18,7 @@ candidate is an error naming the operator and the constraint, never a silent ski
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -36,18 +36,22 @@ Chooser = Callable[[str, np.ndarray, Deployment], int]
 
 
 def deploy_phase(deployment: Deployment, network: Network, workload: Workload, config: DeployConfig,
-                 choose: Chooser, replicas: int) -> list[ReplicaId]:
-    """Alg. 5 ``deploy(Q)``: bring every operator with fewer than ``replicas`` replicas up by one."""
+                 choose: Chooser, replicas: int, names: Iterable[str] | None = None) -> list[ReplicaId]:
+    """Alg. 5 ``deploy(Q)``: bring every operator with fewer than ``replicas`` replicas up by one —
+    and every application with fewer than ``min(replicas, config.sink_replicas)`` sink replicas,
+    placed the same way (its cost is that of its inputs).  ``names``: only these."""
     loads = server_loads(deployment, network, workload)
     added = []
-    for name in workload.operators:
-        if deployment.count(name) >= replicas:
+    for name in (*workload.operators, *workload.applications) if names is None else names:
+        wanted = replicas if name in workload.operators else min(replicas, config.sink_replicas)
+        if deployment.count(name) >= wanted:
             continue
         allowed = candidates(name, deployment, network, workload, config, loads)
         if not allowed.any():
             where = ", ".join(network.servers[s] for s in deployment.servers_of(name)) or "none"
             raise PlacementError(
-                f"operator '{name}', replica {deployment.count(name) + 1} of {config.kmax}: no server has "
+                f"{workload.kind(name)} '{name}', replica {deployment.count(name) + 1} of "
+                f"{config.kmax if name in workload.operators else config.sink_replicas}: no server has "
                 f"load + {workload.load[name]:g} < alpha ({config.alpha:g}) x capacity and is more than "
                 f"dmin = {config.dmin_ms:g} ms from the servers already running it ({where}); "
                 f"lower kmax, dmin or the load, or add servers")

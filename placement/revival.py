@@ -32,12 +32,14 @@ import numpy as np
 
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.constraints import DeployConfig, candidates
+from replicast.placement.cost import placement_cost
 from replicast.placement.model import Deployment, Network, Workload, server_loads
 
 
 class Action(enum.Enum):
     STREAM = "revive stream replica"
     REPLICA = "revive operator replica"
+    SINK = "create sink replica"
     CREATE = "create operator replica"
     NONE = "nothing to revive"
 
@@ -139,6 +141,29 @@ def _create(replica, port, upstream, deployment, collected, live, network, workl
     used = [r.index for r in collected.replicas if r.name == upstream]      # a new index, never a collected one's
     new = ReplicaId(upstream, max([deployment.next_index(upstream), *(i + 1 for i in used)]))
     return Revival(replica, port, Action.CREATE, _feeds(new, replica, port, deployment, workload), new, server)
+
+
+def sink_revivals(deployment: Deployment, live: set[int], network: Network, workload: Workload,
+                  config: DeployConfig, used: Mapping[str, int]) -> list[Revival]:
+    """Sink replicas are revived like operator replicas (docs/consume.md): an application with
+    fewer than ``config.sink_replicas`` replicas in ``deployment`` (a server of one went silent,
+    coordinator rule 4) gets a new one on the live candidate server where its input streams cost
+    least (Alg. 5 lines 6–9), fed by every replica of its input; it joins from a live sink
+    replica's snapshot, so it publishes with the same output ids.  ``used``: per application, the
+    highest replica index ever placed (a new replica never takes the index of one that may return)."""
+    revivals = []
+    for app in workload.applications:
+        if not 0 < deployment.count(app) < config.sink_replicas:
+            continue
+        allowed = _allowed(app, deployment, live, network, workload, config)
+        if not allowed.any():
+            continue
+        server = int(np.argmin(np.where(allowed, placement_cost(app, deployment, network, workload), np.inf)))
+        new = ReplicaId(app, max(deployment.next_index(app), used.get(app, -1) + 1))
+        feeds = tuple(StreamReplica(u, new, port) for port, name in enumerate(workload.inputs[app])
+                      for u in deployment.replicas_of(name))
+        revivals.append(Revival(new, 0, Action.SINK, feeds, new, server))
+    return revivals
 
 
 def allowed_servers(name: str, deployment: Deployment, live: set[int], network: Network, workload: Workload,

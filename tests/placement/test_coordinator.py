@@ -279,3 +279,41 @@ def test_a_server_that_lost_what_the_view_places_there_gets_it_back_once_decisio
     assert core.deployment == before
     cluster.deployment_matches(core)
     assert step(core, cluster, 220 * SEC) == []                 # nothing more to restore
+
+
+def test_sink_replicas_are_placed_like_operator_replicas_and_revived_when_their_server_goes():
+    """docs/consume.md: with ``sink_replicas = 2`` Alg. 5 places a second replica of the pinned
+    application where its input streams cost least, fed by every replica of its input; when that
+    server goes silent, revival places another (a fresh index), like an operator replica."""
+    from replicast.placement.cost import placement_cost
+    deploy = DeployConfig(kmax=3, alpha=0.9, dmin_ms=20, sink_replicas=2)
+    core, cluster, decisions = started(deploy=deploy)
+    view = core.deployment
+    sinks = sorted(view.replicas_of("a"))
+    assert [r.index for r in sinks] == [0, 1] and SERVERS[view.hosts[sinks[0]]] == "s5"   # the pin stays
+    added = sinks[1]
+    assert {s.source for s in view.streams if s.target == added} == set(view.replicas_of("o"))
+    without = view.copy()
+    without.remove_replica(added)
+    price = placement_cost("a", without, core.network(), core.workload())
+    assert view.hosts[added] == min((s for s in range(len(SERVERS)) if s != 5), key=lambda s: (price[s], s))
+    cluster.deployment_matches(core)
+    victim = SERVERS[view.hosts[added]]
+    cluster.silent.add(victim)
+    made = [d for t in (20, 40, 60, 70, 80) for d in step(core, cluster, t * SEC)]
+    revived = [d for d in made if isinstance(d, Deploy) and d.replica.name == "a"]
+    assert [(d.replica, d.reason) for d in revived] == [(ReplicaId("a", 2), "revival")], made
+    assert revived[0].server != victim and core.counters["revival_sink"] == 1
+    fed = {d.stream.source for d in made if isinstance(d, Connect) and d.stream.target == ReplicaId("a", 2)}
+    assert fed == set(core.deployment.replicas_of("o"))
+
+
+def test_one_sink_replica_by_default():
+    core, _, _ = started()
+    assert core.deployment.count("a") == 1
+
+
+def test_sink_replicas_must_fit_kmax():
+    from replicast.placement.errors import PlacementError
+    with pytest.raises(PlacementError, match="sink_replicas: expected an integer from 1 to kmax = 2, got 3"):
+        DeployConfig(kmax=2, sink_replicas=3)
