@@ -38,19 +38,30 @@ class Deliveries:
         self.mqtt_apps = mqtt_apps
         #: Set by the driver once its MQTT side exists: ``publish(event, ids)``.
         self.publish: Callable[[Delivered, list[str] | None], None] = lambda event, ids: None
-        query = config.query
+        self.config, self.name = config, name
+        self._ids: dict[str, OutputIds] = {}
+        self.files: list[FileSink] = []
+        self.failing: set[str] = set()
         for app in hosted_apps:
-            output = config.outputs.get(app)
-            if output is not None and output.file is not None:
-                names = query.schemas[query.applications[app].input].names
-                self.sinks.setdefault(app, []).append(FileSink(Path(str(output.file).replace("{node}", name)), app, names))
+            self.add(app)
         for app, function in (callbacks or {}).items():
             self.sinks.setdefault(app, []).append(CallbackSink(function))
-        self._ids = {app: OutputIds(app) for app in hosted_apps}
-        self.files = [sink for sinks in self.sinks.values() for sink in sinks if isinstance(sink, FileSink)]
-        self.failing: set[str] = set()
-        for sink in self.files:
+
+    def hosts(self, app: str) -> bool:
+        """Whether ``app`` has a sink replica here (its outputs are open)."""
+        return app in self._ids
+
+    def add(self, app: str) -> None:
+        """Open ``app``'s outputs here: its file, if ``[outputs.<app>]`` names one, and its ids —
+        at start, or when a sink replica of it is deployed here at run time."""
+        output, query = self.config.outputs.get(app), self.config.query
+        if output is not None and output.file is not None:
+            names = query.schemas[query.applications[app].input].names
+            sink = FileSink(Path(str(output.file).replace("{node}", self.name)), app, names)
+            self.sinks.setdefault(app, []).append(sink)
+            self.files.append(sink)
             self._output_state(sink)
+        self._ids[app] = OutputIds(app)
 
     def deliver(self, event: Delivered) -> None:
         """Rule 1 and 2."""

@@ -256,6 +256,8 @@ class NodeDriver:
             if isinstance(event, Delivered):
                 self.deliveries.deliver(event)
             elif isinstance(event, SinkRestarted):
+                if not self.deliveries.hosts(event.app):
+                    self._sink_deployed(event.app)
                 self.deliveries.restart(event)
             elif isinstance(event, DeadLetter):
                 letters.setdefault(event.stream, []).append(event)
@@ -269,6 +271,23 @@ class NodeDriver:
                 self._timer.cancel()
             self._timer_when = when
             self._timer = asyncio.get_running_loop().call_later(max(0.0, (when - now_us()) / 1e6), self._on_timer)
+
+    def _sink_deployed(self, app: str) -> None:
+        """A sink replica of ``app`` deployed here at run time (the coordinator's Alg. 5 or revival,
+        docs/consume.md "Sink replicas"): its outputs as ``[outputs.<app>]`` says, its broker
+        sessions and file retries started now; its ids continue its donor's (SinkRestarted)."""
+        output = self.config.outputs.get(app)
+        if output is None or output.mqtt:
+            brokers = output.brokers if output is not None and output.brokers else (self.config.mqtt.broker_for(self.name),)
+            self.deliveries.mqtt_apps.add(app)
+            for task, run in self.mqtt.add(app, brokers).items():
+                self._supervisor.start(task, run)
+        had_files = bool(self.deliveries.files)
+        self.deliveries.add(app)
+        if self.deliveries.files and not had_files:
+            self._supervisor.start("outputs", self.deliveries.retry_outputs)
+        log.info("sink replica of %s deployed here: publishing its output", app,
+                 extra={"event": "sink_deployed", "app": app})
 
     def _release_held(self) -> None:
         if self._holds:

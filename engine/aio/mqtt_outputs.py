@@ -71,6 +71,20 @@ class MqttOutputs:
         self._retained: dict[str, int] = {}
         self._punctuated: dict[str, int] = {}
 
+    def add(self, app: str, brokers: tuple) -> dict[str, Callable]:
+        """A sink replica of ``app`` deployed here at run time publishes to ``brokers``: the tasks
+        to supervise for the sessions this node did not have yet.  It joined from a live replica's
+        snapshot, so it has published nothing before: no frontier to read back."""
+        self.apps[app] = tuple(brokers)
+        self._names[app] = self.config.query.schemas[self.config.query.applications[app].input].names
+        self.gates[app] = RestartGate(reading=False)
+        tasks = {}
+        for broker in brokers:
+            if broker.url not in self.sessions:
+                session = self.sessions[broker.url] = BrokerSession(broker, self.config.mqtt, self.name, self.metrics)
+                tasks["mqtt" if broker.url == self.own_broker else f"mqtt {broker.url}"] = session.run
+        return tasks
+
     @property
     def connected(self) -> bool:
         """Every broker session this node needs is up (engine.aio.mqtt_session)."""
