@@ -109,6 +109,7 @@ def test_a_min_cost_cluster_file_pins_entry_points_and_applications(tmp_path):
     setup = config.coordination("a")
     assert setup.servers == ("a",) and setup.config.deploy.kmax == 1 and setup.config.deploy.dmin_ms == 0
     assert set(setup.estimate.pinned) == {"cpu", "alerts"} and setup.estimate.operators == ("busy",)
+    assert setup.config.deploy.sink_replicas == 1
     # A list pins replicas 0, 1, … (a single node here, the file has one)
     listed = load_cluster(min_cost_cluster(tmp_path, 'kmax = 1\npin = { cpu = ["a"] }'))
     assert listed.placement == {"cpu": ["a"], "alerts": ["a"]}
@@ -118,6 +119,9 @@ def test_a_min_cost_cluster_file_pins_entry_points_and_applications(tmp_path):
     ("kmax = 2", "[coordinator]: kmax = 2 needs at least 2 nodes, the file has 1"),
     ("gc_every_s = 3", "[coordinator]: unknown key(s) ['gc_every_s']"),
     ("kmin = 0", "[coordinator]: 'kmin' must be an integer >= 1, got 0"),
+    ("sink_replicas = 0", "[coordinator]: 'sink_replicas' must be an integer >= 1, got 0"),
+    ("sink_replicas = 2", "[coordinator]: sink_replicas = 2 is more than kmax = 1 (Alg. 5 places one replica "
+                          "of each per phase)"),
     ("report_ms = -5", "[coordinator]: 'report_ms' must be a positive number, got -5"),
     ("alpha = 1.5", "[coordinator]: 'alpha' must be at most 1, got 1.5"),
     ('pin = { nothing = "a" }', "[coordinator]: pin.nothing: not a stream or application"),
