@@ -38,12 +38,14 @@ Chooser = Callable[[str, np.ndarray, Deployment], int]
 def deploy_phase(deployment: Deployment, network: Network, workload: Workload, config: DeployConfig,
                  choose: Chooser, replicas: int, names: Iterable[str] | None = None) -> list[ReplicaId]:
     """Alg. 5 ``deploy(Q)``: bring every operator with fewer than ``replicas`` replicas up by one —
-    and every application with fewer than ``min(replicas, config.sink_replicas)`` sink replicas,
-    placed the same way (its cost is that of its inputs).  ``names``: only these."""
+    and every placed application with fewer than ``min(replicas, config.sink_replicas)`` sink
+    replicas, placed the same way (its cost is that of its inputs).  ``names``: only these."""
     loads = server_loads(deployment, network, workload)
     added = []
     for name in (*workload.operators, *workload.applications) if names is None else names:
-        wanted = replicas if name in workload.operators else min(replicas, config.sink_replicas)
+        # an application's replica 0 is pinned, not Alg. 5's to place: only further ones are
+        wanted = replicas if name in workload.operators else \
+            min(replicas, config.sink_replicas) if deployment.count(name) else 0
         if deployment.count(name) >= wanted:
             continue
         allowed = candidates(name, deployment, network, workload, config, loads)
