@@ -46,8 +46,11 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    point of its node's first start claims the whole stream (frontier −∞: the cluster is starting);
    any other — a restart, one added mid-stream — knows its stream only from the first punctuation it
    emits (its frontier then).  In entry-stamped mode an entry point waits to be a member of its
-   stream's view (:mod:`engine.core.stamper`), which says where its stream starts.  Applications are
-   not replicated: they rebuild.
+   stream's view (:mod:`engine.core.stamper`), which says where its stream starts.
+6. An application sink joins like an operator replica — from a live sink replica's snapshot, else
+   it rebuilds — and says so with :class:`~engine.core.events.SinkRestarted`: what the snapshot
+   shows it delivered above its punctuation (its filter's passed counts less its sorter's
+   contents), or nothing when it rebuilds, so a driver's output ids continue (docs/consume.md).
 """
 
 from __future__ import annotations
@@ -421,7 +424,7 @@ class Lifecycle:
                                      f"the port is")
 
     def _adopt_in_place(self, hosted: Hosted, port: int, now: int) -> None:
-        """An application (rule 5: not replicated, no stream of its own to keep promises on) keeps
+        """An application (no stream of its own to keep promises on) keeps
         what it delivered and moves its port up to the lowest base of its inputs: what lies between
         is lost (more than kmax − 1 failures upstream), nothing is delivered twice."""
         dedup = hosted.logic.filters[port]
