@@ -9,9 +9,11 @@ Rules of this module (h11 style):
    :meth:`~NodeCore.on_source` (a payload from an external source), :meth:`~NodeCore.on_peer_up` /
    :meth:`~NodeCore.on_peer_down` (the driver's connection state), :meth:`~NodeCore.handle_timer`
    and :meth:`~NodeCore.set_coordinator` (whose control messages count as the node's own).
-3. Outputs are drained: :meth:`~NodeCore.messages_to_send` (``(node, message)`` pairs, in order per
-   node), :meth:`~NodeCore.events` (deliveries, dead letters, protocol errors, state changes …) and
-   :meth:`~NodeCore.next_timer`.  After any input call the driver drains all three.
+3. Outputs are drained: :meth:`~NodeCore.votes_to_persist` (an intent: store the voter's votes
+   durably, before any message of the same call leaves), :meth:`~NodeCore.messages_to_send`
+   (``(node, message)`` pairs, in order per node), :meth:`~NodeCore.events` (deliveries, dead
+   letters, protocol errors, state changes …) and :meth:`~NodeCore.next_timer`.  After any input
+   call the driver drains all four, in that order.
 4. The core assumes per-node FIFO delivery and nothing else: messages to a disconnected node are
    not queued; after :meth:`on_peer_up` each receiver asks for what it lacks (messages rule 6).
    Messages a core addresses to itself never leave it.
@@ -44,7 +46,7 @@ from replicast.engine.core.stamper import Stamper
 from replicast.engine.core.stamping import Stamping
 from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.core.stats import COUNTERS, Latency, statistics
-from replicast.engine.core.views import Voter
+from replicast.engine.core.views import PersistVotes, Voter, Votes
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                              DisconnectStream, Heartbeat, Hold, JoinStamping, KeySeals, Mark, Message, NoSnapshot, NotHosted,
                              RemoveReplica, Report, Resume, Snapshot,
@@ -64,7 +66,7 @@ class NodeCore:
 
     def __init__(self, name: str, query: Query, options: NodeOptions = NodeOptions(), *, now: int,
                  incarnation: int | None = None, restarted: bool = False,
-                 coordination: "CoordinationSetup | None" = None):
+                 coordination: "CoordinationSetup | None" = None, votes: Votes = Votes()):
         self.name = name
         #: This process continues an earlier one of this node (the driver knows: a state file, a
         #: simulated restart).  Entry points deployed by a first start claim their whole stream;
@@ -101,7 +103,7 @@ class NodeCore:
         self.pairs = Pairs(self) if TRAITS[options.mode].determinants else None
         self.links = Links(self, now)
         self.key_seals = KeySealRelay(self)          # seals per key (operators/key_seals.py)
-        self.stamper, self.voter = Stamper(self), Voter(self)
+        self.stamper, self.voter = Stamper(self), Voter(self, votes)
         #: Installed trace queries' tracepoints (engine.core.tracepoints); None, and free, while there are none.
         self.tracer: "Tracer | None" = None
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
@@ -212,6 +214,13 @@ class NodeCore:
         along with what goes to each node: :mod:`engine.core.links`)."""
         out, self.outbox = self.outbox, []
         return self.links.drain(out, self._now)
+
+    def votes_to_persist(self) -> PersistVotes | None:
+        """The voter's votes if they changed since the last call (with durable votes, else None).
+        Drain this first: the driver must store it durably *before* it sends what
+        :meth:`messages_to_send` returns for the same input, and hand it back as ``votes`` at the
+        node's next start (:mod:`engine.core.views` rule 1)."""
+        return self.voter.to_persist()
 
     def events(self) -> list[Event]:
         """Deliveries, dead letters, protocol errors, state changes since the last call; drains them."""

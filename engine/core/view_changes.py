@@ -186,10 +186,13 @@ class ViewChanges:
             voters = set(core.options.voters) or {*state.peers.values(), *(r.node for r in hosted.routes.values())}
             state.electorate = tuple(sorted(n for n in voters if n))
         state.act_at = None
-        # Above every term seen and the clock, and ≡ the replica index: two candidates never share one.
-        term = (max(state.seen_term, now, core.incarnation) // TERM_STRIDE + 1) * TERM_STRIDE + hosted.replica.index \
-            + (STAMPER_PRIORITY if state.role is StamperRole.STAMPING else 0)
+        # Above every term seen, the clock and every term this node proposed for the stream in any
+        # life (views rule 2), and ≡ the replica index: two candidates never share one.
+        stream = hosted.replica.name
+        term = (max(state.seen_term, now, core.incarnation, core.voter.proposed(stream)) // TERM_STRIDE + 1) \
+            * TERM_STRIDE + hosted.replica.index + (STAMPER_PRIORITY if state.role is StamperRole.STAMPING else 0)
         state.seen_term = term
+        core.voter.propose(stream, term)               # stored before the ballots leave (views rule 2)
         state.candidacy = Candidacy(term, state.electorate, now + core.options.peer_timeout_us)
         self._ballot(hosted)
 

@@ -7,12 +7,19 @@ majority of the *voters* (the cluster's nodes, ``NodeOptions.voters``) accepted.
 1. **Voter** (every node, :class:`Voter`): per stream it keeps the largest term it promised and the
    view it last accepted.  Phase 1 (``ViewBallot`` without a view): promise a term above every term
    promised before, answering with the view last accepted.  Phase 2 (with a view): accept it unless
-   a larger term was promised.  A restarted node has forgotten its promises, so it promises only
-   terms above its incarnation (its start time, µs): terms are clock readings too, and a term it
-   may have promised in its previous life is below that.  A :class:`~engine.messages.ViewDecided`
-   from a stamper is accepted as if voted, so a restarted voter learns the current view again.
+   a larger term was promised.  A :class:`~engine.messages.ViewDecided` from a stamper is accepted
+   as if voted, so a voter that missed a view learns it.  What a voter remembers of its earlier
+   lives is its :class:`VoteMemory`: ``DURABLE`` (the drivers': every change is a
+   :class:`PersistVotes` intent, written and fsync'd by the driver *before* the reply it guards
+   leaves, and handed back at the next start) — then a restart changes nothing; ``VOLATILE`` (no
+   store: a core built bare, in unit tests) — it promises only terms above its incarnation (its
+   start time, µs), which is safe only while no candidate's clock runs ahead of the voter's by
+   more than the restart took (docs/modes.md, "Durable votes"); ``LOST`` (the store was
+   unreadable) — it answers no ballot at all, rather than forget what it promised.
 2. **Candidate** (:class:`Candidacy`): a replica that wants a new view picks a term above every term
-   it has seen (and above its clock), asks every voter to promise it, takes the latest view
+   it has seen, above its clock, and above every term its node proposed for the stream before (kept
+   with the votes: two candidacies never share a term, even across a restart whose clock is
+   behind), asks every voter to promise it, takes the latest view
    accepted among a majority of promises — every view ever decided is at or below it, since two
    majorities share a voter — and derives its proposal from that view (:mod:`engine.core.stamper`
    says how), then asks the voters to accept it.  A majority of acceptances decides the view.  A
@@ -34,48 +41,115 @@ if TYPE_CHECKING:
     from replicast.engine.core.node import NodeCore
 
 
-@dataclass
-class Ballots:
-    """One voter's memory for one stream (rule 1)."""
+class VoteMemory(Enum):
+    """What a voter remembers of its node's earlier lives (rule 1)."""
+
+    DURABLE = "durable"          # its votes as the driver stored them: a restart forgets nothing
+    VOLATILE = "volatile"        # nothing: promise only above the incarnation (no store; unit tests)
+    LOST = "lost"                # the store could not be read: answer no ballot
+
+
+@dataclass(frozen=True, slots=True)
+class StreamVotes:
+    """One stream's votes as they are stored: the largest term promised, the view last accepted,
+    and the largest term a candidate of this node proposed (rule 2)."""
 
     promised: int = 0
     accepted: View | None = None
+    proposed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PersistVotes:
+    """An intent of the core: store ``streams`` (the whole table; it replaces what is stored) durably
+    *before* sending any message the same input call produced — a reply may promise what it records."""
+
+    streams: dict[str, StreamVotes]
+
+
+@dataclass(frozen=True, slots=True)
+class Votes:
+    """What a driver hands a new core: how it kept the votes, and what it read back."""
+
+    memory: VoteMemory = VoteMemory.VOLATILE
+    streams: dict[str, StreamVotes] = field(default_factory=dict)
+
+
+@dataclass
+class Ballots:
+    """One voter's memory for one stream (rule 1), and its node's largest proposed term (rule 2)."""
+
+    promised: int = 0
+    accepted: View | None = None
+    proposed: int = 0
 
 
 class Voter:
     """The voter of ``core``'s node for every entry-stamped stream (rule 1)."""
 
-    def __init__(self, core: "NodeCore"):
+    def __init__(self, core: "NodeCore", votes: Votes = Votes()):
         self.core = core
-        self.streams: dict[str, Ballots] = {}
+        self.memory = votes.memory
+        self.streams: dict[str, Ballots] = {name: Ballots(v.promised, v.accepted, v.proposed)
+                                            for name, v in votes.streams.items()}
+        #: Below this no term is promised: the incarnation if the votes of earlier lives are not known.
+        self.floor = core.incarnation if votes.memory is VoteMemory.VOLATILE else 0
+        self._changed = False
 
     def on_ballot(self, src: str, message: ViewBallot, now: int) -> None:
         core = self.core
         if message.stream not in core.query.streams:
             core.counters["refused_ballots"] += 1
             return
+        if self.memory is VoteMemory.LOST:                # it may have promised anything: no answer
+            core.counters["unanswered_ballots"] += 1
+            return
         ballots = self.streams.setdefault(message.stream, Ballots())
-        floor = max(ballots.promised, core.incarnation)
+        floor = max(ballots.promised, self.floor)
         if message.view is None:                         # phase 1: promise
             ok = message.term > floor
             if ok:
                 ballots.promised = message.term
         else:                                            # phase 2: accept
-            ok = message.view.term == message.term and message.term >= floor and message.term > core.incarnation
+            ok = message.view.term == message.term and message.term >= floor and message.term > self.floor
             if ok:
                 ballots.promised, ballots.accepted = message.term, message.view
-        if not ok:
+        if ok:
+            self._changed = True
+        else:
             core.counters["refused_ballots"] += 1
         core.send(src, ViewReply(message.stream, message.candidate, message.term, 1 if message.view is None else 2,
                                  ok, max(floor, ballots.promised), ballots.accepted))
 
     def on_decided(self, message: ViewDecided) -> None:
-        if message.stream not in self.core.query.streams:
+        if message.stream not in self.core.query.streams or self.memory is VoteMemory.LOST:
             return
         ballots = self.streams.setdefault(message.stream, Ballots())
         if ballots.accepted is None or message.view.term > ballots.accepted.term:
             ballots.accepted = message.view
             ballots.promised = max(ballots.promised, message.view.term)
+            self._changed = True
+
+    def proposed(self, stream: str) -> int:
+        """The largest term a candidate of this node proposed for ``stream``, in any life (rule 2)."""
+        ballots = self.streams.get(stream)
+        return ballots.proposed if ballots is not None else 0
+
+    def propose(self, stream: str, term: int) -> None:
+        """A candidate here is about to ask for ``term``: stored before its ballots leave (rule 2)."""
+        ballots = self.streams.setdefault(stream, Ballots())
+        if term > ballots.proposed:
+            ballots.proposed = term
+            self._changed = True
+
+    def to_persist(self) -> PersistVotes | None:
+        """The whole table if it changed since the last call (durable votes only); clears the change."""
+        if not self._changed:
+            return None
+        self._changed = False
+        if self.memory is not VoteMemory.DURABLE:
+            return None
+        return PersistVotes({name: StreamVotes(b.promised, b.accepted, b.proposed) for name, b in self.streams.items()})
 
 
 class Outcome(Enum):

@@ -9,6 +9,12 @@ so interleavings differ across links while every link stays FIFO (TCP).  Links c
 nodes can be killed (their state is lost) and restarted with a fresh core, as ``replicast node``
 after ``kill -9``; links can be congested (messages wait on them, in order); control messages (a
 coordinator's) can be applied at any node mid-stream.
+
+Each node reads its own clock (``clocks``: :class:`~simulator.clocks.ClockSpec` per node, an
+offset and a drift against the network's ``now``; default exact), so cores see skewed time as on
+real servers.  Votes are durable by default: a node's :meth:`~engine.node.NodeCore.votes_to_persist`
+is kept before its messages go out and handed back at its restart, as the drivers do
+(``durable_votes=False``: restarted voters forget, the bare core's ``VOLATILE`` memory).
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ from collections import defaultdict, deque
 from dataclasses import replace
 
 from replicast.engine.core.configure import add_replica, remove_replica
+from replicast.engine.core.views import VoteMemory, Votes
 from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure
 from replicast.engine.wire import decode, encode
 from replicast.operators.query import Query
+from replicast.simulator.clocks import Clock, ClockSpec
 
 
 class MemoryNetwork:
     def __init__(self, query: Query, placement: dict[str, list[str]], *, seed: int = 0,
-                 options: NodeOptions = NodeOptions(), now: int = 0, spare: tuple[str, ...] = ()):
+                 options: NodeOptions = NodeOptions(), now: int = 0, spare: tuple[str, ...] = (),
+                 clocks: dict[str, ClockSpec] | None = None, durable_votes: bool = True):
         self.now = now
         self.rng = random.Random(seed)
         self.placement = {name: list(nodes) for name, nodes in placement.items()}
@@ -34,7 +43,11 @@ class MemoryNetwork:
         if not options.voters:                 # every node votes, as in a cluster file (NodeOptions.voters)
             options = replace(options, voters=tuple(self.names))
         self.query, self.options = query, options
-        self.cores = {n: NodeCore(n, query, options, now=now) for n in self.names}
+        self.clocks = {n: Clock((clocks or {}).get(n, ClockSpec()), now) for n in self.names}
+        self.durable_votes = durable_votes
+        self.votes: dict[str, Votes] = {}             # what each node stored (durable votes)
+        self.restarts = 0
+        self.cores = {n: NodeCore(n, query, options, now=self.clock(n), votes=self._votes(n)) for n in self.names}
         self.links: dict[tuple[str, str], deque] = defaultdict(deque)
         self.dead: set[str] = set()
         self.cut: set[frozenset] = set()
@@ -42,18 +55,30 @@ class MemoryNetwork:
         self.delivered: dict[str, list] = defaultdict(list)
         self.events: list = []
         for name, core in self.cores.items():
-            core.apply(configure(query, placement, name, options.entry_modes, mode=options.mode), now=now)
+            core.apply(configure(query, placement, name, options.entry_modes, mode=options.mode), now=self.clock(name))
         for a in self.names:
             for b in self.names:
                 if a != b:
-                    self.cores[a].on_peer_up(b, now=now)
+                    self.cores[a].on_peer_up(b, now=self.clock(a))
         self.flush()
+
+    def clock(self, node: str) -> int:
+        """What ``node``'s clock reads now."""
+        return self.clocks[node].local(self.now)
+
+    def _votes(self, node: str) -> Votes:
+        if not self.durable_votes:
+            return Votes()
+        return self.votes.get(node, Votes(VoteMemory.DURABLE))
 
     def flush(self) -> None:
         for name, core in self.cores.items():
             if name in self.dead:
-                core.messages_to_send(), core.events()
+                core.votes_to_persist(), core.messages_to_send(), core.events()
                 continue
+            record = core.votes_to_persist()            # stored before anything the votes guard leaves
+            if record is not None:
+                self.votes[name] = Votes(VoteMemory.DURABLE, record.streams)
             for dst, message in core.messages_to_send():
                 if dst not in self.dead and frozenset((name, dst)) not in self.cut:
                     self.links[(name, dst)].append(encode(message))
@@ -68,21 +93,23 @@ class MemoryNetwork:
     def restart(self, node: str) -> None:
         """A fresh node process on ``node`` with the same configuration (its replicas rejoin)."""
         self.dead.discard(node)
-        old = self.cores[node]
-        core = self.cores[node] = NodeCore(node, self.query, self.options, now=self.now,
-                                           incarnation=max(self.now, old.max_epoch() + 1), restarted=True)
-        core.apply(configure(self.query, self.placement, node, self.options.entry_modes, mode=self.options.mode), now=self.now)
+        old, now = self.cores[node], self.clock(node)
+        self.restarts += 1
+        core = self.cores[node] = NodeCore(node, self.query, self.options, now=now,
+                                           incarnation=max(now, old.max_epoch() + 1), restarted=True,
+                                           votes=self._votes(node))
+        core.apply(configure(self.query, self.placement, node, self.options.entry_modes, mode=self.options.mode), now=now)
         for other in self.names:
             if other != node and other not in self.dead and frozenset((node, other)) not in self.cut:
-                core.on_peer_up(other, now=self.now)
-                self.cores[other].on_peer_up(node, now=self.now)
+                core.on_peer_up(other, now=now)
+                self.cores[other].on_peer_up(node, now=self.clock(other))
         self.flush()
 
     def control(self, messages: dict[str, list]) -> None:
         """Apply a coordinator's control messages at their nodes (dead nodes miss theirs)."""
         for node, batch in messages.items():
             if node not in self.dead:
-                self.cores[node].apply(batch, now=self.now)
+                self.cores[node].apply(batch, now=self.clock(node))
         self.flush()
 
     def add_replica(self, name: str, node: str) -> None:
@@ -94,7 +121,7 @@ class MemoryNetwork:
         self.control(messages)
 
     def publish(self, node: str, stream: str, items: list) -> None:
-        self.cores[node].on_source(stream, json.dumps(items).encode(), now=self.now)
+        self.cores[node].on_source(stream, json.dumps(items).encode(), now=self.clock(node))
         self.flush()
 
     def step(self) -> bool:
@@ -107,7 +134,7 @@ class MemoryNetwork:
     def deliver_one(self, src: str, dst: str) -> None:
         """Deliver the next message on the link ``src`` → ``dst`` (for tests that order them by hand)."""
         message = decode(self.links[(src, dst)].popleft()[4:])
-        self.cores[dst].receive(src, message, now=self.now)
+        self.cores[dst].receive(src, message, now=self.clock(dst))
         self.flush()
 
     def run(self, max_steps: int | None = None) -> int:
@@ -119,8 +146,8 @@ class MemoryNetwork:
     def tick(self, us: int) -> None:
         self.now += us
         for name, core in self.cores.items():
-            if name not in self.dead and core.next_timer() <= self.now:
-                core.handle_timer(now=self.now)
+            if name not in self.dead and core.next_timer() <= self.clock(name):
+                core.handle_timer(now=self.clock(name))
         self.flush()
 
     def kill(self, node: str) -> None:
@@ -130,15 +157,15 @@ class MemoryNetwork:
                 queue.clear()
         for name, core in self.cores.items():
             if name not in self.dead:
-                core.on_peer_down(node, now=self.now)
+                core.on_peer_down(node, now=self.clock(name))
         self.flush()
 
     def cut_link(self, a: str, b: str) -> None:
         self.cut.add(frozenset((a, b)))
         self.links[(a, b)].clear()
         self.links[(b, a)].clear()
-        self.cores[a].on_peer_down(b, now=self.now)
-        self.cores[b].on_peer_down(a, now=self.now)
+        self.cores[a].on_peer_down(b, now=self.clock(a))
+        self.cores[b].on_peer_down(a, now=self.clock(b))
         self.flush()
 
     def congest(self, a: str, b: str) -> None:
@@ -150,6 +177,6 @@ class MemoryNetwork:
 
     def restore_link(self, a: str, b: str) -> None:
         self.cut.discard(frozenset((a, b)))
-        self.cores[a].on_peer_up(b, now=self.now)
-        self.cores[b].on_peer_up(a, now=self.now)
+        self.cores[a].on_peer_up(b, now=self.clock(a))
+        self.cores[b].on_peer_up(a, now=self.clock(b))
         self.flush()
