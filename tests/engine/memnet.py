@@ -23,10 +23,12 @@ import json
 import random
 from collections import defaultdict, deque
 from dataclasses import replace
+from typing import Callable
 
 from replicast.engine.core.configure import add_replica, remove_replica
 from replicast.engine.core.views import VoteMemory, Votes
 from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure
+from replicast.engine.messages import Message
 from replicast.engine.wire import decode, encode
 from replicast.operators.query import Query
 from replicast.simulator.clocks import Clock, ClockSpec
@@ -47,6 +49,8 @@ class MemoryNetwork:
         self.durable_votes = durable_votes
         self.votes: dict[str, Votes] = {}             # what each node stored (durable votes)
         self.restarts = 0
+        #: Called with (src, dst, message) for every message a live node sends to another (tests watch streams).
+        self.on_send: Callable[[str, str, Message], None] | None = None
         self.cores = {n: NodeCore(n, query, options, now=self.clock(n), votes=self._votes(n)) for n in self.names}
         self.links: dict[tuple[str, str], deque] = defaultdict(deque)
         self.dead: set[str] = set()
@@ -80,6 +84,8 @@ class MemoryNetwork:
             if record is not None:
                 self.votes[name] = Votes(VoteMemory.DURABLE, record.streams)
             for dst, message in core.messages_to_send():
+                if self.on_send is not None:
+                    self.on_send(name, dst, message)
                 if dst not in self.dead and frozenset((name, dst)) not in self.cut:
                     self.links[(name, dst)].append(encode(message))
             for event in core.events():
