@@ -35,6 +35,7 @@ from replicast.engine.core.states import IllegalTransition, InboundState, Replic
 from replicast.engine.core.stats import COUNTERS, LATENCY_BOUNDS_US
 from replicast.engine.core.tracepoints import (install as _install_trace, remove as _remove_trace,
                                                source_context as _trace_context, take as _take_traces)
+from replicast.engine.core.views import PersistVotes, StreamVotes, VoteMemory, Votes
 from replicast.engine.messages import Message
 from replicast.operators.errors import ReplicastError
 
@@ -45,7 +46,8 @@ __all__ = ["NodeCore", "NodeOptions", "configure", "configure_pinned", "placemen
            "remove_replica", "Event", "Delivered", "DeadLetter", "Decided", "PeerTimedOut", "ProtocolError",
            "ReplicaChanged", "SinkRestarted", "StreamCutOff", "ControlRefused", "ReplicaState", "RouteState", "InboundState",
            "IllegalTransition", "MODES", "Mode", "parse_mode", "shape", "COUNTERS", "LATENCY_BOUNDS_US",
-           "CoordinationSetup", "CoreState", "CoreStep", "CoreFailed", "GuardedCore", "next_core_state"]
+           "CoordinationSetup", "CoreState", "CoreStep", "CoreFailed", "GuardedCore", "next_core_state",
+           "Votes", "VoteMemory", "PersistVotes", "StreamVotes"]
 
 
 def __getattr__(name: str) -> Any:
@@ -122,6 +124,9 @@ class GuardedCore:
         self._call(self._core.set_load, load, capacity)
 
     # -- drained outputs (engine.core.node rule 3): refused in ERROR -------------------------------
+    def votes_to_persist(self) -> PersistVotes | None:
+        return self._call(self._core.votes_to_persist)
+
     def messages_to_send(self) -> list[tuple[str, Message]]:
         return self._call(self._core.messages_to_send)
 

@@ -27,9 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--name", help="this node's name in the cluster file (default: the file's 'name' key)")
     parser.add_argument("--log-json", action="store_true", help="structured logs: one JSON object per line")
     parser.add_argument("--state-dir", type=Path, default=Path(".replicast/state"),
-                        help="where the node notes that it has run (default: .replicast/state): started again "
-                             "with the same directory, its replicas know they rejoin a running cluster "
-                             "(docs/lifecycle.md); 'cluster up' gives each new cluster a fresh one")
+                        help="where the node notes that it has run and keeps its entry-stamping votes (default: "
+                             ".replicast/state): started again with the same directory, its replicas know they "
+                             "rejoin a running cluster (docs/lifecycle.md) and its votes are what it promised "
+                             "(docs/modes.md); 'cluster up' gives each new cluster a fresh one")
     parser.set_defaults(run=run)
 
 
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     restarted = note_start(args.state_dir, config, name)
 
     async def main() -> None:
-        driver = NodeDriver(config, name, restarted=restarted)
+        driver = NodeDriver(config, name, restarted=restarted, state_dir=args.state_dir)
         tune_gc()
         await driver.run()
 

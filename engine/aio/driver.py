@@ -30,6 +30,7 @@ import logging
 import signal
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Callable
 
 from replicast.engine.aio.deliveries import Deliveries
@@ -42,11 +43,12 @@ from replicast.engine.aio.snapshot_hold import SnapshotHolds
 from replicast.engine.aio.supervise import Supervisor
 from replicast.engine.aio.tcp_source import SourceServer
 from replicast.engine.aio.trace_service import TraceService, serve as serve_metrics_and_trace
+from replicast.engine.aio.vote_store import VoteStore, VoteStoreError, vote_path
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import shorten
 from replicast.engine.messages import Snapshot
-from replicast.engine.node import (CoreFailed, DeadLetter, Delivered, GuardedCore, NodeCore, SinkRestarted, configure,
-                                   configure_pinned)
+from replicast.engine.node import (CoreFailed, DeadLetter, Delivered, GuardedCore, NodeCore, SinkRestarted, Votes,
+                                   configure, configure_pinned)
 from replicast.engine.wire import encode
 from replicast.operators.errors import ReplicastError
 
@@ -67,15 +69,24 @@ class NodeDriver:
     """Runs node ``name`` of ``config`` until :meth:`stop` (or SIGTERM), or until its core fails."""
 
     def __init__(self, config: ClusterConfig, name: str, *,
-                 callbacks: dict[str, Callable[[Delivered], None]] | None = None, restarted: bool = False):
+                 callbacks: dict[str, Callable[[Delivered], None]] | None = None, restarted: bool = False,
+                 state_dir: Path | None = None):
         self.config, self.name = config, name
         self.spec = config.nodes[name]
-        #: Why the node stopped on its own (its core failed, a task in a crash loop), or None.
+        #: Why the node stopped on its own (its core failed, a task in a crash loop, votes it could
+        #: not store), or None.
         self.failure: str | None = None
         self._stop = asyncio.Event()
         self.metrics = NodeMetrics(name)            # before the core: _core_failed reports on it
+        #: The votes of the entry stamper's voter, on disk in ``state_dir`` (none: the core's
+        #: volatile votes, engine/core/views.py rule 1).
+        self._votes = VoteStore(vote_path(state_dir, name), str(config.path.resolve()), name) \
+            if state_dir is not None else None
+        self._votes_failed = False
         self.core = GuardedCore(NodeCore(name, config.query, config.options(), now=now_us(), restarted=restarted,
-                                         coordination=config.coordination(name)), on_error=self._core_failed)
+                                         coordination=config.coordination(name),
+                                         votes=self._votes.load() if self._votes is not None else Votes()),
+                                on_error=self._core_failed)
         if config.min_cost:          # the coordinator deploys the operators (engine.placement_config)
             self.core.apply(configure_pinned(config.query, config.placement, name, config.entry_modes), now=now_us())
         else:
@@ -235,7 +246,9 @@ class NodeDriver:
 
     # -- the core's outputs (rule 1) -------------------------------------------------------------
     def _transmit(self) -> None:
-        """Flush the core's outbox to the links, handle its events, re-arm the timer."""
+        """Store the votes, flush the core's outbox to the links, handle its events, re-arm the timer."""
+        if not self._store_votes():
+            return
         frames: dict[str, list[bytes]] = defaultdict(list)
         for node, message in self.core.messages_to_send():   # acks come coalesced (engine.core.links)
             if isinstance(message, Snapshot) and message.donor.name in self.mqtt.apps:
@@ -288,6 +301,23 @@ class NodeDriver:
             self._supervisor.start("outputs", self.deliveries.retry_outputs)
         log.info("sink replica of %s deployed here: publishing its output", app,
                  extra={"event": "sink_deployed", "app": app})
+
+    def _store_votes(self) -> bool:
+        """Votes the core asked to keep are on disk before anything it sent with them leaves
+        (engine/aio/vote_store.py rule 1); if they cannot be, nothing leaves again and the node stops."""
+        if self._votes is None:
+            return True
+        if self._votes_failed:
+            return False
+        record = self.core.votes_to_persist()
+        if record is not None:
+            try:
+                self._votes.save(record)
+            except VoteStoreError as error:
+                self._votes_failed = True
+                self._fatal(str(error))
+                return False
+        return True
 
     def _release_held(self) -> None:
         if self._holds:
