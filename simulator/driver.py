@@ -2,9 +2,14 @@
 
 It mirrors :mod:`engine.aio.driver` duty for duty, with simulated time and links:
 
-* **Time.** ``now`` is ``env.now`` (µs).  One timer per node, re-armed from ``next_timer()`` after
-  every call into the core (aioquic's ``transmit``); SimPy cannot cancel an event, so a stale
-  timer firing is recognised by its time and ignored.
+* **Time.** ``now`` is what the node's clock reads at ``env.now`` (µs; :mod:`simulator.clocks`:
+  the true time unless the run gives the node an offset or a drift).  One timer per node, re-armed
+  from ``next_timer()`` after every call into the core (aioquic's ``transmit``), at the first true
+  time its clock reads that deadline; SimPy cannot cancel an event, so a stale timer firing is
+  recognised by its generation and ignored.
+* **Votes.** What the core asks to keep (``votes_to_persist()``) is kept per server before the
+  messages of the same call go out, and handed to the core of the server's next start, as the
+  asyncio driver's vote store does on disk (engine/core/views.py rule 1).
 * **Links.** One connection per node pair that shares a stream replica (the TCP driver dials every
   node; connections that never carry data would only add heartbeats).  Up/down is told to the core
   with ``on_peer_up`` / ``on_peer_down``; a dropped connection loses what is in flight and comes
@@ -35,12 +40,14 @@ import simpy
 
 from replicast.engine.node import add_replica, remove_replica
 from replicast.engine.node import shape
+from replicast.engine.node import VoteMemory, Votes
 from replicast.engine.messages import Batch, ConnectStream, DeployReplica
 from replicast.operators.plan import ReplicaId
 from replicast.engine.node import (DeadLetter, Decided, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
                          configure_pinned, placement_plan)
 from replicast.engine.wire import encode
 from replicast.operators.query import Query
+from replicast.simulator.clocks import Clock, ClockSpec
 from replicast.simulator.network import LinkEnvironment, Network, Processing
 
 #: Retry period of a connection whose link is in an outage (the TCP driver's back-off cap).
@@ -74,9 +81,14 @@ class SimNode:
     def __init__(self, sim: "Simulation", name: str, *, now: int, incarnation: int | None = None,
                  restarted: bool = False):
         self.sim, self.name = sim, name
+        self.clock = sim.clock(name)
+        self.skewed = not self.clock.exact              # (the hot path skips the conversion otherwise)
+        now = self.clock.local(now)
         setup = sim.coordination(name) if sim.coordination is not None else None
-        self.core = NodeCore(name, sim.query, sim.options, now=now, incarnation=incarnation, restarted=restarted,
-                             coordination=setup)
+        self.core = NodeCore(name, sim.query, sim.options, now=now,
+                             incarnation=None if incarnation is None else max(now, incarnation),
+                             restarted=restarted, coordination=setup,
+                             votes=sim.votes.get(name, Votes(VoteMemory.DURABLE)))
         if setup is not None and incarnation is not None:       # restarted: the coordinator deploys the rest
             self.core.apply(configure_pinned(sim.query, sim.placement, name, sim.options.entry_modes), now=now)
         else:
@@ -114,8 +126,12 @@ class SimNode:
         if self.alive:
             self._receive(src, items)
 
+    def now(self) -> int:
+        """What this node's clock reads now."""
+        return self.clock.local(self.sim.env.now) if self.skewed else self.sim.env.now
+
     def _receive(self, src: str, items: list) -> None:
-        now, core = self.sim.env.now, self.core
+        now, core = self.clock.local(self.sim.env.now) if self.skewed else self.sim.env.now, self.core
         if len(items) == 1 and type(items[0]) is not SourcePayload:
             core.receive(src, items[0], now=now)    # the common case: one message
         else:
@@ -127,18 +143,18 @@ class SimNode:
         self._transmit()
 
     def on_peer_up(self, peer: str) -> None:
-        self.core.on_peer_up(peer, now=self.sim.env.now)
+        self.core.on_peer_up(peer, now=self.now())
         self._transmit()
 
     def on_peer_down(self, peer: str) -> None:
-        self.core.on_peer_down(peer, now=self.sim.env.now)
+        self.core.on_peer_down(peer, now=self.now())
         self._transmit()
 
     def _on_timer(self, generation: int) -> None:
         if not self.alive or generation != self._timer_generation:
             return                                    # stale: the timer was re-armed since
         self._timer_when = None
-        now = self.sim.env.now
+        now = self.now()
         if self.core.coordination is not None and now > self._load_at[0]:
             at, work = self._load_at
             self.core.set_load((self.work_us - work) / (now - at))
@@ -148,8 +164,11 @@ class SimNode:
 
     # -- the core's outputs ---------------------------------------------------------------------
     def _transmit(self) -> None:
-        """Send the core's outbox per destination, handle its events, re-arm the timer."""
+        """Keep the votes, send the core's outbox per destination, handle its events, re-arm the timer."""
         sim, now = self.sim, self.sim.env.now
+        record = self.core.votes_to_persist()
+        if record is not None:                        # kept before anything the votes guard leaves
+            sim.votes[self.name] = Votes(VoteMemory.DURABLE, record.streams)
         outbox = self.core.messages_to_send()
         if outbox:
             if len(outbox) == 1:
@@ -179,6 +198,8 @@ class SimNode:
             self._timer_when = when
             self._timer_generation += 1
             generation = self._timer_generation
+            if self.skewed:
+                when = self.clock.true(when)
             sim.env.timeout(max(0, when - now)).callbacks.append(lambda event: self._on_timer(generation))
 
     def _events(self) -> None:
@@ -190,7 +211,7 @@ class SimNode:
             elif type(event) is PeerTimedOut or type(event) is ProtocolError:
                 self.sim.drop_connection(self.name, event.node)
             elif type(event) is Decided:
-                self.sim.observer.decided(self.name, event.decision, self.sim.env.now)
+                self.sim.observer.decided(self.name, event.decision, self.now())
 
 
 class Simulation:
@@ -205,12 +226,17 @@ class Simulation:
                  options: NodeOptions = NodeOptions(), start_us: int = 0, outage: str = "hold",
                  bandwidth_bps: float | None = None, processing: Processing | None = None,
                  observer: Observer | None = None, origin_us: int | None = None,
-                 coordination: Callable[[str], Any] | None = None):
+                 coordination: Callable[[str], Any] | None = None, clocks: dict[str, ClockSpec] | None = None):
         # Paths are the recorder's ``path`` column (engine.messages rule 5): always traced here.
         options = replace(options, trace_paths=True)
         placement = shape(options.mode, placement, query.applications)    # the replicas the mode runs
         self.query, self.placement, self.options = query, placement, options
         self.env = LinkEnvironment(initial_time=start_us)
+        #: Each server's clock (simulator.clocks; exact unless ``clocks`` names it), from the run's start.
+        self.clocks = {name: Clock(spec, start_us) for name, spec in (clocks or {}).items()}
+        self._exact = Clock(ClockSpec(), start_us)
+        #: What each server's voter asked to keep (engine/core/views.py rule 1): it survives restarts.
+        self.votes: dict[str, Votes] = {}
         self.network = Network(self.env, trace, servers, self._deliver, outage=outage, bandwidth_bps=bandwidth_bps,
                                origin_us=start_us if origin_us is None else origin_us)
         self.processing = processing if processing is not None and processing.enabled else None
@@ -238,6 +264,9 @@ class Simulation:
         # (and after the caller has attached its observer: the first messages are the nodes').
         self.env.timeout(0).callbacks.append(
             lambda event: [self._connect(*sorted(pair)) for pair in sorted(self.pairs, key=sorted)])
+
+    def clock(self, server: str) -> Clock:
+        return self.clocks.get(server, self._exact)
 
     def _costs(self, processing: Processing | None) -> dict[str, float]:
         table = processing.cost_us if processing is not None else {}
@@ -329,8 +358,7 @@ class Simulation:
             return
         now = self.env.now
         self.retired.append(old.core)
-        self.nodes[server] = SimNode(self, server, now=now, incarnation=max(now, old.core.max_epoch() + 1),
-                                     restarted=True)
+        self.nodes[server] = SimNode(self, server, now=now, incarnation=old.core.max_epoch() + 1, restarted=True)
         for pair in self.pairs:
             if server in pair:
                 self._redial(*sorted(pair), self.env.now)
@@ -351,7 +379,7 @@ class Simulation:
             if node not in self.nodes:
                 self.nodes[node] = SimNode(self, node, now=now, restarted=True)   # joins a running cluster
             if self.nodes[node].alive:
-                self.nodes[node].core.apply(batch, now=now)
+                self.nodes[node].core.apply(batch, now=self.nodes[node].now())
                 self.nodes[node]._transmit()
         for node, batch in messages.items():
             for m in batch:

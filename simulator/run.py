@@ -163,7 +163,7 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     sim = Simulation(query, placement, prepared.trace, prepared.servers, options=options, start_us=begin,
                      outage=scenario.outage, processing=processing, origin_us=prepared.origin,
                      bandwidth_bps=scenario.bandwidth_mbps * 1e6 if scenario.bandwidth_mbps else None,
-                     coordination=coordination)
+                     coordination=coordination, clocks=_clocks(scenario, prepared.servers))
     done = sim.env.event()
     keep = None
     if segment is not None:       # the first and last segments also keep what lies before / after the run
@@ -371,3 +371,12 @@ def latency_summary(totals: Any, columns) -> dict[str, float | None]:
     return {"mean": round(totals.latency_sum / n / 1000.0, 3),
             **{f"p{q * 100:g}": round(v / 1000.0, 3) for q, v in zip(QUANTILES, values)},
             "max": round(totals.latency_max / 1000.0, 3)}
+
+
+def _clocks(scenario: Scenario, servers) -> dict:
+    """The scenario's ``[clocks]``, every one naming a server of the run."""
+    unknown = sorted(set(scenario.clocks) - set(servers))
+    if unknown:
+        raise ScenarioError(f"{scenario.path}: [clocks] names {unknown}, which are not servers of the run "
+                            f"(servers: {sorted(servers)})")
+    return scenario.clocks

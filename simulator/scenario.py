@@ -19,6 +19,7 @@ from replicast.engine.node import MODES as ENGINE_MODES, Mode, parse_mode
 from replicast.engine.entry import MODES
 from replicast.operators.config_file import read_toml, typed_key
 from replicast.operators.errors import ReplicastError
+from replicast.simulator.clocks import ClockSpec
 from replicast.simulator.network import OUTAGE_MODES
 
 if TYPE_CHECKING:
@@ -85,11 +86,12 @@ class Scenario:
     sources: list[SourceSpec] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     coordinator: "CoordinatorSettings | None" = None   # [coordinator]: GC and revival during the run (§V)
+    clocks: dict[str, ClockSpec] = field(default_factory=dict)   # [clocks.<server>]: offset and drift
 
 
 _TOP = {"name", "trace", "query", "servers", "kmax", "seed", "start_s", "duration_s", "drain_s", "punctuation_ms",
         "heartbeat_ms", "peer_timeout_ms", "join_timeout_ms", "retention_items", "entry_mode", "mode", "network",
-        "processing_us", "deployment", "sources", "faults", "bucket_s", "coordinator"}
+        "processing_us", "deployment", "sources", "faults", "bucket_s", "coordinator", "clocks"}
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -159,6 +161,8 @@ def parse_scenario(doc: dict, path: Path) -> Scenario:
         scenario.sources.append(_source(table, base, f"{where}: [[sources]] #{i}"))
     for i, table in enumerate(_get(doc, "faults", list, where, []), start=1):
         scenario.faults.append(_fault(table, f"{where}: [[faults]] #{i}"))
+    for server, table in _get(doc, "clocks", dict, where, {}).items():
+        scenario.clocks[server] = _clock(table, f"{where}: [clocks.{server}]")
     if "coordinator" in doc:
         from replicast.simulator.coordinator import parse_coordinator
         scenario.coordinator = parse_coordinator(_get(doc, "coordinator", dict, where), f"{where}: [coordinator]")
@@ -171,6 +175,18 @@ def _network(scenario: Scenario, table: dict, where: str) -> None:
     if "bandwidth_mbps" in table:
         scenario.bandwidth_mbps = _positive(float(_get(table, "bandwidth_mbps", (int, float), where)), where,
                                             "bandwidth_mbps")
+
+
+def _clock(table: object, where: str) -> ClockSpec:
+    """A server's clock (simulator/clocks.py): ``offset_ms`` ahead of the true time, ``drift_ppm`` fast."""
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{where}: must be a table with offset_ms and drift_ppm, got {table!r}")
+    _unknown(table, {"offset_ms", "drift_ppm"}, where)
+    offset = float(_get(table, "offset_ms", (int, float), where, 0.0))
+    drift = float(_get(table, "drift_ppm", (int, float), where, 0.0))
+    if not -1_000_000 < drift < 1_000_000:
+        raise ScenarioError(f"{where}: 'drift_ppm' must be in (-1000000, 1000000), got {drift!r}")
+    return ClockSpec(round(offset * 1000), drift)
 
 
 def _deployment(scenario: Scenario, table: dict, where: str) -> None:
