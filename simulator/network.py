@@ -17,7 +17,7 @@ Rules of this module:
    so sends during a long outage do not look ahead frame by frame each time.
 4. Messages are moved in batches: everything one node sends to one node in one call is one link
    item.  Link items are plain timed calls of :class:`LinkEnvironment` (a SimPy environment that,
-   like ``simpy.rt``, overrides only ``step``), not SimPy events: the earliest call due no later
+   like ``simpy.rt``, overrides public methods only), not SimPy events: the earliest call due no later
    than SimPy's next event (timers, CPU, faults; a link item goes first on a tie) runs first.  A hop
    costs a heap push and pop, not a SimPy Timeout (no process and no Store per message either);
    :class:`LinkEnvironment` says what this costs in SimPy API and what it saves.
@@ -36,6 +36,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule, Infinity
+from simpy.events import NORMAL
 
 #: Outage behaviours (rule 3).
 OUTAGE_MODES = ("hold", "drop")
@@ -88,50 +90,71 @@ class Link:
 class LinkEnvironment(simpy.Environment):
     """A SimPy environment that also runs plain timed calls (:meth:`call_at`) from a heap of its own.
 
-    Like ``simpy.rt.RealtimeEnvironment`` it overrides one method, :meth:`step`: the earliest call
-    due no later than SimPy's next event (:meth:`simpy.Environment.peek`) runs first, so at equal
-    times a link item goes before a timer or fault; everything else is SimPy as usual.
+    Like ``simpy.rt.RealtimeEnvironment`` it changes SimPy only through public methods it
+    overrides, and it reads SimPy only through public ones (``simpy>=4.1,<5``):
 
-    Why not a SimPy ``Timeout`` per link item (public API only): measured on sim-fig1, first 600 s
+    * :meth:`step`: the earliest call due no later than SimPy's next event runs first, so at equal
+      times a link item goes before a timer or fault; else SimPy's own ``step``.
+    * :attr:`now`: the time of whatever runs, a call or an event.  SimPy's own clock moves only
+      with its events, so while calls run it may lag behind :attr:`now`.
+    * :meth:`schedule`: every SimPy event enters the queue here (``Timeout``, ``succeed``,
+      process start); a delay counts from :attr:`now`, as the caller means it, and the time of
+      SimPy's next event is kept exact, so a step compares two integers instead of asking SimPy.
+    * :meth:`peek`: the earlier of the next call and SimPy's next event.
+
+    Why not a SimPy ``Timeout`` per link item (public API too): measured on sim-fig1, first 600 s
     of Seattle at kmax 3 (323 675 link items, 87 000 CPU waits), alternating three times on one
     machine, the run took 3.52-3.56 CPU s with these calls and 3.83-4.13 s with a ``Timeout`` per
     item and per CPU wait (+12 %); the network layer alone (``benchmarks/simulator.py``) ran at
-    0.87 M hops/s against 0.56 M.  Why ``step`` reads SimPy's ``_queue`` instead of calling the
-    public :meth:`simpy.Environment.peek` after every call: the method call alone cost 0.37 µs
-    per hop (network layer alone, CPU time, best of 5: 0.79 M hops/s reading ``_queue``, 0.61 M
-    calling ``peek``), ~3 % of a sim-fig1 run.  And SimPy has no public way to advance the clock,
-    so ``step`` sets ``_now`` before running a call, as SimPy's own ``step`` does.  These two
-    attributes are all this class touches of SimPy's internals.
+    0.87 M hops/s against 0.56 M.  A call costs a heap push and pop and no SimPy API at all:
+    :meth:`simpy.Environment.peek` is asked once per SimPy event, not per call.
     """
 
     def __init__(self, initial_time: int = 0):
         super().__init__(initial_time)
         self.calls: list = []        # (when, seq, function, args); seq keeps equal times FIFO
         self.call_seq = itertools.count()
+        self._clock = initial_time   # now: the time of the call or event running
+        self._simpy_now = initial_time   # SimPy's own clock: the time of its last event
+        self._next = Infinity        # the time of SimPy's next event (its peek), kept by schedule and step
+
+    @property
+    def now(self) -> int:
+        return self._clock
 
     def call_at(self, when: int, function: Callable, *args: Any) -> None:
         """Run ``function(*args)`` at simulated time ``when`` (≥ now)."""
         heapq.heappush(self.calls, (when, next(self.call_seq), function, args))
 
+    def schedule(self, event: simpy.Event, priority: int = NORMAL, delay: int = 0) -> None:
+        at = self._clock + delay
+        super().schedule(event, priority, at - self._simpy_now)
+        if at < self._next:
+            self._next = at
+
     def peek(self) -> float:
         calls = self.calls
-        nxt = super().peek()
-        return calls[0][0] if calls and calls[0][0] <= nxt else nxt
+        return calls[0][0] if calls and calls[0][0] <= self._next else self._next
 
     def step(self) -> None:
-        calls, queue = self.calls, self._queue
-        if not calls or (queue and queue[0][0] < calls[0][0]):
+        calls = self.calls
+        if calls and calls[0][0] <= self._next:
+            # Every call due no later than SimPy's next event, in one go; a call may schedule SimPy
+            # events (timers), which schedule() notes in _next.
+            pop = heapq.heappop
+            while True:
+                when, _, function, args = pop(calls)
+                self._clock = when
+                function(*args)
+                if not calls or calls[0][0] > self._next:
+                    return
+        if self._next == Infinity:
+            raise EmptySchedule()
+        self._clock = self._simpy_now = self._next   # the event SimPy's step pops is at _next
+        try:
             super().step()
-            return
-        # Run every call due no later than SimPy's next event in one go; a call may schedule SimPy
-        # events (timers), so the queue head is read again after each one.
-        pop = heapq.heappop
-        while True:
-            when, _, function, args = pop(calls)
-            self._now = when
-            function(*args)
-            if not calls or (queue and queue[0][0] < calls[0][0]):
-                return
+        finally:
+            self._next = super().peek()
 
 
 class Network:

@@ -172,3 +172,49 @@ def test_scenario_errors_name_file_and_key(tmp_path):
                    'stream="x"\nservers="all"\n')
     with pytest.raises(ScenarioError, match=r"bad.toml: 'kmax' must be a positive integer"):
         load_scenario(bad)
+
+
+def test_the_link_environment_runs_calls_and_simpy_events_in_time_order_calls_first_on_a_tie():
+    """LinkEnvironment (public SimPy API only): a timed call goes before a SimPy event of the same
+    time, a SimPy delay counts from the call that scheduled it, processes read the same ``now``,
+    and ``run(until=…)`` stops there with the calls due by then done."""
+    import simpy.core
+    env = LinkEnvironment(initial_time=100)
+    log = []
+
+    def call(name):
+        log.append((name, env.now))
+        if name == "c1":                                  # a timer set from a call: 5 µs after it
+            env.timeout(5).callbacks.append(lambda event: log.append(("t@c1+5", env.now)))
+
+    def process():
+        yield env.timeout(10)
+        log.append(("p", env.now))
+        env.call_at(env.now, call, "c@p")                # due at once: before the next event
+        yield env.timeout(1)
+        log.append(("p+1", env.now))
+
+    env.process(process())
+    env.call_at(110, call, "c@110")
+    env.call_at(103, call, "c1")
+    env.call_at(130, call, "c@130")
+    env.run(until=120)
+    assert log == [("c1", 103), ("t@c1+5", 108), ("c@110", 110), ("p", 110), ("c@p", 110), ("p+1", 111)]
+    assert env.now == 120
+    env.run()
+    assert log[-1] == ("c@130", 130) and env.now == 130
+    with pytest.raises(simpy.core.EmptySchedule):
+        env.step()
+
+
+def test_the_simulator_reaches_into_no_private_simpy_names():
+    """SimPy's public API only (simulator/network.py, LinkEnvironment): no attribute of SimPy's
+    internals is read or set anywhere in the simulator."""
+    import ast
+    from pathlib import Path
+    private = {"_queue", "_now", "_eid", "_active_proc", "_ok", "_value", "_defused", "_delay", "_target"}
+    root = Path(__file__).resolve().parents[2] / "simulator"
+    found = [(path.name, node.lineno, node.attr) for path in sorted(root.glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Attribute) and node.attr in private]
+    assert not found, found
