@@ -12,7 +12,8 @@ replica seeks one, what it proposes, and how the members follow a decided one.
    stamper — only if the candidate is one of them, or if there was no view yet (the cluster's
    start), or if every member of it is dead (its node runs a newer incarnation of that replica; the
    new stamper then forgets what it holds pending, which those members may have stamped).
-   Otherwise the candidate gives up.  A proposal records the view it derives from (``View.base``).
+   Otherwise the candidate gives up.  A replica whose node's stored votes could not be read
+   (views rule 1, ``LOST``) seeks no view: it cannot know which terms its node proposed before.  A proposal records the view it derives from (``View.base``).
    A candidate *holds* the latest view if it is a member of it and either knows it or knows the
    view it derives from (then nothing of the latest was emitted: that needed the candidate's
    acknowledgement; for the stream's first view, base −1, knowing no view).  A member or stamper
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.states import MemberSync, StamperRole
-from replicast.engine.core.views import Candidacy, Outcome
+from replicast.engine.core.views import Candidacy, Outcome, VoteMemory
 from replicast.engine.messages import JoinStamping, StampAck, View, ViewDecided, ViewReply
 from replicast.operators.base import NO_PUNCTUATION
 
@@ -163,8 +164,8 @@ class ViewChanges:
         state = hosted.stamp
         if state.candidacy is not None:
             return
-        if not self._wants(hosted):
-            state.act_at = None
+        if not self._wants(hosted) or self.core.voter.memory is VoteMemory.LOST:
+            state.act_at = None                        # (LOST: its node may not know the terms it proposed)
             return
         delay = self.rank(hosted) * self.core.options.heartbeat_us
         if state.act_at is None:

@@ -15,7 +15,8 @@ majority of the *voters* (the cluster's nodes, ``NodeOptions.voters``) accepted.
    store: a core built bare, in unit tests) — it promises only terms above its incarnation (its
    start time, µs), which is safe only while no candidate's clock runs ahead of the voter's by
    more than the restart took (docs/modes.md, "Durable votes"); ``LOST`` (the store was
-   unreadable) — it answers no ballot at all, rather than forget what it promised.
+   unreadable) — it answers no ballot at all, rather than forget what it promised, and the node's
+   replicas seek no view (rule 2: it does not know which terms it proposed).
 2. **Candidate** (:class:`Candidacy`): a replica that wants a new view picks a term above every term
    it has seen, above its clock, and above every term its node proposed for the stream before (kept
    with the votes: two candidacies never share a term, even across a restart whose clock is

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings, strategies as st
 
 from replicast.engine.core.node import NodeCore
+from replicast.engine.core.states import StamperRole
 from replicast.engine.core.views import PersistVotes, StreamVotes, VoteMemory, Votes
 from replicast.engine.messages import Batch, View, ViewBallot, ViewReply
 from replicast.simulator.clocks import ClockSpec
@@ -240,3 +241,22 @@ def test_the_same_property_finds_two_timestamps_when_voters_forget():
     seen: Counter = Counter()
     with pytest.raises(AssertionError, match="two timestamps"):
         schedules(False, 400, seen, phases=(Phase.generate,))()
+
+
+def test_a_node_whose_votes_are_unreadable_never_seeks_a_view():
+    """It cannot know which terms it proposed before: its entry replica joins views others decide
+    but never stamps, even when the stamper dies."""
+    place = {"cpu": ["e1", "e2"], "pass": ["f1"], "out": ["app"]}
+    net = MemoryNetwork(QUERY, place, seed=1, options=replace(OPTIONS, voters=("e1", "e2", "f1")), now=1_000_000)
+    settle(net)
+    net.kill("e1")
+    net.votes["e1"] = Votes(VoteMemory.LOST)
+    net.restart("e1")
+    settle(net, 20)
+    roles = {n: h.stamp.role for n in ("e1", "e2") for h in net.cores[n].hosted.values() if h.stamp}
+    assert roles == {"e1": StamperRole.MEMBER, "e2": StamperRole.STAMPING}
+    net.kill("e2")
+    settle(net, 30)
+    [hosted] = [h for h in net.cores["e1"].hosted.values() if h.stamp]
+    assert hosted.stamp.role is not StamperRole.STAMPING and hosted.stamp.candidacy is None
+    assert net.cores["e1"].counters["unanswered_ballots"] >= 1

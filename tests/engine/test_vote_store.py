@@ -1,9 +1,10 @@
 """The asyncio driver's vote store (engine/aio/vote_store.py): votes written durably before the
 replies they guard, read back at the next start, and an unreadable file refused with one line.
 
-The last test runs three real nodes on loopback TCP (entry-stamped ``cpu`` on ``a`` and ``b``):
+The last tests run three real nodes on loopback TCP (entry-stamped ``cpu`` on ``a`` and ``b``):
 their votes reach the state directory, and after a restart with one node's file corrupted that
-node answers no ballot while the other two still decide a view above the one before."""
+node answers no ballot while the other two still decide a view above the one before; a node that
+cannot store its votes stops."""
 
 from __future__ import annotations
 
@@ -96,29 +97,39 @@ def stamping(drivers) -> list:
             if h.stamp is not None and h.stamp.role is StamperRole.STAMPING]
 
 
-async def run_nodes(path: Path, state: Path, until, timeout: float = 30.0):
+async def run_nodes(path: Path, state: Path | dict, until, timeout: float = 30.0, before=None):
+    """Run nodes a, b, c (``state``: their state directory, or one per node) until ``until(drivers)``;
+    ``before()`` runs once the drivers are built.  Returns the drivers and what each run raised."""
     from replicast.engine.aio.driver import NodeDriver
     from replicast.engine.cluster_config import load_cluster
     config = load_cluster(path)
-    drivers = [NodeDriver(config, name, state_dir=state) for name in "abc"]
+    drivers = [NodeDriver(config, n, state_dir=state[n] if isinstance(state, dict) else state) for n in "abc"]
+    if before is not None:
+        before()
     tasks = [asyncio.create_task(d.run(install_signals=False)) for d in drivers]
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not until(drivers):
             assert loop.time() < deadline, "timed out waiting for the nodes"
-            assert not any(t.done() for t in tasks), [t.exception() for t in tasks if t.done()]
             await asyncio.sleep(0.05)
     finally:
         for d in drivers:
             d.stop()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return drivers
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
+    if until is not stopped:
+        assert not any(ended), ended
+    return drivers, ended
+
+
+def stopped(drivers) -> bool:
+    """Node c stopped on its own and the others decided a view."""
+    return drivers[2].failure is not None and bool(stamping(drivers))
 
 
 def test_real_nodes_keep_their_votes_and_one_with_a_corrupt_file_answers_no_ballot(tmp_path, caplog):
     path, state = cluster_file(tmp_path), tmp_path / "state"
-    first = asyncio.run(run_nodes(path, state, lambda ds: stamping(ds) and all(
+    first, _ = asyncio.run(run_nodes(path, state, lambda ds: stamping(ds) and all(
         vote_path(state, n).exists() for n in "abc")))
     [view] = stamping(first)
     stored = {n: VoteStore(vote_path(state, n), str(path.resolve()), n).load().streams["cpu"] for n in "abc"}
@@ -126,9 +137,24 @@ def test_real_nodes_keep_their_votes_and_one_with_a_corrupt_file_answers_no_ball
     assert stored["c"].accepted is not None and stored["c"].accepted.term >= view.term
     vote_path(state, "c").write_bytes(b"\x00garbage")
     with caplog.at_level(logging.ERROR, logger="replicast.node"):
-        again = asyncio.run(run_nodes(path, state, lambda ds: stamping(ds) and ds[2].core.counters["unanswered_ballots"]))
+        again, _ = asyncio.run(run_nodes(path, state, lambda ds: stamping(ds) and ds[2].core.counters["unanswered_ballots"]))
     [second] = stamping(again)
     assert second.term > view.term                    # a and b remembered what they promised
     assert again[2].core.voter.memory is VoteMemory.LOST
     assert [r for r in caplog.records if str(vote_path(state, "c")) in r.getMessage()]
     assert os.path.getsize(vote_path(state, "c")) == len(b"\x00garbage")   # never overwritten
+
+
+def test_a_real_node_that_cannot_store_its_votes_stops_and_the_others_decide_without_it(tmp_path):
+    """Node c's state directory turns into a file after its start: its first promise cannot be
+    stored, so it stops (the error names the file) and sends nothing more; a and b decide alone."""
+    from replicast.engine.aio.driver import NodeFailed
+    path = cluster_file(tmp_path)
+    state = {n: tmp_path / f"state-{n}" for n in "abc"}
+    drivers, ended = asyncio.run(run_nodes(path, state, stopped,
+                                           before=lambda: state["c"].write_text("not a directory")))
+    assert isinstance(ended[2], NodeFailed) and str(vote_path(state["c"], "c")) in str(ended[2])
+    assert drivers[2].core.counters["refused_ballots"] == 0
+    replied = {n: VoteStore(vote_path(state[n], n), str(path.resolve()), n).load().streams for n in "ab"}
+    [view] = stamping(drivers)
+    assert all(v["cpu"].promised >= view.term for v in replied.values())
