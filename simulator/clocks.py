@@ -64,5 +64,6 @@ class Clock:
         """The first simulated time at which this clock reads ``local_us`` or later (rule 3)."""
         if self.exact:
             return local_us
-        # smallest d with d * rate // 10⁹ >= local - origin - offset: d = ceil((local - origin - offset) * 10⁹ / rate)
+        # the smallest d with d * rate // 10⁹ >= local - origin - offset,
+        # i.e. d = ceil((local - origin - offset) * 10⁹ / rate)
         return self.origin - (-(local_us - self.origin - self.offset) * _BILLION // self.rate)

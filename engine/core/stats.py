@@ -20,8 +20,8 @@ _ts = itemgetter(0)
 COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_errors", "gaps", "stale_batches",
             "stale_requests", "known_batches", "refused_control", "streams_cut", "snapshots_given",
             "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams", "failovers",
-            "stale_stamps", "refused_ballots", "unanswered_ballots", "early_requests", "stray_reports", "determinants", "takeovers",
-            "donors_behind", "vanished_streams", "peers_rebuilding")
+            "stale_stamps", "refused_ballots", "unanswered_ballots", "early_requests", "stray_reports", "determinants",
+            "takeovers", "donors_behind", "vanished_streams", "peers_rebuilding")
 
 
 #: Bounds (µs) of the latency histogram's buckets: wide-area paths are tens to hundreds of ms (§VI).

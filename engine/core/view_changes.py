@@ -13,7 +13,8 @@ replica seeks one, what it proposes, and how the members follow a decided one.
    start), or if every member of it is dead (its node runs a newer incarnation of that replica; the
    new stamper then forgets what it holds pending, which those members may have stamped).
    Otherwise the candidate gives up.  A replica whose node's stored votes could not be read
-   (views rule 1, ``LOST``) seeks no view: it cannot know which terms its node proposed before.  A proposal records the view it derives from (``View.base``).
+   (views rule 1, ``LOST``) seeks no view: it cannot know which terms its node proposed before.
+   A proposal records the view it derives from (``View.base``).
    A candidate *holds* the latest view if it is a member of it and either knows it or knows the
    view it derives from (then nothing of the latest was emitted: that needed the candidate's
    acknowledgement; for the stream's first view, base −1, knowing no view).  A member or stamper

@@ -104,7 +104,8 @@ class MemoryNetwork:
         core = self.cores[node] = NodeCore(node, self.query, self.options, now=now,
                                            incarnation=max(now, old.max_epoch() + 1), restarted=True,
                                            votes=self._votes(node))
-        core.apply(configure(self.query, self.placement, node, self.options.entry_modes, mode=self.options.mode), now=now)
+        core.apply(configure(self.query, self.placement, node, self.options.entry_modes, mode=self.options.mode),
+                   now=now)
         for other in self.names:
             if other != node and other not in self.dead and frozenset((node, other)) not in self.cut:
                 core.on_peer_up(other, now=now)

@@ -47,7 +47,8 @@ def test_no_file_is_a_first_start_and_another_clusters_file_is_ignored(tmp_path)
 @pytest.mark.parametrize("content, says", [
     (b"{\"format\": 1, \"cluster\": ", "truncated"),
     (b"{\"format\": 1, \"cluster\": \"/c/cluster.toml\", \"node\": \"a\", "
-     b"\"streams\": {\"cpu\": {\"promised\": \"7\", \"accepted\": null, \"proposed\": 0}}}", "`$.streams[...].promised`"),
+     b"\"streams\": {\"cpu\": {\"promised\": \"7\", \"accepted\": null, \"proposed\": 0}}}",
+     "`$.streams[...].promised`"),
     (b"{\"format\": 2, \"cluster\": \"/c/cluster.toml\", \"node\": \"a\", \"streams\": {}}", "format 2"),
 ])
 def test_an_unreadable_file_is_one_line_naming_it_and_the_node_votes_lost(tmp_path, caplog, content, says):
@@ -137,7 +138,8 @@ def test_real_nodes_keep_their_votes_and_one_with_a_corrupt_file_answers_no_ball
     assert stored["c"].accepted is not None and stored["c"].accepted.term >= view.term
     vote_path(state, "c").write_bytes(b"\x00garbage")
     with caplog.at_level(logging.ERROR, logger="replicast.node"):
-        again, _ = asyncio.run(run_nodes(path, state, lambda ds: stamping(ds) and ds[2].core.counters["unanswered_ballots"]))
+        again, _ = asyncio.run(run_nodes(path, state,
+                                         lambda ds: stamping(ds) and ds[2].core.counters["unanswered_ballots"]))
     [second] = stamping(again)
     assert second.term > view.term                    # a and b remembered what they promised
     assert again[2].core.voter.memory is VoteMemory.LOST

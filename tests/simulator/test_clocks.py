@@ -142,3 +142,20 @@ def test_a_scenario_gives_servers_clocks_and_names_what_is_wrong(tmp_path):
         parse_scenario({**base, "clocks": {"a": {"skew": 1}}}, tmp_path / "s.toml")
     with pytest.raises(ScenarioError, match=r"\[clocks\.a\]: 'drift_ppm' must be in"):
         parse_scenario({**base, "clocks": {"a": {"drift_ppm": -2e6}}}, tmp_path / "s.toml")
+
+
+def test_a_scenarios_clocks_reach_its_servers_and_must_name_servers_of_the_run():
+    """``replicast simulate``'s path: chain.toml runs with one server's clock 40 ms ahead; a clock
+    for a server not in the run is one line naming the file."""
+    from replicast.simulator.run import Prepared, run
+    from replicast.simulator.scenario import load_scenario
+    scenario = load_scenario(Path(__file__).parent / "data" / "chain.toml")
+    scenario.duration_s = 5.0
+    prepared = Prepared(scenario)
+    first = sorted(prepared.servers)[0]
+    scenario.clocks = {"nowhere": ClockSpec(1)}
+    with pytest.raises(ScenarioError, match=r"chain\.toml: \[clocks\] names \['nowhere'\], which are not servers"):
+        run(Prepared(scenario), 1)
+    scenario.clocks = {first: ClockSpec(40 * MS)}
+    result = run(Prepared(scenario), 1)
+    assert result.summary["delivered"] > 0
