@@ -17,7 +17,7 @@ import pytest
 
 from replicast.engine.aio.vote_store import VoteStore, VoteStoreError, vote_path
 from replicast.engine.core.states import StamperRole
-from replicast.engine.core.views import PersistVotes, StreamVotes, VoteMemory
+from replicast.engine.node import PersistVotes, StreamVotes, VoteMemory
 from replicast.engine.messages import View
 from replicast.experiments.ports import free_loopback_ports
 
@@ -139,10 +139,9 @@ def test_real_nodes_keep_their_votes_and_one_with_a_corrupt_file_answers_no_ball
     vote_path(state, "c").write_bytes(b"\x00garbage")
     with caplog.at_level(logging.ERROR, logger="replicast.node"):
         again, _ = asyncio.run(run_nodes(path, state,
-                                         lambda ds: stamping(ds) and ds[2].core.counters["unanswered_ballots"]))
+                                         lambda ds: stamping(ds) and ds[2].core.statistics()["unanswered_ballots"]))
     [second] = stamping(again)
     assert second.term > view.term                    # a and b remembered what they promised
-    assert again[2].core.voter.memory is VoteMemory.LOST
     assert [r for r in caplog.records if str(vote_path(state, "c")) in r.getMessage()]
     assert os.path.getsize(vote_path(state, "c")) == len(b"\x00garbage")   # never overwritten
 
@@ -156,7 +155,7 @@ def test_a_real_node_that_cannot_store_its_votes_stops_and_the_others_decide_wit
     drivers, ended = asyncio.run(run_nodes(path, state, stopped,
                                            before=lambda: state["c"].write_text("not a directory")))
     assert isinstance(ended[2], NodeFailed) and str(vote_path(state["c"], "c")) in str(ended[2])
-    assert drivers[2].core.counters["refused_ballots"] == 0
+    assert drivers[2].core.statistics()["refused_ballots"] == 0
     replied = {n: VoteStore(vote_path(state[n], n), str(path.resolve()), n).load().streams for n in "ab"}
     [view] = stamping(drivers)
     assert all(v["cpu"].promised >= view.term for v in replied.values())
