@@ -30,8 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from replicast.engine.cluster_config import ClusterConfig
-from replicast.engine.core.trace_aggregate import LogHistogram, merge
-from replicast.engine.core.trace_language import TraceQueryError, parse
+from replicast.engine.node import (LogHistogram, TraceQueryError, merge_trace_tables as merge,
+                                   parse_trace_query as parse)
 from replicast.engine.trace_client import Answers, ClusterTrace, now_us
 from replicast.operators.errors import ReplicastError
 

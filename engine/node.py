@@ -33,8 +33,12 @@ from replicast.engine.core.modes import MODES, Mode, parse_mode, shape
 from replicast.engine.core.node import NodeCore
 from replicast.engine.core.states import IllegalTransition, InboundState, ReplicaState, RouteState
 from replicast.engine.core.stats import COUNTERS, LATENCY_BOUNDS_US
-from replicast.engine.core.tracepoints import (install as _install_trace, remove as _remove_trace,
-                                               source_context as _trace_context, take as _take_traces)
+from replicast.engine.core.baggage import trace_id
+from replicast.engine.core.trace_aggregate import LogHistogram, finish as finish_trace_table, merge as merge_trace_tables
+from replicast.engine.core.trace_language import TraceQuery, TraceQueryError, parse as parse_trace_query
+from replicast.engine.core.tracepoints import (install as _install_trace, installed as installed_trace_queries,
+                                               remove as _remove_trace, source_context as _trace_context,
+                                               take as _take_traces)
 from replicast.engine.core.views import PersistVotes, StreamVotes, VoteMemory, Votes
 from replicast.engine.messages import Message
 from replicast.operators.errors import ReplicastError
@@ -47,7 +51,11 @@ __all__ = ["NodeCore", "NodeOptions", "configure", "configure_pinned", "placemen
            "ReplicaChanged", "SinkRestarted", "StreamCutOff", "ControlRefused", "ReplicaState", "RouteState", "InboundState",
            "IllegalTransition", "MODES", "Mode", "parse_mode", "shape", "COUNTERS", "LATENCY_BOUNDS_US",
            "CoordinationSetup", "CoreState", "CoreStep", "CoreFailed", "GuardedCore", "next_core_state",
-           "Votes", "VoteMemory", "PersistVotes", "StreamVotes"]
+           "Votes", "VoteMemory", "PersistVotes", "StreamVotes",
+           # Pivot-Tracing queries (docs/tracing.md): the language and the merge of partial tables are pure
+           # and shared by the nodes, `trace-query` and the dashboard.
+           "TraceQuery", "TraceQueryError", "parse_trace_query", "merge_trace_tables", "finish_trace_table",
+           "LogHistogram", "trace_id", "installed_trace_queries"]
 
 
 def __getattr__(name: str) -> Any:

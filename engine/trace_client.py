@@ -24,8 +24,8 @@ from typing import Any
 
 from replicast.engine.aio.trace_service import token
 from replicast.engine.cluster_config import ClusterConfig
-from replicast.engine.core.trace_aggregate import finish, merge
-from replicast.engine.core.trace_language import TraceQuery, TraceQueryError, parse
+from replicast.engine.node import (TraceQuery, TraceQueryError, finish_trace_table as finish,
+                                   merge_trace_tables as merge, parse_trace_query as parse)
 from replicast.operators.errors import ReplicastError
 
 #: Longest one node may take to answer one request (seconds).

@@ -36,9 +36,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
-from replicast.engine.core import tracepoints
-from replicast.engine.core.baggage import trace_id
-from replicast.engine.core.trace_language import TraceQueryError, parse
+from replicast.engine.node import TraceQueryError, installed_trace_queries, parse_trace_query as parse, trace_id
 from replicast.operators.errors import ReplicastError
 
 #: How often the node takes its queries' partial tables (seconds).
@@ -114,7 +112,7 @@ class TraceService:
             replicas.append({"replica": str(replica), "name": replica.name, "kind": hosted.kind,
                              "state": hosted.state.value, "inputs": inputs})
         return {"node": core.name, "now_us": time.time_ns() // 1000, "replicas": replicas,
-                "queries": tracepoints.installed(core), "statistics": core.statistics()}
+                "queries": installed_trace_queries(core), "statistics": core.statistics()}
 
     # -- in the HTTP server's threads -----------------------------------------------------------------
     def _on_loop(self, function: Callable[[], dict]) -> dict:
@@ -136,7 +134,7 @@ class TraceService:
         try:
             if parts == ["trace", "queries"] and method == "GET":
                 return 200, self._on_loop(lambda: {"node": self.core.name,
-                                                   "queries": tracepoints.installed(self.core)})
+                                                   "queries": installed_trace_queries(self.core)})
             if len(parts) == 3 and parts[:2] == ["trace", "queries"] and method == "PUT":
                 if len(body) > MAX_QUERY_BYTES:
                     return 413, {"error": f"query {parts[2]!r}: longer than {MAX_QUERY_BYTES} bytes"}
