@@ -1,25 +1,36 @@
 """Trace-query overhead: node throughput with no query, with one query at 1/1000 sampling and at
 1/100, in the same run (docs/tracing.md; issue 24's targets: ≤ 1 % and ≤ 5 % less than none).
 
-    python3 benchmarks/tracing_overhead.py                        # k = 2, 500 000 records, 3 rounds
-    python3 benchmarks/tracing_overhead.py --k 3 --records 1000000 --rounds 5
-    python3 benchmarks/tracing_overhead.py --in-process --records 200000      # the node core alone
+    python3 benchmarks/tracing_overhead.py                    # both measurements, k = 2
+    python3 benchmarks/tracing_overhead.py --in-process --records 200000 --rounds 7   # the core alone
+    python3 benchmarks/tracing_overhead.py --tcp --records 500000 --rounds 5          # the node over TCP
 
-The setup is benchmarks/node.py's TCP case: one ``replicast node`` process hosts a Filter and the
-application after it, and this process plays k upstream replicas sending the same records in
-batch frames over the real handshake; throughput = distinct records / time until the node has
-acknowledged every stream replica's end.  Before the upstreams connect, the query is installed on
-the running node over its metrics port (``PUT /trace/queries/ID``, as ``replicast trace-query``
-does): the win share per upstream replica at every port, an ``Arrival`` query — every copy of
-every record passes its hook, the sampled ones become events.  Rounds alternate the three cases;
-each figure is the best of the rounds, with the node's CPU µs per distinct record beside it (on a
-shared machine it moves less than wall time).
+Two measurements, each with the three cases in alternating rounds; every figure is the median of
+the rounds, and every ratio is against the no-query baseline of the same run (the median over the
+rounds of each round's own ratio: a round's cases run back to back, so a load change between
+rounds moves numerator and denominator alike).
+
+* In-process (the targets' measurement): the node core alone, no sockets, no process — the same
+  frames, decoded beforehand, handed to one core with ``receive``; this process's CPU time (steadier
+  than wall time on a shared machine), and the core's work is all of it, so the hooks' share is
+  the largest it can be.
+* TCP: benchmarks/node.py's case: one ``replicast node`` process hosts a Filter and the
+  application after it, and this process plays k upstream replicas sending the same records in
+  batch frames over the real handshake; throughput = distinct records / time until the node has
+  acknowledged every stream replica's end, and the node's CPU µs per distinct record beside it.
+  Before the upstreams connect, the query is installed on the running node over its metrics port
+  (``PUT /trace/queries/ID``, as ``replicast trace-query`` does).
+
+The query is the win share per upstream replica at every port, an ``Arrival`` query — every copy
+of every record passes its hook, the sampled ones become events.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import statistics
 import sys
 import tempfile
 import time
@@ -30,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from node import SECRET, batch_frames, best, load, start_node, timed, upstream, write_cluster  # noqa: E402
+from node import SECRET, batch_frames, load, start_node, timed, upstream, write_cluster  # noqa: E402
 
 from replicast.engine.aio.trace_service import token  # noqa: E402
 
@@ -88,10 +99,23 @@ def run(k: int, records: int, batch: int, sample: int | None) -> tuple[tuple[flo
             node.wait(10)
 
 
-def in_process(k: int, records: int, batch: int, rounds: int) -> None:
-    """The node core alone (no sockets, no process): the same frames, decoded beforehand, handed to
-    one core with ``receive``; best of ``rounds`` alternating rounds per case.  Steadier than the TCP
-    runs on a loaded machine, and the node's whole work is the core's here, so the share is larger."""
+CASES = (None, 1000, 100)
+TARGETS = {1000: 0.01, 100: 0.05}
+
+
+def label(case: int | None) -> str:
+    return "no query" if case is None else f"1/{case}"
+
+
+def paired(rounds: list[dict], case: int, lower_is_better: bool = True) -> float:
+    """The median over rounds of the case's cost over the same round's no-query cost, less 1."""
+    ratios = [r[case] / r[None] if lower_is_better else r[None] / r[case] for r in rounds]
+    return statistics.median(ratios) - 1
+
+
+def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float]:
+    """The node core alone: CPU seconds per case in each of ``rounds`` alternating rounds; prints
+    the medians and returns each query case's overhead (paired median ratio, less 1)."""
     from replicast.engine.core import tracepoints
     from replicast.engine.core.trace_language import parse
     from replicast.engine.messages import StreamHead
@@ -105,6 +129,9 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> None:
     place = {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]}
     frames, _ = batch_frames(k, records, batch)
     messages = [[decode(frame[4:]) for frame in per] for per in frames]
+    for per in messages:                               # decode the records now, not in the first round
+        for message in per:
+            getattr(message.records, "stamps", None)
 
     def once(sample: int | None) -> float:
         core = NodeCore("z", query, now=0)
@@ -120,62 +147,74 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> None:
         core.messages_to_send(), core.events()
         if sample is not None:
             tracepoints.install(core, "bench", parse(QUERY.format(n=sample)))
-        start = time.perf_counter()
+        gc.collect()
+        start = time.process_time()
         for copies in zip(*messages):
             for i, message in enumerate(copies):
                 core.receive(f"u{i}", message, now=now)
             core.messages_to_send(), core.events()
-        return time.perf_counter() - start
+        return time.process_time() - start
 
-    best = {case: float("inf") for case in (None, 1000, 100)}
+    runs = [{case: once(case) for case in CASES} for _ in range(rounds)]
+    print(f"  in-process (the node core alone, k={k}, {records} records in batches of {batch}, "
+          f"median of {rounds} alternating rounds, CPU time):")
+    overhead = {}
+    for case in CASES:
+        per_record = statistics.median(r[case] for r in runs) / records * 1e6
+        spread = ", ".join(f"{r[case] / records * 1e6:.3f}" for r in runs)
+        if case is None:
+            print(f"    {label(case):>9}: {per_record:.3f} µs per distinct record   [{spread}]")
+            continue
+        overhead[case] = paired(runs, case)
+        verdict = "met" if overhead[case] <= TARGETS[case] else "NOT MET"
+        print(f"    {label(case):>9}: {per_record:.3f} µs per distinct record   [{spread}]   "
+              f"{overhead[case]:+.1%} against no query (target <= {TARGETS[case]:.0%}: {verdict})")
+    return overhead
+
+
+def tcp(k: int, records: int, batch: int, rounds: int) -> None:
+    """The node over TCP: throughput and the node's CPU per record, per case, median of ``rounds``."""
+    runs: list[dict] = []
+    counted: dict = {case: 0 for case in CASES}
     for _ in range(rounds):
-        for case in best:
-            best[case] = min(best[case], once(case))
-    print(f"  in-process (the node core alone, k={k}, {records} records, best of {rounds}):")
-    for case, seconds in best.items():
-        extra = "" if case is None else f"   {seconds / best[None] - 1:+.1%}"
-        print(f"    {'no query' if case is None else f'1/{case}':>9}: {seconds / records * 1e6:.3f} µs per distinct record{extra}")
+        rates, cpus = {}, {}
+        for case in CASES:
+            (rate, cpu), counted[case] = run(k, records, batch, case)
+            rates[case], cpus[case] = rate, cpu
+            print(f"    {label(case):>9}: {rate / 1000:8.1f} k records/s", file=sys.stderr)
+        runs.append((rates, cpus))
+    print(f"  TCP (one node process, k={k}, {records} records in batches of {batch}, median of {rounds} "
+          f"alternating rounds):")
+    rates = [r for r, _ in runs]
+    cpus = [c for _, c in runs if None not in c.values()]
+    for case in CASES:
+        rate = statistics.median(r[case] for r in rates)
+        cpu = statistics.median(c[case] for c in cpus) if cpus else float("nan")
+        line = (f"    {label(case):>9}: {rate / 1000:8.1f} k distinct records/s   {cpu:5.2f} µs node CPU/record   "
+                f"[{', '.join(f'{r[case] / 1000:.0f}' for r in rates)} k/s]")
+        if case is not None:
+            line += (f"   {paired(rates, case, lower_is_better=False):+.1%} time, "
+                     f"{paired(cpus, case) if cpus else float('nan'):+.1%} CPU against no query; "
+                     f"{counted[case]} passes counted (~{records // case} expected at each of the 2 filters)")
+        print(line)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--k", type=int, default=2, help="upstream replicas (default 2)")
-    parser.add_argument("--records", type=int, default=500_000, help="records per run (default 500000)")
+    parser.add_argument("--records", type=int, default=200_000, help="records per run (default 200000)")
     parser.add_argument("--batch", type=int, default=1000, help="records per batch frame (default 1000)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds, best reported (default 3)")
-    parser.add_argument("--in-process", action="store_true", help="time the node core alone instead (no TCP)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds, median reported (default 5)")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--in-process", action="store_true", help="only the node core alone (no TCP)")
+    only.add_argument("--tcp", action="store_true", help="only the node over TCP")
     args = parser.parse_args()
     print(f"load average at start: {load()}")
-    if args.in_process:
-        in_process(args.k, args.records, args.batch, max(args.rounds, 5))
-        print(f"load average at end: {load()}")
-        return 0
-    print(f"trace-query overhead, k={args.k}, {args.records} records in batches of {args.batch}, "
-          f"best of {args.rounds} alternating rounds")
-    cases = [None, 1000, 100]
-    runs: dict = {case: [] for case in cases}
-    counted: dict = {case: 0 for case in cases}
-    for _ in range(args.rounds):
-        for case in cases:
-            result, n = run(args.k, args.records, args.batch, case)
-            runs[case].append(result)
-            counted[case] = n
-            print(f"    {'no query' if case is None else f'1/{case}':>9}: {result[0] / 1000:8.1f} k records/s",
-                  file=sys.stderr)
-    base, base_cpu = best(runs[None])
-    print("  (wall-clock rates move with the machine's load; the node's CPU per record is steadier)")
-    print(f"  no query:          {base / 1000:8.1f} k distinct records/s   {base_cpu or 0:5.2f} µs CPU/record   "
-          f"[{', '.join(f'{r / 1000:.0f}' for r, _ in runs[None])} k/s]")
-    for case, target in ((1000, 0.01), (100, 0.05)):
-        rate, cpu = best(runs[case])
-        less = 1 - rate / base
-        cpu_more = (cpu / base_cpu - 1) if cpu and base_cpu else float("nan")
-        print(f"  one query at 1/{case:<5}: {rate / 1000:8.1f} k distinct records/s   {cpu or 0:5.2f} µs CPU/record   "
-              f"[{', '.join(f'{r / 1000:.0f}' for r, _ in runs[case])} k/s]   {less:+.1%} throughput lost, "
-              f"{cpu_more:+.1%} CPU/record; {counted[case]} passes counted (~{args.records // case} expected at each of "
-              f"the 2 filters); "
-              f"target <= {target:.0%}: {'met' if less <= target else 'NOT MET'}")
+    if not args.tcp:
+        in_process(args.k, args.records, args.batch, args.rounds)
+    if not args.in_process:
+        tcp(args.k, args.records, args.batch, args.rounds)
     print(f"load average at end: {load()}")
     return 0
 

@@ -10,6 +10,10 @@ Rules of this module (pure):
    merge by group key (:func:`merge`), so any number of nodes and intervals add up.
 3. :func:`finish` turns a merged table into rows of the query's ``Select`` columns; SHARE is the
    group's count over the count of all groups agreeing on every GroupBy field but the last.
+4. An event needs only the fields its query reads (:attr:`Partial.fields`: Where, GroupBy and the
+   aggregated fields); equal events are added at once with their count (``Partial.add(event,
+   count)``), so a tracepoint can aggregate a batch's events before they reach the table
+   (engine/core/tracepoints.py rule 7).  The table is the same as with one ``add`` per event.
 """
 
 from __future__ import annotations
@@ -57,28 +61,28 @@ def new_states(query: TraceQuery) -> list:
     return states
 
 
-def update(query: TraceQuery, states: list, event: dict) -> None:
-    """Add one event to a group's states."""
+def update(query: TraceQuery, states: list, event: dict, count: int = 1) -> None:
+    """Add one event, ``count`` times over (equal events of one batch: rule 4), to a group's states."""
     for i, output in enumerate(query.aggregates):
         name = output.aggregate
         if name in ("COUNT", "SHARE"):
-            states[i] += 1
+            states[i] += count
             continue
         value = event[output.field]
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue                                   # a non-numeric field: nothing to add
         if name == "SUM":
-            states[i] += value
+            states[i] += value * count
         elif name == "AVG":
-            states[i][0] += value
-            states[i][1] += 1
+            states[i][0] += value * count
+            states[i][1] += count
         elif name == "MIN":
             states[i] = value if states[i] is None or value < states[i] else states[i]
         elif name == "MAX":
             states[i] = value if states[i] is None or value > states[i] else states[i]
         else:
             bucket = LogHistogram.index(value)
-            states[i][bucket] = states[i].get(bucket, 0) + 1
+            states[i][bucket] = states[i].get(bucket, 0) + count
 
 
 def merge_states(query: TraceQuery, into: list, other: list) -> None:
@@ -150,14 +154,18 @@ class Partial:
     :data:`MAX_GROUPS` groups (``GroupBy a.ts`` would otherwise grow with the stream), the events of
     any further group counted in :attr:`overflow`."""
 
-    __slots__ = ("query", "groups", "events", "overflow")
+    __slots__ = ("query", "fields", "groups", "events", "overflow")
 
     def __init__(self, query: TraceQuery):
         self.query = query
+        #: The event fields the query reads (rule 4).
+        self.fields = frozenset([c.field for c in query.where] + list(query.group_by)
+                                + [o.field for o in query.aggregates if o.field is not None])
         self.groups: dict[tuple, list] = {}
         self.events = self.overflow = 0
 
-    def add(self, event: dict) -> None:
+    def add(self, event: dict, count: int = 1) -> None:
+        """``count`` equal events (rule 4)."""
         query = self.query
         for condition in query.where:
             if not _holds(event.get(condition.field), condition.op, condition.value):
@@ -166,11 +174,11 @@ class Partial:
         states = self.groups.get(key)
         if states is None:
             if len(self.groups) >= MAX_GROUPS:
-                self.overflow += 1
+                self.overflow += count
                 return
             states = self.groups[key] = new_states(query)
-        update(query, states, event)
-        self.events += 1
+        update(query, states, event, count)
+        self.events += count
 
     def take(self) -> list:
         """The table as plain data (rule 2), emptied."""

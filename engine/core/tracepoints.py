@@ -18,14 +18,22 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 1. Sampling is by record timestamp, and deterministic: a record is sampled at ``Sample 1/N`` when
    a hash of its time slot (``ts >> SLOT_SHIFT``: 256 µs) is 0 modulo N (:func:`sampled`), so every
    replica samples the same records and every copy of a sampled record is seen at every duplicate
-   filter.  A batch costs one C-level sort of its timestamps and a hash per slot it spans; only a
-   batch that touches a sampled slot is read record by record (benchmarks/tracing_overhead.py).
-   Batches a port already saw whole (equal content keys: the k copies of one emission, DESIGN.md
-   "Identical batches") are sampled once; their copies reuse the answer and are never decoded for it.
+   filter.  A batch costs its oldest and newest timestamps and a test that no sampled slot lies
+   between them; only a batch that touches a sampled slot is read record by record
+   (benchmarks/tracing_overhead.py).  The oldest and newest come from the port's duplicate filter,
+   which had them for Alg. 1 already (``DuplicateFilter.span``); only a batch it did not sort (one
+   taken record by record) costs the tracer a sort of its own.  The test is constant time: the
+   tracer remembers the stretch of slots without a sampled one that it last scanned (from a
+   batch's oldest slot to the next sampled slot, scanning at most as many slots as the batch has
+   records beyond its newest), so a stream in time order scans each slot once.  Batches a port
+   already saw whole (equal content keys: the k copies of one emission, DESIGN.md "Identical
+   batches") are sampled once; their copies reuse the answer and are never decoded for it.
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
    the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
    :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
    a first arrival again.  A record equal to an earlier one (a second occurrence) counts as a copy.
+   A port's memory is a table of first arrival times and a ``Counter`` of copies, updated for a
+   batch's sampled records at once (in C); each batch's new records are forgotten together.
 3. Events go only to the queries installed on their tracepoint; a hook whose tracepoint has no
    query returns at once.  :func:`install` makes the tracer, :func:`remove` drops it with the last
    query: removing a query removes its cost.
@@ -48,10 +56,17 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    window, closed by a punctuation, starts a new one without it.
 6. :meth:`Tracer.take` hands out, per query, the partial table since the last call (plain data:
    :mod:`engine.core.trace_aggregate` rule 2); the driver calls it on its own schedule.
+7. A batch's ``Arrival`` events are aggregated before they reach a query's table: each event
+   holds only the fields its query reads (``Partial.fields``), and equal events are added once
+   with their count (:mod:`engine.core.trace_aggregate` rule 4) — with ``GroupBy`` on the
+   stream replica and ``Where`` on the outcome, a batch is one or two table updates, not one
+   per sampled copy.  The table is the one per-event adds would give.
 """
 
 from __future__ import annotations
 
+from collections import Counter, deque
+from itertools import repeat
 from math import gcd
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -83,11 +98,24 @@ _MIX = 0x9E3779B1
 _ts = itemgetter(0)
 #: Tracepoints fired by an emission (Tracer.emit) other than an application's.
 _EMITTED = frozenset(("Wait", "Source", "Emit", "Send"))
+#: Tracepoints fired by any emission (Tracer.emit).
+_EMITTING = _EMITTED | {"Deliver", "Hop"}
 
 
 def sampled(ts: int, n: int) -> bool:
     """Whether the record with timestamp ``ts`` is sampled at ``Sample 1/n`` (rule 1)."""
     return n == 1 or (((ts >> SLOT_SHIFT) * _MIX) >> 16) % n == 0
+
+
+class _Port:
+    """A port's first arrivals of sampled records (rule 2)."""
+
+    __slots__ = ("at", "copies", "baggage")
+
+    def __init__(self) -> None:
+        self.at: dict = {}                             # record -> now of its first arrival
+        self.copies: Counter = Counter()               # record -> copies so far
+        self.baggage: dict = {}                        # record -> the baggage its first copy came with
 
 
 class Tracer:
@@ -98,7 +126,11 @@ class Tracer:
         self.queries: dict[str, Partial] = {}
         #: tracepoint -> [(sample N, partial)], for the hooks
         self.points: dict[str, list[tuple[int, Partial]]] = {}
-        self.first: dict[tuple, list] = {}             # (replica, port, record) -> [first now, copies so far]
+        self.ports: dict[tuple[str, int], _Port] = {}  # (replica's name, port) -> its first arrivals
+        self.remembered = 0                            # records in all ports' first arrivals
+        self.generations: deque = deque()              # (now, port, the records a batch added), oldest first
+        self._cold = (0, 0, 0)                         # (N, from slot, to slot): no slot sampled in between
+        self._emitting = False                         # whether any query listens to emissions
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
         self._keys: dict[tuple[int, int, int], list] = {}   # (key's hash, its length, N) -> sampled records
         self.events = 0
@@ -133,7 +165,10 @@ class Tracer:
         for sample, _ in points.get("Hop", []):
             self.baggage = gcd(self.baggage, sample)
         if "Arrival" not in points and "Wait" not in points and not self.baggage:
-            self.first.clear()                         # nothing reads first arrivals any more
+            self.ports.clear()                         # nothing reads first arrivals any more
+            self.generations.clear()
+            self.remembered = 0
+        self._emitting = bool(self.baggage or points.keys() & _EMITTING)
         if "Wait" not in points:
             self.waiting.clear()
 
@@ -147,7 +182,9 @@ class Tracer:
         return {qid: partial.take() for qid, partial in self.queries.items()}
 
     # -- sampling (rule 1) --------------------------------------------------------------------------
-    def _sample(self, records, key, n: int) -> list:
+    def _sample(self, records, key, n: int, span: tuple[int, int] | None = None) -> list:
+        """The records of a batch sampled at ``Sample 1/n``; ``span``: its oldest and newest
+        timestamps, if known (rule 1)."""
         if n == 1 or not records:
             return list(records)                       # nothing to choose: nothing to remember
         if key is not None:         # by the bytes' hash and length: the cache keeps no batch's bytes alive
@@ -155,20 +192,37 @@ class Tracer:
             cached = self._keys.get(key)
             if cached is not None:
                 return cached
-        stamps = getattr(records, "stamps", None)      # the batch's time slots first: in C but for a few
-        stamps = sorted(map(_ts, records) if stamps is None else stamps)
-        low, high = stamps[0] >> SLOT_SHIFT, stamps[-1] >> SLOT_SHIFT
-        if high - low < len(stamps):
-            hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
+        if span is None:                               # the batch's time slots first: in C
+            stamps = getattr(records, "stamps", None)
+            stamps = sorted(map(_ts, records) if stamps is None else stamps)
+            span = stamps[0], stamps[-1]
+        low, high = span[0] >> SLOT_SHIFT, span[1] >> SLOT_SHIFT
+        if high - low < len(records):
+            if self._none_sampled(low, high, n, len(records)):
+                hot = None
+            else:
+                hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
         else:                                          # spread thinly over time: record by record
-            hot = {ts >> SLOT_SHIFT for ts in stamps if sampled(ts, n)}
+            hot = {r[0] >> SLOT_SHIFT for r in records if sampled(r[0], n)}
         chosen = [r for r in records if r[0] >> SLOT_SHIFT in hot] if hot else []
         if key is not None:
             keys = self._keys
             if len(keys) >= MAX_KEYS:
-                del keys[next(iter(keys))]
+                keys.clear()                           # copies come within seconds: start afresh
             keys[key] = chosen
         return chosen
+
+    def _none_sampled(self, low: int, high: int, n: int, ahead: int) -> bool:
+        """Whether no slot in ``low … high`` is sampled at 1/``n``, from the cold stretch last
+        scanned, else scanning from ``low`` (at most ``ahead`` slots past ``high``: rule 1)."""
+        cold_n, start, end = self._cold
+        if cold_n == n and start <= low and high < end:
+            return True
+        slot, limit = low, high + 1 + ahead
+        while slot < limit and ((slot * _MIX) >> 16) % n:
+            slot += 1
+        self._cold = (n, low, slot)                    # low … slot - 1 have no sampled slot
+        return high < slot
 
     def _fire(self, listeners: list[tuple[int, Partial]], records, key, make) -> None:
         """Events ``make(record)`` for each record sampled by each listening query."""
@@ -182,19 +236,22 @@ class Tracer:
                 now: int, path: tuple[str, ...] = ()) -> None:
         """A batch of stream replica ``stream`` came along ``path`` to ``hosted``'s port (after its
         duplicate filter ran)."""
-        points = self.points
-        arrivals, waits = points.get("Arrival"), points.get("Wait")
         # an application delivers a record, sorted, after the batch that brought it: remember its baggage
         keep = 0
         if self.baggage and hosted.kind == "application" and path and is_baggage(path):
             keep = 1 if path[0].startswith(TRACE_PREFIX) else self.baggage     # a traced input: every record
-        if arrivals is None and waits is None and not keep:
+        n = self.arrival_sample
+        if not n and not keep:
             return
-        port, replica = stream.port, hosted.replica
-        sorted_port = waits is not None and hosted.logic is not None and hosted.logic.sorters is not None
+        points = self.points
+        arrivals, waits = points.get("Arrival"), points.get("Wait")
+        port, replica, logic = stream.port, hosted.replica, hosted.logic
+        sorted_port = waits is not None and logic is not None and logic.sorters is not None
         if records and (arrivals is not None or sorted_port or keep):
-            n = gcd(keep, self.arrival_sample)         # sampled at every query's N divides it
-            chosen = self._sample(records, key, n)
+            if keep:
+                n = gcd(keep, n)                       # sampled at every query's N divides it
+            span = logic.filters[port].span if logic is not None else None
+            chosen = self._sample(records, key, n, (span[1], span[2]) if span is not None and span[0] is records else None)
             if chosen:
                 self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now)
         if sorted_port and punctuation is not None:
@@ -202,42 +259,83 @@ class Tracer:
 
     def _arrived(self, stream, hosted, chosen: list, n: int, arrivals, sorted_port: bool, keep: int,
                  path: tuple[str, ...], now: int) -> None:
-        """The sampled records of a batch at a port: first arrivals remembered, events made (rule 2)."""
+        """The sampled records of a batch at a port: first arrivals remembered, events made (rules 2, 7)."""
         port, replica = stream.port, hosted.replica
-        node, upstream, upstream_node = self.core.name, str(stream.source), self.core.inbound[stream].node
         name = str(replica)
-        first, remember = self.first, self._remember
-        for record in chosen:
-            ts = record[0]
-            seen = first.get((replica, port, record))
-            if seen is None or now - seen[0] > REMEMBER_US:
-                seen = remember((replica, port, record), now)
-                if keep:
-                    seen.append(path)
-                if sorted_port:
-                    self._wait(replica, port, ts, now)
-            else:
-                seen[1] += 1
-            if arrivals is None:
-                continue
-            rank = seen[1]
-            event = {"node": node, "replica": name, "port": port, "upstream": upstream,
-                     "upstream_node": upstream_node, "outcome": "pass" if rank == 1 else "drop",
-                     "rank": rank, "later_us": now - seen[0], "age_us": now - ts, "ts": ts}
-            for sample, partial in arrivals:
-                if sample == n or sampled(ts, sample):
-                    partial.add(event)
-                    self.events += 1
+        memory = self.ports.get((name, port))
+        if memory is None:
+            memory = self.ports[(name, port)] = _Port()
+        self._forget(now, len(chosen))
+        copies = memory.copies
+        before = list(map(copies.get, chosen, repeat(0)))
+        copies.update(chosen)
+        if len(set(chosen)) == len(chosen):
+            new = [record for record, seen in zip(chosen, before) if not seen]
+            ranks = [seen + 1 for seen in before]
+        else:                                          # equal records in one batch: copies in order
+            counted: dict = {}
+            ranks = []
+            for record, seen in zip(chosen, before):
+                counted[record] = counted.get(record, seen) + 1
+                ranks.append(counted[record])
+            new = [record for record, seen in dict(zip(chosen, before)).items() if not seen]
+        if new:
+            memory.at.update(zip(new, repeat(now)))
+            if keep:
+                memory.baggage.update(zip(new, repeat(path)))
+            self.generations.append((now, memory, new))
+            self.remembered += len(new)
+            if sorted_port:
+                for record in new:
+                    self._wait(replica, port, record[0], now)
+        if arrivals is not None:
+            self._arrival_events(arrivals, n, {
+                "node": self.core.name, "replica": name, "port": port, "upstream": str(stream.source),
+                "upstream_node": self.core.inbound[stream].node}, list(map(_ts, chosen)), ranks,
+                list(map(memory.at.__getitem__, chosen)), now)
 
-    def _remember(self, key: tuple, now: int) -> list:
-        first = self.first
-        while first:
-            oldest = next(iter(first))
-            if len(first) < MAX_REMEMBERED and now - first[oldest][0] <= REMEMBER_US:
-                break
-            del first[oldest]
-        seen = first[key] = [now, 1]
-        return seen
+    def _arrival_events(self, arrivals, n: int, common: dict, stamps: list, ranks: list, firsts: list,
+                        now: int) -> None:
+        """One batch's ``Arrival`` events, aggregated per query (rule 7): ``common`` holds the
+        fields every event of the batch shares; the others come per sampled copy."""
+        for sample, partial in arrivals:
+            ts, rank, at = stamps, ranks, firsts
+            if sample != n:                            # a sparser query than the batch was sampled for
+                pick = [i for i, t in enumerate(stamps) if sampled(t, sample)]
+                if not pick:
+                    continue
+                ts, rank, at = [stamps[i] for i in pick], [ranks[i] for i in pick], [firsts[i] for i in pick]
+            fields, names, columns = partial.fields, [], []
+            if "outcome" in fields:
+                names.append("outcome")
+                columns.append(["pass" if r == 1 else "drop" for r in rank])
+            if "rank" in fields:
+                names.append("rank")
+                columns.append(rank)
+            if "later_us" in fields:
+                names.append("later_us")
+                columns.append([now - a for a in at])
+            if "age_us" in fields:
+                names.append("age_us")
+                columns.append([now - t for t in ts])
+            if "ts" in fields:
+                names.append("ts")
+                columns.append(ts)
+            for values, count in (Counter(zip(*columns)).items() if columns else [((), len(ts))]):
+                event = dict(common)
+                event.update(zip(names, values))
+                partial.add(event, count)
+                self.events += count
+
+    def _forget(self, now: int, room: int) -> None:
+        """Forget first arrivals older than :data:`REMEMBER_US`, and the oldest beyond
+        :data:`MAX_REMEMBERED` less ``room``, a batch's new records at a time (rule 2)."""
+        generations, limit = self.generations, MAX_REMEMBERED - room
+        while generations and (self.remembered > limit or now - generations[0][0] > REMEMBER_US):
+            _, memory, records = generations.popleft()
+            for table in (memory.at, memory.copies, memory.baggage):
+                deque(map(table.pop, records, repeat(None)), 0)
+            self.remembered -= len(records)
 
     def _wait(self, replica, port: int, ts: int, now: int) -> None:
         waiting = self.waiting.setdefault((replica, port), [])
@@ -266,6 +364,8 @@ class Tracer:
              path: tuple[str, ...]) -> tuple[str, ...]:
         """``hosted`` emits ``records`` (then maybe ``punctuation``), caused by a batch that came
         along ``path``; returns the path the emitted batch carries (with baggage: rule 4)."""
+        if not self._emitting:
+            return path                                # no query listens to an emission
         points, kind = self.points, hosted.kind
         if kind == "application":
             if records and ("Deliver" in points or "Hop" in points):
@@ -316,11 +416,13 @@ class Tracer:
 
     def _record_baggage(self, hosted: "Hosted", records, path: tuple[str, ...]) -> tuple[str, ...]:
         """The baggage the first of ``records`` that brought any arrived with (else ``path``)."""
-        first = self.first
-        for record in records:
-            seen = first.get((hosted.replica, 0, record))
-            if seen is not None and len(seen) > 2:
-                return seen[2]
+        memory = self.ports.get((str(hosted.replica), 0))
+        if memory is not None:
+            baggage = memory.baggage
+            for record in records:
+                came = baggage.get(record)
+                if came is not None:
+                    return came
         return path
 
     def _deliver(self, hosted: "Hosted", records, now: int, path: tuple[str, ...]) -> None:
@@ -336,14 +438,14 @@ class Tracer:
         listeners = points.get("Hop")
         if not listeners:
             return
-        first = self.first
+        memory = self.ports.get((str(hosted.replica), 0))
         for n, partial in listeners:
             for record in self._sample(records, None, n):
                 if not timed:                          # released by a later batch: the record's own baggage
-                    seen = first.get((hosted.replica, 0, record))
-                    if seen is None or len(seen) < 3:
+                    came = memory.baggage.get(record) if memory is not None else None
+                    if came is None:
                         continue
-                    path = seen[2]
+                    path = came
                     hops = _hops(path)
                     route = " > ".join(h for h, _ in hops)
                 ts = previous = record[0]
