@@ -32,8 +32,10 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
    :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
    a first arrival again.  A record equal to an earlier one (a second occurrence) counts as a copy.
-   A port's memory is a table of first arrival times and a ``Counter`` of copies, updated for a
-   batch's sampled records at once (in C); each batch's new records are forgotten together.
+   A port's memory knows a record by its hash (hashed once per sampled copy; two records whose
+   64-bit hashes collide would share their counts) in a table of first arrival times and one of
+   copies, updated for a batch's sampled records at once (in C); each batch's new records are
+   forgotten together.
 3. Events go only to the queries installed on their tracepoint; a hook whose tracepoint has no
    query returns at once.  :func:`install` makes the tracer, :func:`remove` drops it with the last
    query: removing a query removes its cost.
@@ -66,9 +68,9 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 from __future__ import annotations
 
 from collections import Counter, deque
-from itertools import repeat
+from itertools import compress, repeat
 from math import gcd
-from operator import itemgetter
+from operator import add, itemgetter, not_, rshift
 from typing import TYPE_CHECKING, Any
 
 from replicast.engine.core.baggage import MAX_HOPS, TRACE_ID, TRACE_PREFIX, hops as _hops, is_baggage, trace_id
@@ -94,10 +96,15 @@ MAX_QUERIES = 32
 #: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
 #: (rule 1), so a batch is sampled by its slots, not record by record.
 SLOT_SHIFT = 8
+#: Slots a cold stretch is scanned past the batch that asked (rule 1): the next batches' slots.
+LOOK_AHEAD = 16
 _MIX = 0x9E3779B1
 _ts = itemgetter(0)
 #: Tracepoints fired by an emission (Tracer.emit) other than an application's.
 _EMITTED = frozenset(("Wait", "Source", "Emit", "Send"))
+#: Arrival fields that differ between the copies of one batch (rule 7).
+_PER_COPY = frozenset(("outcome", "rank", "later_us", "age_us", "ts"))
+_OUTCOME_ONLY = frozenset(("outcome",))
 #: Tracepoints fired by any emission (Tracer.emit).
 _EMITTING = _EMITTED | {"Deliver", "Hop"}
 
@@ -107,15 +114,59 @@ def sampled(ts: int, n: int) -> bool:
     return n == 1 or (((ts >> SLOT_SHIFT) * _MIX) >> 16) % n == 0
 
 
+def _per_copy(fields: frozenset, records: list, hashes: list, before: list, memory: "_Port",
+              now: int) -> tuple[list[str], Any]:
+    """The ``Arrival`` fields a query reads that differ between copies, and each distinct
+    combination's count (rule 7)."""
+    names, columns = [], []
+    if "outcome" in fields:
+        names.append("outcome")
+        columns.append(["drop" if c else "pass" for c in before])
+    if "rank" in fields:
+        names.append("rank")
+        columns.append([c + 1 for c in before])
+    if "later_us" in fields:
+        names.append("later_us")
+        columns.append([now - at for at in map(memory.at.__getitem__, hashes)])
+    if "age_us" in fields:
+        names.append("age_us")
+        columns.append([now - r[0] for r in records])
+    if "ts" in fields:
+        names.append("ts")
+        columns.append(list(map(_ts, records)))
+    return names, Counter(zip(*columns)).items()
+
+
+def _in_slots(records, slots: set[int]) -> list:
+    """The records whose time slot is in ``slots``, in order (one pass in C over their timestamps)."""
+    stamps = getattr(records, "stamps", None)
+    stamps = map(_ts, records) if stamps is None else stamps
+    if len(slots) == 1:
+        slot = min(slots)
+        inside = range(slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT).__contains__
+        return list(compress(records, map(inside, stamps)))
+    return list(compress(records, map(slots.__contains__, map(rshift, stamps, repeat(SLOT_SHIFT)))))
+
+
+class _Chosen(list):
+    """A keyed batch's sampled records, with their hashes once the first copy had them (rule 2)."""
+
+    __slots__ = ("hashes",)
+
+
+#: The sampled records of a batch without any (shared: never changed).
+_NONE: list = _Chosen()
+
+
 class _Port:
     """A port's first arrivals of sampled records (rule 2)."""
 
     __slots__ = ("at", "copies", "baggage")
 
     def __init__(self) -> None:
-        self.at: dict = {}                             # record -> now of its first arrival
-        self.copies: Counter = Counter()               # record -> copies so far
-        self.baggage: dict = {}                        # record -> the baggage its first copy came with
+        self.at: dict[int, int] = {}                   # record's hash -> now of its first arrival
+        self.copies: dict[int, int] = {}               # record's hash -> copies so far
+        self.baggage: dict[int, tuple] = {}            # record's hash -> the baggage its first copy came with
 
 
 class Tracer:
@@ -131,8 +182,9 @@ class Tracer:
         self.generations: deque = deque()              # (now, port, the records a batch added), oldest first
         self._cold = (0, 0, 0)                         # (N, from slot, to slot): no slot sampled in between
         self._emitting = False                         # whether any query listens to emissions
+        self._plain = False                            # only Arrival queries are installed
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
-        self._keys: dict[tuple[int, int, int], list] = {}   # (key's hash, its length, N) -> sampled records
+        self._keys: dict[tuple[int, int], list] = {}   # (key's hash, N) -> sampled records
         self.events = 0
         self.baggage = self.arrival_sample = 0
         self.overflow: dict[str, int] = {}             # query id -> events of groups past MAX_GROUPS
@@ -169,6 +221,8 @@ class Tracer:
             self.generations.clear()
             self.remembered = 0
         self._emitting = bool(self.baggage or points.keys() & _EMITTING)
+        #: only Arrival queries: a batch without a sampled slot returns at once (rule 1)
+        self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
         if "Wait" not in points:
             self.waiting.clear()
 
@@ -187,8 +241,8 @@ class Tracer:
         timestamps, if known (rule 1)."""
         if n == 1 or not records:
             return list(records)                       # nothing to choose: nothing to remember
-        if key is not None:         # by the bytes' hash and length: the cache keeps no batch's bytes alive
-            key = (hash(key), len(key), n)
+        if key is not None:         # by the bytes' hash: the cache keeps no batch's bytes alive
+            key = (hash(key), n)
             cached = self._keys.get(key)
             if cached is not None:
                 return cached
@@ -198,30 +252,39 @@ class Tracer:
             span = stamps[0], stamps[-1]
         low, high = span[0] >> SLOT_SHIFT, span[1] >> SLOT_SHIFT
         if high - low < len(records):
-            if self._none_sampled(low, high, n, len(records)):
+            if self._none_sampled(low, high, n):
                 hot = None
             else:
                 hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
         else:                                          # spread thinly over time: record by record
             hot = {r[0] >> SLOT_SHIFT for r in records if sampled(r[0], n)}
-        chosen = [r for r in records if r[0] >> SLOT_SHIFT in hot] if hot else []
-        if key is not None:
-            keys = self._keys
-            if len(keys) >= MAX_KEYS:
-                keys.clear()                           # copies come within seconds: start afresh
-            keys[key] = chosen
+        if key is None:
+            return _in_slots(records, hot) if hot else []
+        chosen = _Chosen(_in_slots(records, hot)) if hot else _NONE
+        self._keep_key(key, chosen)
         return chosen
 
-    def _none_sampled(self, low: int, high: int, n: int, ahead: int) -> bool:
-        """Whether no slot in ``low … high`` is sampled at 1/``n``, from the cold stretch last
-        scanned, else scanning from ``low`` (at most ``ahead`` slots past ``high``: rule 1)."""
+    def _keep_key(self, key: tuple[int, int], chosen: list) -> None:
+        keys = self._keys
+        if len(keys) >= MAX_KEYS:
+            keys.clear()                               # copies come within seconds: start afresh
+        keys[key] = chosen
+
+    def _none_sampled(self, low: int, high: int, n: int) -> bool:
+        """Whether no slot in ``low … high`` is sampled at 1/``n``: from the cold stretch scanned
+        so far, extended to ``high`` (and :data:`LOOK_AHEAD` slots on) where it reaches ``low``,
+        else scanned afresh from ``low`` (rule 1)."""
         cold_n, start, end = self._cold
-        if cold_n == n and start <= low and high < end:
-            return True
-        slot, limit = low, high + 1 + ahead
+        if cold_n == n and start <= low <= end:
+            if high < end:
+                return True
+            slot = end                                 # go on where the stretch ends
+        else:
+            start = slot = low
+        limit = high + 1 + LOOK_AHEAD
         while slot < limit and ((slot * _MIX) >> 16) % n:
             slot += 1
-        self._cold = (n, low, slot)                    # low … slot - 1 have no sampled slot
+        self._cold = (n, start, slot)                  # start … slot - 1 have no sampled slot
         return high < slot
 
     def _fire(self, listeners: list[tuple[int, Partial]], records, key, make) -> None:
@@ -243,6 +306,16 @@ class Tracer:
         n = self.arrival_sample
         if not n and not keep:
             return
+        if self._plain:                                # only Arrival queries: rule 1's constant-time test first
+            span = hosted.logic.filters[stream.port].span
+            if span is not None and span[0] is records:
+                cold_n, start, end = self._cold
+                if cold_n == n and start <= span[1] >> SLOT_SHIFT and span[2] >> SLOT_SHIFT < end:
+                    if key is not None:
+                        self._keep_key((hash(key), n), _NONE)
+                    return
+            elif key is not None and self._keys.get((hash(key), n)) is _NONE:
+                return                                 # a copy of a batch with no sampled record
         points = self.points
         arrivals, waits = points.get("Arrival"), points.get("Wait")
         port, replica, logic = stream.port, hosted.replica, hosted.logic
@@ -266,19 +339,20 @@ class Tracer:
         if memory is None:
             memory = self.ports[(name, port)] = _Port()
         self._forget(now, len(chosen))
+        hashes = getattr(chosen, "hashes", None)       # each record hashed once, for all copies
+        if hashes is None:
+            hashes = list(map(hash, chosen))
+            if type(chosen) is _Chosen:
+                chosen.hashes = hashes
         copies = memory.copies
-        before = list(map(copies.get, chosen, repeat(0)))
-        copies.update(chosen)
-        if len(set(chosen)) == len(chosen):
-            new = [record for record, seen in zip(chosen, before) if not seen]
-            ranks = [seen + 1 for seen in before]
-        else:                                          # equal records in one batch: copies in order
+        before = list(map(copies.get, hashes, repeat(0)))       # copies each record had: rank - 1
+        if len(set(hashes)) < len(hashes):            # equal records in one batch: copies in order
             counted: dict = {}
-            ranks = []
-            for record, seen in zip(chosen, before):
-                counted[record] = counted.get(record, seen) + 1
-                ranks.append(counted[record])
-            new = [record for record, seen in dict(zip(chosen, before)).items() if not seen]
+            for i, (h, seen) in enumerate(zip(hashes, before)):
+                before[i] = counted[h] = counted.get(h, seen - 1) + 1
+        copies.update(zip(hashes, map(add, before, repeat(1))))   # the last of equal ones: their total
+        firsts = before.count(0)
+        new = hashes if firsts == len(hashes) else list(compress(hashes, map(not_, before))) if firsts else []
         if new:
             memory.at.update(zip(new, repeat(now)))
             if keep:
@@ -286,42 +360,36 @@ class Tracer:
             self.generations.append((now, memory, new))
             self.remembered += len(new)
             if sorted_port:
-                for record in new:
+                for record in compress(chosen, map(not_, before)):
                     self._wait(replica, port, record[0], now)
         if arrivals is not None:
             self._arrival_events(arrivals, n, {
                 "node": self.core.name, "replica": name, "port": port, "upstream": str(stream.source),
-                "upstream_node": self.core.inbound[stream].node}, list(map(_ts, chosen)), ranks,
-                list(map(memory.at.__getitem__, chosen)), now)
+                "upstream_node": self.core.inbound[stream].node}, chosen, hashes, before, memory, now)
 
-    def _arrival_events(self, arrivals, n: int, common: dict, stamps: list, ranks: list, firsts: list,
-                        now: int) -> None:
+    def _arrival_events(self, arrivals, n: int, common: dict, chosen: list, hashes: list, before: list,
+                        memory: _Port, now: int) -> None:
         """One batch's ``Arrival`` events, aggregated per query (rule 7): ``common`` holds the
-        fields every event of the batch shares; the others come per sampled copy."""
+        fields every event of the batch shares; the others come per sampled copy (``before``: the
+        copies each had before this one), computed only where a query reads them."""
         for sample, partial in arrivals:
-            ts, rank, at = stamps, ranks, firsts
+            records, known, seen = chosen, hashes, before
             if sample != n:                            # a sparser query than the batch was sampled for
-                pick = [i for i, t in enumerate(stamps) if sampled(t, sample)]
+                pick = [i for i, r in enumerate(chosen) if sampled(r[0], sample)]
                 if not pick:
                     continue
-                ts, rank, at = [stamps[i] for i in pick], [ranks[i] for i in pick], [firsts[i] for i in pick]
-            fields, names, columns = partial.fields, [], []
-            if "outcome" in fields:
-                names.append("outcome")
-                columns.append(["pass" if r == 1 else "drop" for r in rank])
-            if "rank" in fields:
-                names.append("rank")
-                columns.append(rank)
-            if "later_us" in fields:
-                names.append("later_us")
-                columns.append([now - a for a in at])
-            if "age_us" in fields:
-                names.append("age_us")
-                columns.append([now - t for t in ts])
-            if "ts" in fields:
-                names.append("ts")
-                columns.append(ts)
-            for values, count in (Counter(zip(*columns)).items() if columns else [((), len(ts))]):
+                records, known, seen = [chosen[i] for i in pick], [hashes[i] for i in pick], [before[i] for i in pick]
+            fields = partial.fields
+            if fields.isdisjoint(_PER_COPY):           # every event of the batch is the same
+                names, groups = (), [((), len(seen))]
+            elif fields & _PER_COPY == _OUTCOME_ONLY:  # the win-share query's case: two counts
+                passed = seen.count(0)
+                names, groups = ("outcome",), [(("pass",), passed), (("drop",), len(seen) - passed)]
+            else:
+                names, groups = _per_copy(fields, records, known, seen, memory, now)
+            for values, count in groups:
+                if not count:
+                    continue
                 event = dict(common)
                 event.update(zip(names, values))
                 partial.add(event, count)
@@ -420,7 +488,7 @@ class Tracer:
         if memory is not None:
             baggage = memory.baggage
             for record in records:
-                came = baggage.get(record)
+                came = baggage.get(hash(record))
                 if came is not None:
                     return came
         return path
@@ -442,7 +510,7 @@ class Tracer:
         for n, partial in listeners:
             for record in self._sample(records, None, n):
                 if not timed:                          # released by a later batch: the record's own baggage
-                    came = memory.baggage.get(record) if memory is not None else None
+                    came = memory.baggage.get(hash(record)) if memory is not None else None
                     if came is None:
                         continue
                     path = came
