@@ -354,3 +354,77 @@ def test_a_guarded_core_takes_queries_and_a_refused_one_is_not_the_cores_failure
     guarded.state = CoreState.ERROR
     with pytest.raises(CoreFailed):
         guarded.install_trace("late", parse(WIN_SHARE))
+
+
+@pytest.mark.parametrize("n", [2, 7, 100, 1000])
+def test_sampling_a_batch_by_its_span_picks_exactly_the_records_sampled_one_by_one(n):
+    """Rule 1's constant-time test (the filter's span, the cold stretch of slots remembered
+    between batches, the content-key cache) chooses the records the per-record rule would, for
+    batches in time order, shuffled, going back in time, spread thinly and repeated by key."""
+    import random
+    rng = random.Random(n)
+    tracer = tracepoints.Tracer(None)
+    start = 1_000_000
+    for i in range(400):
+        shape = i % 4
+        if shape == 0:                                 # in time order, one µs apart
+            stamps = list(range(start, start + rng.randint(1, 2000)))
+            start = stamps[-1]
+        elif shape == 1:                               # shuffled within the next 3 ms
+            stamps = rng.sample(range(start, start + 3000), rng.randint(1, 1000))
+        elif shape == 2:                               # back in time (a lagging port)
+            back = start - rng.randint(0, 200_000)
+            stamps = list(range(back, back + 500))
+        else:                                          # thinly over 10 s
+            stamps = sorted(rng.sample(range(start, start + 10_000_000), 50))
+        records = [(ts, i, j) for j, ts in enumerate(stamps)]
+        expected = [r for r in records if tracepoints.sampled(r[0], n)]
+        span = (min(stamps), max(stamps)) if i % 3 else None
+        key = f"batch {i}" if i % 5 == 0 else None
+        assert tracer._sample(records, key, n, span) == expected, i
+        if key is not None:                            # a copy, known by its key (its span unknown)
+            assert tracer._sample(records, key, n) == expected, i
+
+
+@pytest.mark.parametrize("sample", [3, 10])
+def test_sampled_arrivals_are_the_per_record_arrivals_of_the_sampled_records(sample):
+    """Rule 7: a batch's Arrival events aggregated before the table give the table per-event adds
+    would — the same run traced at 1/1 per record (GroupBy a.ts) and at 1/N agree on each
+    port's passes and drops by rank, and their replication gain."""
+    place = placement(2, NODES)
+    every = """From a In Arrival GroupBy a.node, a.replica, a.port, a.upstream, a.rank, a.ts
+               Select a.node, a.replica, a.port, a.upstream, a.rank, a.ts, COUNT, SUM(a.later_us) Sample 1/1"""
+    some = f"""From a In Arrival GroupBy a.node, a.replica, a.port, a.upstream, a.rank, a.outcome
+               Select a.node, a.replica, a.port, a.upstream, a.rank, a.outcome, COUNT, SUM(a.later_us),
+               MAX(a.age_us) Sample 1/{sample}"""
+    tables = []
+    for text in (every, some):
+        net = MemoryNetwork(QUERY, place, seed=5)
+        install_everywhere(net, "q", text)
+        publish_all(net, place)
+        assert_same(net)
+        tables.append(answers(net, "q", text))
+    expected: dict = {}
+    for row in tables[0]:
+        if tracepoints.sampled(row["ts"], sample):
+            key = (row["node"], row["replica"], row["port"], row["upstream"], row["rank"])
+            count, later = expected.get(key, (0, 0))
+            expected[key] = (count + row["COUNT"], later + row["SUM(later_us)"])
+    got = {(r["node"], r["replica"], r["port"], r["upstream"], r["rank"]): (r["COUNT"], r["SUM(later_us)"])
+           for r in tables[1]}
+    assert all((r["outcome"] == "pass") == (r["rank"] == 1) for r in tables[1])
+    assert got == expected and sum(c for c, _ in got.values()) >= 20
+
+
+def test_equal_events_added_with_their_count_make_the_table_of_one_add_each():
+    q = parse("From a In Arrival Where a.rank >= 2 GroupBy a.port Select a.port, COUNT, SHARE, SUM(a.later_us), "
+              "AVG(a.later_us), MIN(a.later_us), MAX(a.later_us), P50(a.later_us)")
+    events = [({"port": i % 3, "rank": 1 + i % 4, "later_us": 10 * i}, 1 + i % 5) for i in range(40)]
+    one, counted = Partial(q), Partial(q)
+    for event, count in events:
+        for _ in range(count):
+            one.add(event)
+        counted.add(event, count)
+    assert counted.events == one.events == sum(c for e, c in events if e["rank"] >= 2)
+    assert counted.take() == one.take()
+    assert q.where[0].field in Partial(q).fields and "later_us" in Partial(q).fields
