@@ -136,10 +136,10 @@ class DuplicateFilter:
         self.passed = 0
         self.duplicates = 0
         self.below_punctuation = 0
-        #: (records, oldest ts, newest ts) of the last batch whose span this filter knew (it sorted
-        #: the timestamps, or the batch copies a whole run), for the trace sampler to reuse
-        #: (engine/core/tracepoints.py rule 1): one sort per batch, not two.
-        self.span: tuple[Sequence[Record], int, int] | None = None
+        #: (records, oldest ts, newest ts, their timestamps sorted or None) of the last batch whose
+        #: span this filter knew (it sorted the timestamps, or the batch copies a whole run), for the
+        #: trace sampler to reuse (engine/core/tracepoints.py rule 1): one sort per batch, not two.
+        self.span: tuple[Sequence[Record], int, int, list[int] | None] | None = None
 
     def add_replica(self, base: int | None = NO_PUNCTUATION) -> int:
         """Accept one more stream replica (a revived or newly connected upstream, a new incarnation of
@@ -215,7 +215,7 @@ class DuplicateFilter:
             run = self._runs.get(key)
             if run is not None:
                 if not run.below:                       # its records' span, unread (for the tracer)
-                    self.span = (records, run.oldest, run.newest)
+                    self.span = (records, run.oldest, run.newest, None)
                 self.below_punctuation += run.below     # Alg. 1 line 2 for the forgotten part
                 if not run.mask & (1 << i):             # later copies of occurrence 1, all at once
                     run.mask |= 1 << i
@@ -233,7 +233,7 @@ class DuplicateFilter:
         if not self._runs and (key is None or len(records) < self.min_run):
             return self._per_record(i, records)
         stamps = sorted_stamps(records)                 # oldest, newest (linear on sorted input)
-        self.span = (records, stamps[0], stamps[-1])
+        self.span = (records, stamps[0], stamps[-1], stamps)
         if stamps[-1] <= self.max_punctuation:          # Alg. 1 line 2 for the whole batch
             self.below_punctuation += len(records)
             return []
@@ -328,7 +328,7 @@ class DuplicateFilter:
             return []
         max_punctuation = self.max_punctuation
         stamps = sorted_stamps(records)                 # oldest and newest at once: linear on sorted input
-        self.span = (records, stamps[0], stamps[-1])
+        self.span = (records, stamps[0], stamps[-1], stamps)
         if stamps[0] > max_punctuation:
             passed = records if type(records) is list else list(records)
             if key is not None and len(records) >= self.min_run:

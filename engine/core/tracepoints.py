@@ -67,6 +67,7 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, deque
 from itertools import compress, repeat
 from math import gcd
@@ -137,14 +138,18 @@ def _per_copy(fields: frozenset, records: list, hashes: list, before: list, memo
     return names, Counter(zip(*columns)).items()
 
 
-def _in_slots(records, slots: set[int]) -> list:
-    """The records whose time slot is in ``slots``, in order (one pass in C over their timestamps)."""
+def _in_slots(records, slots: set[int], ordered: list[int] | None = None) -> list:
+    """The records whose time slot is in ``slots``, in order: one pass in C over their timestamps,
+    or, for a batch in time order (its timestamps equal ``ordered``, them sorted), a slice."""
     stamps = getattr(records, "stamps", None)
-    stamps = map(_ts, records) if stamps is None else stamps
     if len(slots) == 1:
         slot = min(slots)
-        inside = range(slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT).__contains__
-        return list(compress(records, map(inside, stamps)))
+        low, high = slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT
+        if ordered is not None and stamps is not None and ordered == stamps:
+            return list(records[bisect_left(ordered, low):bisect_left(ordered, high)])
+        inside = range(low, high).__contains__
+        return list(compress(records, map(inside, map(_ts, records) if stamps is None else stamps)))
+    stamps = map(_ts, records) if stamps is None else stamps
     return list(compress(records, map(slots.__contains__, map(rshift, stamps, repeat(SLOT_SHIFT)))))
 
 
@@ -236,9 +241,9 @@ class Tracer:
         return {qid: partial.take() for qid, partial in self.queries.items()}
 
     # -- sampling (rule 1) --------------------------------------------------------------------------
-    def _sample(self, records, key, n: int, span: tuple[int, int] | None = None) -> list:
+    def _sample(self, records, key, n: int, span: tuple | None = None) -> list:
         """The records of a batch sampled at ``Sample 1/n``; ``span``: its oldest and newest
-        timestamps, if known (rule 1)."""
+        timestamps, if known, and maybe all of them sorted (rule 1)."""
         if n == 1 or not records:
             return list(records)                       # nothing to choose: nothing to remember
         if key is not None:         # by the bytes' hash: the cache keeps no batch's bytes alive
@@ -249,7 +254,7 @@ class Tracer:
         if span is None:                               # the batch's time slots first: in C
             stamps = getattr(records, "stamps", None)
             stamps = sorted(map(_ts, records) if stamps is None else stamps)
-            span = stamps[0], stamps[-1]
+            span = stamps[0], stamps[-1], stamps
         low, high = span[0] >> SLOT_SHIFT, span[1] >> SLOT_SHIFT
         if high - low < len(records):
             if self._none_sampled(low, high, n):
@@ -258,9 +263,10 @@ class Tracer:
                 hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
         else:                                          # spread thinly over time: record by record
             hot = {r[0] >> SLOT_SHIFT for r in records if sampled(r[0], n)}
+        ordered = span[2] if len(span) > 2 else None
         if key is None:
-            return _in_slots(records, hot) if hot else []
-        chosen = _Chosen(_in_slots(records, hot)) if hot else _NONE
+            return _in_slots(records, hot, ordered) if hot else []
+        chosen = _Chosen(_in_slots(records, hot, ordered)) if hot else _NONE
         self._keep_key(key, chosen)
         return chosen
 
@@ -324,7 +330,7 @@ class Tracer:
             if keep:
                 n = gcd(keep, n)                       # sampled at every query's N divides it
             span = logic.filters[port].span if logic is not None else None
-            chosen = self._sample(records, key, n, (span[1], span[2]) if span is not None and span[0] is records else None)
+            chosen = self._sample(records, key, n, span[1:] if span is not None and span[0] is records else None)
             if chosen:
                 self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now)
         if sorted_port and punctuation is not None:

@@ -356,6 +356,10 @@ def test_a_guarded_core_takes_queries_and_a_refused_one_is_not_the_cores_failure
         guarded.install_trace("late", parse(WIN_SHARE))
 
 
+class Stamped(list):
+    """A batch whose timestamps were taken out (engine.packed_records.PackedRecords.stamps)."""
+
+
 @pytest.mark.parametrize("n", [2, 7, 100, 1000])
 def test_sampling_a_batch_by_its_span_picks_exactly_the_records_sampled_one_by_one(n):
     """Rule 1's constant-time test (the filter's span, the cold stretch of slots remembered
@@ -377,9 +381,11 @@ def test_sampling_a_batch_by_its_span_picks_exactly_the_records_sampled_one_by_o
             stamps = list(range(back, back + 500))
         else:                                          # thinly over 10 s
             stamps = sorted(rng.sample(range(start, start + 10_000_000), 50))
-        records = [(ts, i, j) for j, ts in enumerate(stamps)]
+        records = Stamped((ts, i, j) for j, ts in enumerate(stamps))
+        records.stamps = stamps                        # as read off the wire: in record order
         expected = [r for r in records if tracepoints.sampled(r[0], n)]
-        span = (min(stamps), max(stamps)) if i % 3 else None
+        span = None if i % 3 == 0 else (min(stamps), max(stamps)) if i % 3 == 1 else \
+            (min(stamps), max(stamps), sorted(stamps))  # as the duplicate filter has it
         key = f"batch {i}" if i % 5 == 0 else None
         assert tracer._sample(records, key, n, span) == expected, i
         if key is not None:                            # a copy, known by its key (its span unknown)
