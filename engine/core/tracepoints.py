@@ -97,8 +97,9 @@ MAX_QUERIES = 32
 #: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
 #: (rule 1), so a batch is sampled by its slots, not record by record.
 SLOT_SHIFT = 8
-#: Slots a cold stretch is scanned past the batch that asked (rule 1): the next batches' slots.
-LOOK_AHEAD = 16
+#: A cold stretch is scanned past the batch that asked by this many times the batch's own slots,
+#: and 16 more (rule 1): the next batches' slots, in one go.
+LOOK_AHEAD = 8
 _MIX = 0x9E3779B1
 _ts = itemgetter(0)
 #: Tracepoints fired by an emission (Tracer.emit) other than an application's.
@@ -185,7 +186,8 @@ class Tracer:
         self.ports: dict[tuple[str, int], _Port] = {}  # (replica's name, port) -> its first arrivals
         self.remembered = 0                            # records in all ports' first arrivals
         self.generations: deque = deque()              # (now, port, the records a batch added), oldest first
-        self._cold = (0, 0, 0)                         # (N, from slot, to slot): no slot sampled in between
+        #: per duplicate filter (None: emissions): (N, from slot, to slot), no slot sampled in between
+        self._cold: dict[Any, tuple[int, int, int]] = {}
         self._emitting = False                         # whether any query listens to emissions
         self._plain = False                            # only Arrival queries are installed
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
@@ -225,6 +227,7 @@ class Tracer:
             self.ports.clear()                         # nothing reads first arrivals any more
             self.generations.clear()
             self.remembered = 0
+        self._cold.clear()                             # (a cache, one entry per port)
         self._emitting = bool(self.baggage or points.keys() & _EMITTING)
         #: only Arrival queries: a batch without a sampled slot returns at once (rule 1)
         self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
@@ -241,9 +244,10 @@ class Tracer:
         return {qid: partial.take() for qid, partial in self.queries.items()}
 
     # -- sampling (rule 1) --------------------------------------------------------------------------
-    def _sample(self, records, key, n: int, span: tuple | None = None) -> list:
+    def _sample(self, records, key, n: int, span: tuple | None = None, where: Any = None) -> list:
         """The records of a batch sampled at ``Sample 1/n``; ``span``: its oldest and newest
-        timestamps, if known, and maybe all of them sorted (rule 1)."""
+        timestamps, if known, and maybe all of them sorted; ``where``: the duplicate filter it
+        came through, if any (rule 1)."""
         if n == 1 or not records:
             return list(records)                       # nothing to choose: nothing to remember
         if key is not None:         # by the bytes' hash: the cache keeps no batch's bytes alive
@@ -257,7 +261,7 @@ class Tracer:
             span = stamps[0], stamps[-1], stamps
         low, high = span[0] >> SLOT_SHIFT, span[1] >> SLOT_SHIFT
         if high - low < len(records):
-            if self._none_sampled(low, high, n):
+            if self._none_sampled(low, high, n, where):
                 hot = None
             else:
                 hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
@@ -276,21 +280,21 @@ class Tracer:
             keys.clear()                               # copies come within seconds: start afresh
         keys[key] = chosen
 
-    def _none_sampled(self, low: int, high: int, n: int) -> bool:
+    def _none_sampled(self, low: int, high: int, n: int, where: Any) -> bool:
         """Whether no slot in ``low … high`` is sampled at 1/``n``: from the cold stretch scanned
         so far, extended to ``high`` (and :data:`LOOK_AHEAD` slots on) where it reaches ``low``,
         else scanned afresh from ``low`` (rule 1)."""
-        cold_n, start, end = self._cold
+        cold_n, start, end = self._cold.get(where, (0, 0, 0))
         if cold_n == n and start <= low <= end:
             if high < end:
                 return True
             slot = end                                 # go on where the stretch ends
         else:
             start = slot = low
-        limit = high + 1 + LOOK_AHEAD
+        limit = high + 17 + LOOK_AHEAD * (high - low + 1)
         while slot < limit and ((slot * _MIX) >> 16) % n:
             slot += 1
-        self._cold = (n, start, slot)                  # start … slot - 1 have no sampled slot
+        self._cold[where] = (n, start, slot)           # start … slot - 1 have no sampled slot
         return high < slot
 
     def _fire(self, listeners: list[tuple[int, Partial]], records, key, make) -> None:
@@ -313,12 +317,16 @@ class Tracer:
         if not n and not keep:
             return
         if self._plain:                                # only Arrival queries: rule 1's constant-time test first
-            span = hosted.logic.filters[stream.port].span
+            where = hosted.logic.filters[stream.port]
+            span = where.span
             if span is not None and span[0] is records:
-                cold_n, start, end = self._cold
-                if cold_n == n and start <= span[1] >> SLOT_SHIFT and span[2] >> SLOT_SHIFT < end:
-                    if key is not None:
-                        self._keep_key((hash(key), n), _NONE)
+                cold = self._cold.get(where)
+                if cold is not None and cold[0] == n and cold[1] <= span[1] >> SLOT_SHIFT and span[2] >> SLOT_SHIFT < cold[2]:
+                    if key is not None:                # for its copies (a filter that knows them has no span)
+                        keys = self._keys
+                        if len(keys) >= MAX_KEYS:
+                            keys.clear()
+                        keys[(hash(key), n)] = _NONE
                     return
             elif key is not None and self._keys.get((hash(key), n)) is _NONE:
                 return                                 # a copy of a batch with no sampled record
@@ -329,8 +337,9 @@ class Tracer:
         if records and (arrivals is not None or sorted_port or keep):
             if keep:
                 n = gcd(keep, n)                       # sampled at every query's N divides it
-            span = logic.filters[port].span if logic is not None else None
-            chosen = self._sample(records, key, n, span[1:] if span is not None and span[0] is records else None)
+            where = logic.filters[port] if logic is not None else None
+            span = where.span if where is not None else None
+            chosen = self._sample(records, key, n, span[1:] if span is not None and span[0] is records else None, where)
             if chosen:
                 self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now)
         if sorted_port and punctuation is not None:
