@@ -99,7 +99,7 @@ MAX_QUERIES = 32
 SLOT_SHIFT = 8
 #: A cold stretch is scanned past the batch that asked by this many times the batch's own slots,
 #: and 16 more (rule 1): the next batches' slots, in one go.
-LOOK_AHEAD = 8
+LOOK_AHEAD = 32
 _MIX = 0x9E3779B1
 _ts = itemgetter(0)
 #: Tracepoints fired by an emission (Tracer.emit) other than an application's.
@@ -146,8 +146,11 @@ def _in_slots(records, slots: set[int], ordered: list[int] | None = None) -> lis
     if len(slots) == 1:
         slot = min(slots)
         low, high = slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT
-        if ordered is not None and stamps is not None and ordered == stamps:
-            return list(records[bisect_left(ordered, low):bisect_left(ordered, high)])
+        if ordered is not None:
+            if stamps is None:
+                stamps = list(map(_ts, records))
+            if ordered == stamps:
+                return list(records[bisect_left(ordered, low):bisect_left(ordered, high)])
         inside = range(low, high).__contains__
         return list(compress(records, map(inside, map(_ts, records) if stamps is None else stamps)))
     stamps = map(_ts, records) if stamps is None else stamps
@@ -282,13 +285,16 @@ class Tracer:
 
     def _none_sampled(self, low: int, high: int, n: int, where: Any) -> bool:
         """Whether no slot in ``low … high`` is sampled at 1/``n``: from the cold stretch scanned
-        so far, extended to ``high`` (and :data:`LOOK_AHEAD` slots on) where it reaches ``low``,
-        else scanned afresh from ``low`` (rule 1)."""
+        so far at ``where``, extended to ``high`` (and :data:`LOOK_AHEAD` times the batch's slots
+        on) where it reaches ``low``; a batch behind the stretch (a lagging copy) has its own slots
+        scanned and leaves the stretch as it is; else the stretch starts afresh at ``low`` (rule 1)."""
         cold_n, start, end = self._cold.get(where, (0, 0, 0))
         if cold_n == n and start <= low <= end:
             if high < end:
                 return True
             slot = end                                 # go on where the stretch ends
+        elif cold_n == n and high < start:
+            return all(((slot * _MIX) >> 16) % n for slot in range(low, high + 1))
         else:
             start = slot = low
         limit = high + 17 + LOOK_AHEAD * (high - low + 1)
