@@ -139,6 +139,14 @@ def _per_copy(fields: frozenset, records: list, hashes: list, before: list, memo
     return names, Counter(zip(*columns)).items()
 
 
+def _first_sampled(slot: int, limit: int, n: int) -> int:
+    """The first slot in ``slot … limit - 1`` sampled at 1/``n`` (rule 1's hash), else ``limit``
+    (a plain loop: faster here than chained ``map`` calls)."""
+    while slot < limit and ((slot * _MIX) >> 16) % n:
+        slot += 1
+    return slot
+
+
 def _in_slots(records, slots: set[int], ordered: list[int] | None = None) -> list:
     """The records whose time slot is in ``slots``, in order: one pass in C over their timestamps,
     or, for a batch in time order (its timestamps equal ``ordered``, them sorted), a slice."""
@@ -162,6 +170,9 @@ class _Chosen(list):
 
     __slots__ = ("hashes",)
 
+
+_NO_STRETCH = (0, 0, 0)
+_LATEST = "latest"                                     # the cold stretch extended last, at any port
 
 #: The sampled records of a batch without any (shared: never changed).
 _NONE: list = _Chosen()
@@ -285,22 +296,25 @@ class Tracer:
 
     def _none_sampled(self, low: int, high: int, n: int, where: Any) -> bool:
         """Whether no slot in ``low … high`` is sampled at 1/``n``: from the cold stretch scanned
-        so far at ``where``, extended to ``high`` (and :data:`LOOK_AHEAD` times the batch's slots
+        so far at ``where`` (or the one extended last, at any port, if it reaches ``low``),
+        extended to ``high`` (and :data:`LOOK_AHEAD` times the batch's slots
         on) where it reaches ``low``; a batch behind the stretch (a lagging copy) has its own slots
         scanned and leaves the stretch as it is; else the stretch starts afresh at ``low`` (rule 1)."""
-        cold_n, start, end = self._cold.get(where, (0, 0, 0))
+        cold_n, start, end = self._cold.get(where, _NO_STRETCH)
+        if not (cold_n == n and start <= low <= end):
+            latest = self._cold.get(_LATEST, _NO_STRETCH)   # another port's, scanned last: the same times?
+            if latest[0] == n and latest[1] <= low <= latest[2]:
+                cold_n, start, end = self._cold[where] = latest
         if cold_n == n and start <= low <= end:
             if high < end:
                 return True
             slot = end                                 # go on where the stretch ends
         elif cold_n == n and high < start:
-            return all(((slot * _MIX) >> 16) % n for slot in range(low, high + 1))
+            return _first_sampled(low, high + 1, n) > high
         else:
             start = slot = low
-        limit = high + 17 + LOOK_AHEAD * (high - low + 1)
-        while slot < limit and ((slot * _MIX) >> 16) % n:
-            slot += 1
-        self._cold[where] = (n, start, slot)           # start … slot - 1 have no sampled slot
+        slot = _first_sampled(slot, high + 17 + LOOK_AHEAD * (high - low + 1), n)
+        self._cold[where] = self._cold[_LATEST] = (n, start, slot)    # start … slot - 1: none sampled
         return high < slot
 
     def _fire(self, listeners: list[tuple[int, Partial]], records, key, make) -> None:
@@ -408,13 +422,13 @@ class Tracer:
                 names, groups = ("outcome",), [(("pass",), passed), (("drop",), len(seen) - passed)]
             else:
                 names, groups = _per_copy(fields, records, known, seen, memory, now)
-            for values, count in groups:
-                if not count:
+            for values, number in groups:
+                if not number:
                     continue
                 event = dict(common)
                 event.update(zip(names, values))
-                partial.add(event, count)
-                self.events += count
+                partial.add(event, number)
+                self.events += number
 
     def _forget(self, now: int, room: int) -> None:
         """Forget first arrivals older than :data:`REMEMBER_US`, and the oldest beyond
