@@ -23,9 +23,12 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    (benchmarks/tracing_overhead.py).  The oldest and newest come from the port's duplicate filter,
    which had them for Alg. 1 already (``DuplicateFilter.span``); only a batch it did not sort (one
    taken record by record) costs the tracer a sort of its own.  The test is constant time: the
-   tracer remembers the stretch of slots without a sampled one that it last scanned (from a
-   batch's oldest slot to the next sampled slot, scanning at most as many slots as the batch has
-   records beyond its newest), so a stream in time order scans each slot once.  Batches a port
+   tracer remembers, per duplicate filter, a stretch of slots without a sampled one (scanned from
+   a batch's oldest slot up to the next sampled slot, or :data:`LOOK_AHEAD` times the batch's
+   slots past its newest); the stretch extended last serves every port whose batch it covers,
+   and a batch behind its port's stretch (a lagging copy) scans only its own slots, so streams in
+   time order hash each slot once.  A hot batch in time order (its timestamps equal the
+   filter's sorted ones) is sliced by bisection; another is read in one C-level pass.  Batches a port
    already saw whole (equal content keys: the k copies of one emission, DESIGN.md "Identical
    batches") are sampled once; their copies reuse the answer and are never decoded for it.
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
