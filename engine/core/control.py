@@ -36,7 +36,7 @@ from replicast.engine.core.events import ControlRefused
 from replicast.engine.core.hosted import Hosted, Inbound, Route
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.stamper import StampState
-from replicast.engine.core.states import InboundState, ReplicaState
+from replicast.engine.core.states import InboundState, ReplicaEvent, ReplicaState, advance
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -115,7 +115,7 @@ class Control:
         if hosted is None:
             self._refuse(f"cannot remove {message.replica}: it is not hosted here", src)
             return
-        hosted.state = ReplicaState.REMOVED
+        hosted.state = advance(hosted.state, ReplicaEvent.REMOVE)
         core.lifecycle.forget(message.replica)
         core.stamper.forget(message.replica)
         if core.pairs is not None:

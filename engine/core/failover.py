@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from replicast.engine.core.events import ReplicaChanged
 from replicast.engine.core.hosted import Hosted, Inbound
 from replicast.engine.core.modes import preference
-from replicast.engine.core.states import InboundState, ReplicaState, advance
+from replicast.engine.core.states import InboundEvent, InboundState, ReplicaState, advance
 from replicast.engine.messages import Standby
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -74,7 +74,7 @@ class Failover:
 
     def stand_by(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted) -> None:
         """Tell ``stream``'s sender to stand by with the port's punctuation (rule 2)."""
-        inbound.state = advance(inbound.state, InboundState.STANDBY)
+        inbound.state = advance(inbound.state, InboundEvent.STAND_BY)
         p = hosted.logic.filters[stream.port].max_punctuation if hosted.logic is not None else NO_PUNCTUATION
         self.told[stream] = p
         self.core.send(inbound.node, Standby(stream, p))
@@ -108,7 +108,7 @@ class Failover:
         for other, inbound in core.inbound.items():
             if hosted is not None and (other.target, other.port) == key and self.follows(other, hosted):
                 if inbound.state is InboundState.STANDBY:
-                    inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                    inbound.state = advance(inbound.state, InboundEvent.FOLLOW)
                 core.receiver.request(other, inbound, hosted)
 
     def forget(self, replica: ReplicaId) -> None:
@@ -185,5 +185,5 @@ class Failover:
             if stream.source == old and inbound.state is not InboundState.STANDBY:
                 self.stand_by(stream, inbound, hosted)
             elif stream.source == choice:
-                inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                inbound.state = advance(inbound.state, InboundEvent.FOLLOW)
                 core.receiver.request(stream, inbound, hosted)

@@ -56,13 +56,13 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from replicast.engine.core.events import ReplicaChanged, SinkRestarted
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.output_log import OutputLog
-from replicast.engine.core.states import InboundState, ReplicaState, RouteState, advance
+from replicast.engine.core.states import (InboundEvent, InboundState, JoinEvent, JoinPhase, PortVerdict, ReplicaEvent,
+                                          ReplicaState, RouteEvent, RouteState, advance)
 from replicast.engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRequest
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -73,11 +73,6 @@ _KNOWN = (InboundState.FOLLOWING, InboundState.STANDBY)
 
 if TYPE_CHECKING:
     from replicast.engine.core.node import NodeCore
-
-
-class JoinPhase(Enum):
-    LINKING = "linking"          # waiting for the nodes of its peers to be connected
-    ASKING = "asking"            # waiting for a peer's snapshot
 
 
 @dataclass
@@ -132,7 +127,7 @@ class Lifecycle:
             if any(node != core.name and node not in core.connected for _, node in join.donors) \
                     and now < join.deadline:
                 return
-            join.phase = JoinPhase.ASKING
+            join.phase = advance(join.phase, JoinEvent.LINKED)
         if join.asked is None and (now < join.not_before or now < join.source_wait and not hosted.held):
             return
         while join.asked is None:
@@ -274,17 +269,17 @@ class Lifecycle:
                     continue
                 position = positions.get((stream.source.name, stream.source.index, stream.port))
                 if position is None:
-                    inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                    inbound.state = advance(inbound.state, InboundEvent.UNPOSITIONED)
                     inbound.epoch, inbound.index = None, None
                 else:
                     inbound.epoch, inbound.next, inbound.index = position
-                    inbound.state = advance(inbound.state, InboundState.FOLLOWING)
+                    inbound.state = advance(inbound.state, InboundEvent.POSITIONED)
         core.counters["snapshots_taken"] += 1
         if core.failover is not None:
             core.failover.restored(hosted)
         if core.pairs is not None:
             core.pairs.restored(hosted, message.donor, state.get("pair"))
-        self._change(hosted, ReplicaState.LIVE, f"restored from {message.donor}'s snapshot")
+        self._change(hosted, ReplicaEvent.RESTORED, f"restored from {message.donor}'s snapshot")
         core.receiver.request_all(hosted)
         core.sender.serve_parked(hosted)
         if hosted.kind == "entry":
@@ -343,16 +338,16 @@ class Lifecycle:
         hosted.joining = None
         for stream, inbound in core.inbound.items():
             if stream.target == hosted.replica and inbound.state is InboundState.HOLDING:
-                inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                inbound.state = advance(inbound.state, InboundEvent.REBUILD)
         if hosted.kind == "entry":                    # rule 5
             # A first start's entry point has the whole stream; any other knows it from its first punctuation.
             hosted.log.frontier = NO_PUNCTUATION if hosted.fresh else None
-            self._change(hosted, ReplicaState.LIVE, reason)
+            self._change(hosted, ReplicaEvent.CLAIMED, reason)
             core.sender.serve_parked(hosted)
             core.stamping.release_held(hosted, now)
         else:
             hosted.adopted, hosted.horizon = {}, None
-            self._change(hosted, ReplicaState.REBUILDING, reason)
+            self._change(hosted, ReplicaEvent.NO_PEER, reason)
             if hosted.kind == "application":          # it delivers all it adopts: ids count afresh
                 core.event(SinkRestarted(hosted.replica.name, None, {}))
         core.receiver.request_all(hosted)
@@ -388,9 +383,10 @@ class Lifecycle:
         self.check_horizon(hosted, now)
 
     def check_horizon(self, hosted: Hosted, now: int) -> None:
-        if hosted.horizon is not None and hosted.logic.operator.frontier >= hosted.horizon:
+        if hosted.state is ReplicaState.REBUILDING and hosted.horizon is not None \
+                and hosted.logic.operator.frontier >= hosted.horizon:
             reason = "started" if hosted.horizon == NO_PUNCTUATION else f"complete past horizon {hosted.horizon}"
-            self._change(hosted, ReplicaState.LIVE, reason)
+            self._change(hosted, ReplicaEvent.CAUGHT_UP, reason)
 
     def _probe(self, now: int) -> None:
         """Rule 3: a rebuilding replica that lost input asks its peers for a snapshot every join
@@ -415,11 +411,11 @@ class Lifecycle:
         nodes count, and only if some input is waiting for the port to reach its base — plain
         silence is waited out)."""
         verdict = self.port_verdict(hosted, port, links_lost=links_lost)
-        if verdict == "silent":
+        if verdict is PortVerdict.SILENT:
             self.checks.setdefault(hosted.replica, now + self.core.options.join_timeout_us)
-        elif verdict == "stuck" and hosted.kind == "application":
+        elif verdict is PortVerdict.STUCK and hosted.kind == "application":
             self._adopt_in_place(hosted, port, now)
-        elif verdict == "stuck":
+        elif verdict is PortVerdict.STUCK:
             self.rejoin(hosted, now, f"port {port}: every input it can still hear is complete only above where "
                                      f"the port is")
 
@@ -439,8 +435,8 @@ class Lifecycle:
                                        f"port {port}: input at or below {frontier} is lost"))
         self.core.sender.emit(hosted, *hosted.logic.skip_to(port, frontier), now)
 
-    def port_verdict(self, hosted: Hosted, port: int, *, links_lost: bool = True) -> str:
-        """``ok``, ``silent`` (only inputs whose node is down could advance it) or ``stuck``."""
+    def port_verdict(self, hosted: Hosted, port: int, *, links_lost: bool = True) -> PortVerdict:
+        """Whether ``port`` can advance: OK, SILENT (only inputs whose node is down could) or STUCK."""
         core = self.core
         dedup = hosted.logic.filters[port]
         waiting = silent = False
@@ -454,16 +450,16 @@ class Lifecycle:
             if inbound.state in _KNOWN and inbound.index is not None and dedup.waiting(inbound.index):
                 waiting = True                        # (a standby we followed stays what its head said: failover rule 4)
             elif reachable:
-                return "ok"                           # a trusted input, or one still to be positioned
+                return PortVerdict.OK                 # a trusted input, or one still to be positioned
             elif inbound.state is InboundState.FOLLOWING:
                 silent = True                         # trusted, but its node is down: it may come back
         if links_lost:
-            return "stuck" if waiting else "ok"
-        return "silent" if silent else "stuck"
+            return PortVerdict.STUCK if waiting else PortVerdict.OK
+        return PortVerdict.SILENT if silent else PortVerdict.STUCK
 
     def stuck(self, hosted: Hosted) -> bool:
         """Some port of ``hosted`` cannot advance with what it can hear (it must not donate its state)."""
-        return hosted.logic is not None and any(self.port_verdict(hosted, port) == "stuck"
+        return hosted.logic is not None and any(self.port_verdict(hosted, port) is PortVerdict.STUCK
                                                 for port in range(len(hosted.logic.filters)))
 
     def after_peer_down(self, node: str, now: int) -> None:
@@ -502,24 +498,24 @@ class Lifecycle:
         hosted.log = OutputLog(frontier=None)
         hosted.parked = {}
         for stream, route in hosted.routes.items():
-            route.state, route.acked = advance(route.state, RouteState.PENDING), 0
+            route.state, route.acked = advance(route.state, RouteEvent.REJOIN), 0
             if route.node == core.name or route.node in core.connected:
                 hosted.parked[stream] = (None, 0)     # announce the new incarnation once placed
         core.sender.retrim(hosted)
         for stream, inbound in core.inbound.items():
             if stream.target == hosted.replica:
-                inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)
+                inbound.state = advance(inbound.state, InboundEvent.REJOIN)
                 inbound.epoch, inbound.index, inbound.next = None, None, 0
-        self._change(hosted, ReplicaState.JOINING, reason)
+        self._change(hosted, ReplicaEvent.REJOIN, reason)
         if again:
             self.rebuild(hosted, now, "the snapshot it restored could not advance either")
         else:
             self.start(hosted, now)
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _change(self, hosted: Hosted, new: ReplicaState, reason: str) -> None:
+    def _change(self, hosted: Hosted, event: ReplicaEvent, reason: str) -> None:
         old = hosted.state
-        hosted.state = advance(old, new)
+        hosted.state = new = advance(old, event)
         if new is not ReplicaState.JOINING:
             self.joining.discard(hosted.replica)
             hosted.joining = None

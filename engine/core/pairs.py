@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.ledger import Ledger
-from replicast.engine.core.states import PairRole, ReplicaState, advance
+from replicast.engine.core.states import PairEvent, PairRole, ReplicaState, advance
 from replicast.engine.messages import Determinant, DeterminantAck
 from replicast.engine.wire import EncodedRecords, WireError
 from replicast.operators.plan import ReplicaId
@@ -79,14 +79,14 @@ class Pairs:
         if hosted.kind != "operator" or not partners:
             return
         index, node = partners[0]
-        role = PairRole.SOLO
+        event = PairEvent.ALONE
         if hosted.fresh:
-            role = PairRole.PRIMARY if hosted.replica.index < index else PairRole.BACKUP
+            event = PairEvent.PAIRED_FIRST if hosted.replica.index < index else PairEvent.PAIRED_SECOND
         pair = self.pairs[hosted.replica] = Pair(PairRole.SOLO, ReplicaId(hosted.replica.name, index), node)
-        self._become(hosted, pair, role)
+        self._become(hosted, pair, event)
 
-    def _become(self, hosted: Hosted, pair: Pair, role: PairRole) -> None:
-        pair.role = advance(pair.role, role)
+    def _become(self, hosted: Hosted, pair: Pair, event: PairEvent) -> None:
+        pair.role = role = advance(pair.role, event)
         if role is PairRole.BACKUP:
             pair.ledger = Ledger(len(hosted.logic.filters))
         if role is PairRole.PRIMARY:
@@ -103,7 +103,7 @@ class Pairs:
         pair = self.pairs.get(hosted.replica)
         if pair is not None:
             pair.ledger = None
-            self._become(hosted, pair, PairRole.SOLO)
+            self._become(hosted, pair, PairEvent.ALONE)
 
     def snapshot(self, donor: Hosted, now: int) -> dict[str, Any] | None:
         """Before ``donor`` gives a snapshot to its partner: a backup takes over first (its state must be
@@ -123,7 +123,7 @@ class Pairs:
             return
         pair.unacked.clear()
         self.core.sender.release(donor, None)
-        self._become(donor, pair, PairRole.PRIMARY)
+        self._become(donor, pair, PairEvent.DONATED)
 
     def restored(self, hosted: Hosted, donor: ReplicaId, state: dict[str, Any] | None) -> None:
         """``hosted`` restored its partner's snapshot: it is its backup, after the snapshot's step."""
@@ -131,7 +131,7 @@ class Pairs:
         if pair is None or state is None or donor != pair.partner:
             return
         pair.seq = state["seq"]
-        self._become(hosted, pair, PairRole.BACKUP)
+        self._become(hosted, pair, PairEvent.RESTORED)
 
     # -- rules 2, 3: steps ------------------------------------------------------------------------
     def tap(self, replica: ReplicaId, logic: "OperatorReplica", port: int, records: list[Record],
@@ -231,13 +231,13 @@ class Pairs:
                 self._take_over(hosted, pair, reason, now)
             else:
                 core.event(ReplicaChanged(replica, "live", "live", f"primary goes on alone: {reason}"))
-                self._become(hosted, pair, PairRole.SOLO)
+                self._become(hosted, pair, PairEvent.ALONE)
 
     def _take_over(self, hosted: Hosted, pair: Pair, reason: str, now: int) -> None:
         core, logic = self.core, hosted.logic
         core.counters["takeovers"] += 1
         core.event(ReplicaChanged(hosted.replica, "live", "live", f"backup takes over: {reason}"))
-        self._become(hosted, pair, PairRole.SOLO)
+        self._become(hosted, pair, PairEvent.ALONE)
         for port in range(len(logic.filters)):
             records, p = pair.ledger.take_over(port)
             if records or p is not None:

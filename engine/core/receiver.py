@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from replicast.engine.core.events import ProtocolError
 from replicast.engine.core.hosted import Hosted, Inbound
-from replicast.engine.core.states import InboundState, ReplicaState, advance
+from replicast.engine.core.states import InboundEvent, InboundState, ReplicaState, advance
 from replicast.engine.messages import Batch, Hold, Mark, NotHosted, Resume, StreamHead
 from replicast.engine.wire import EncodedRecords, PackedRecords, WireError
 from replicast.operators.base import NO_PUNCTUATION
@@ -76,7 +76,7 @@ class Receiver:
             return
         if hosted.state is ReplicaState.JOINING:
             if inbound.state is not InboundState.HOLDING:
-                inbound.state = advance(inbound.state, InboundState.HOLDING)
+                inbound.state = advance(inbound.state, InboundEvent.HOLD)
                 core.send(inbound.node, Hold(stream))
         elif hosted.state in _TAKING:
             failover = core.failover
@@ -97,7 +97,7 @@ class Receiver:
             if inbound.node == node:
                 hosted = core.hosted[stream.target]
                 if inbound.state is InboundState.HOLDING:
-                    inbound.state = advance(inbound.state, InboundState.UNPOSITIONED)   # ask again
+                    inbound.state = advance(inbound.state, InboundEvent.PEER_UP)   # ask again
                 self.request(stream, inbound, hosted)
 
     def on_not_hosted(self, src: str, message: NotHosted, now: int) -> None:
@@ -106,7 +106,7 @@ class Receiver:
         inbound = core.inbound.get(message.stream)
         if inbound is None or inbound.node != src or inbound.state is InboundState.VANISHED:
             return
-        inbound.state = advance(inbound.state, InboundState.VANISHED)
+        inbound.state = advance(inbound.state, InboundEvent.NOT_HOSTED)
         core.counters["vanished_streams"] += 1
         hosted = core.hosted[message.stream.target]
         if core.failover is not None:
@@ -140,12 +140,12 @@ class Receiver:
                 core.counters["gaps"] += 1             # its log was trimmed past what we hold
                 dedup.rebase(inbound.index, self._base(head, inbound))
             elif head.lineage is not None and self._continue(head, inbound, dedup):
-                inbound.state = advance(inbound.state, InboundState.FOLLOWING)
+                inbound.state = advance(inbound.state, InboundEvent.HEAD)
                 return                                 # a joined replica continuing one we hold
             else:
                 inbound.index = dedup.add_replica(self._base(head, inbound))   # a new incarnation: a new stream replica
         inbound.epoch, inbound.next = head.epoch, head.offset
-        inbound.state = advance(inbound.state, InboundState.FOLLOWING)
+        inbound.state = advance(inbound.state, InboundEvent.HEAD)
         if hosted.logic is not None and hosted.state in _TAKING:
             core.lifecycle.check_port(hosted, port, now)
 

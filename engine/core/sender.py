@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from replicast.engine.core.events import StreamCutOff
 from replicast.engine.core.hosted import Hosted, Route
-from replicast.engine.core.states import ReplicaState, RouteState, advance
+from replicast.engine.core.states import ReplicaState, RouteEvent, RouteState, advance
 from replicast.engine.messages import Ack, Batch, Hold, NotHosted, Resume, Standby, StreamHead
 from replicast.engine.wire import EncodedRecords
 from replicast.operators.plan import StreamReplica
@@ -130,7 +130,7 @@ class Sender:
         """Start sending ``stream`` from ``offset`` of incarnation ``epoch`` (or from the log's start)."""
         log = hosted.log
         start = offset if epoch == hosted.epoch and log.base <= offset <= log.end else log.base
-        route.state = advance(route.state, RouteState.ACTIVE)
+        route.state = advance(route.state, RouteEvent.SERVE)
         route.acked, route.standby = start, None
         send = self.core.send
         send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier, log.lineage_at(start)))
@@ -158,7 +158,7 @@ class Sender:
         if route is None:
             return
         hosted.parked.pop(message.stream, None)
-        route.state = advance(route.state, RouteState.PENDING)
+        route.state = advance(route.state, RouteEvent.HOLD)
         route.acked, route.standby = hosted.log.base, None   # keep everything retained now, until it resumes
         self.retrim(hosted)
 
@@ -168,7 +168,7 @@ class Sender:
         if route is None:
             return
         hosted.parked.pop(message.stream, None)
-        route.state = advance(route.state, RouteState.DETACHED if route.state is RouteState.CUT else RouteState.PENDING)
+        route.state = advance(route.state, RouteEvent.STANDBY)
         route.standby = message.punctuation if route.state is RouteState.PENDING else None
         if route.standby is not None:
             route.acked = hosted.log.covered(route.standby)
@@ -221,11 +221,8 @@ class Sender:
             for stream, route in hosted.routes.items():
                 if route.node == node:
                     hosted.parked.pop(stream, None)
-                    if route.state is RouteState.ACTIVE:
-                        route.state = advance(route.state, RouteState.PENDING)
-                        changed = True
-                    elif route.state is RouteState.CUT:
-                        route.state = advance(route.state, RouteState.DETACHED)
+                    if route.state in (RouteState.ACTIVE, RouteState.CUT):
+                        route.state = advance(route.state, RouteEvent.PEER_DOWN)
                         changed = True
             if changed:
                 self.retrim(hosted)
@@ -269,8 +266,7 @@ class Sender:
             for stream, route in hosted.routes.items():
                 if route.acked == floor and route.state in (RouteState.ACTIVE, RouteState.PENDING) \
                         and (route.state is RouteState.PENDING or route.node != core.name):
-                    route.state = advance(route.state, RouteState.CUT if route.state is RouteState.ACTIVE
-                                          else RouteState.DETACHED)
+                    route.state = advance(route.state, RouteEvent.LAGGED)
                     core.counters["streams_cut"] += 1
                     core.event(StreamCutOff(stream, route.node, len(hosted.log)))
             self.retrim(hosted)

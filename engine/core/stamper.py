@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
 from replicast.engine.core.hosted import Hosted
-from replicast.engine.core.states import MemberSync, ReplicaState, StamperRole, advance
+from replicast.engine.core.states import (MemberEvent, MemberSync, ReplicaEvent, ReplicaState, StamperEvent,
+                                          StamperRole, advance)
 from replicast.engine.core.view_changes import ViewChanges
 from replicast.engine.core.views import Candidacy
 from replicast.engine.messages import Committed, JoinStamping, StampAck, Stamped, View
@@ -108,7 +109,8 @@ class Stamper:
     def start(self, hosted: Hosted, now: int) -> None:
         """Outside the view, its stream waiting (log frontier unknown), asking its peers to join."""
         state = hosted.stamp
-        state.role, state.held, state.next, state.emitted = StamperRole.OUTSIDE, {}, 0, 0
+        state.role = advance(state.role, StamperEvent.STARTED)
+        state.held, state.next, state.emitted = {}, 0, 0
         state.acked, state.history, state.joiners, state.candidacy = {}, deque(), {}, None
         state.epochs[hosted.replica.index] = hosted.epoch
         state.started = now
@@ -229,7 +231,7 @@ class Stamper:
             return
         state.acked[message.member] = max(state.acked.get(message.member, 0), min(message.seq, state.next))
         if state.told.get(message.member) is MemberSync.TOLD:      # (LOST stays LOST: a new view is due)
-            state.told[message.member] = advance(MemberSync.TOLD, MemberSync.CONFIRMED)
+            state.told[message.member] = advance(MemberSync.TOLD, MemberEvent.ACKED)
         self.commit(hosted, now)
 
     def on_committed(self, src: str, message: Committed, now: int) -> None:
@@ -263,8 +265,9 @@ class Stamper:
             if member[0] == hosted.replica.index or state.peers.get(member[0]) != node:
                 continue
             told = state.told.get(member[0], MemberSync.TOLD)
+            if told is MemberSync.TOLD:
+                state.told[member[0]] = advance(told, MemberEvent.LINK_LOST)
             if told is not MemberSync.CONFIRMED:
-                state.told[member[0]] = advance(told, MemberSync.LOST)
                 continue
             for seq in range(state.acked.get(member[0], state.emitted), state.next):
                 self.send_segment(hosted, seq, [member])
@@ -302,12 +305,12 @@ class Stamper:
         return min(times, default=None)
 
     # -- helpers ------------------------------------------------------------------------------
-    def set_role(self, hosted: Hosted, role: StamperRole) -> None:
-        hosted.stamp.role = advance(hosted.stamp.role, role)
+    def set_role(self, hosted: Hosted, event: StamperEvent) -> None:
+        hosted.stamp.role = advance(hosted.stamp.role, event)
 
     def live(self, hosted: Hosted, reason: str) -> None:
         old = hosted.state
         if old is not ReplicaState.LIVE:
-            hosted.state = advance(old, ReplicaState.LIVE)
+            hosted.state = advance(old, ReplicaEvent.IN_VIEW)
             self.core.event(ReplicaChanged(hosted.replica, old.value, ReplicaState.LIVE.value, reason))
         self.core.sender.serve_parked(hosted)

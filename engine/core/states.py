@@ -3,10 +3,14 @@
 Rules of this module:
 
 1. Every state a node core keeps about a replica or a stream replica is one of these enums; no
-   one-way booleans.  A change of state goes through :func:`advance`, which looks the pair up in
-   the table and raises :class:`IllegalTransition` for anything the table does not list — a bug in
-   the core, never a peer's doing (peers' messages are checked before they cause a transition).
-2. The tables are the documentation: ``docs/lifecycle.md`` walks through them.
+   one-way booleans.  A change of state is an *event* (an enum beside the state's: what happened)
+   and goes through :func:`advance`, which looks ``(state, event)`` up in the state's table — as
+   h11's ``_state.py`` does — and raises :class:`IllegalTransition` for any pair the table does not
+   list: a bug in the core, never a peer's doing (peers' messages are checked before they cause a
+   transition).  A self-transition is allowed only where its row is listed.
+2. No table allows every event in every state (``tests/engine/test_states.py`` walks every row and
+   checks that each table leaves pairs out).
+3. The tables are the documentation: ``docs/lifecycle.md`` walks through them.
 """
 
 from __future__ import annotations
@@ -86,6 +90,15 @@ class MemberSync(Enum):
     LOST = "lost"
 
 
+class JoinPhase(Enum):
+    """One join from a live peer's snapshot (:mod:`engine.core.lifecycle` rule 1)."""
+
+    #: Waiting for the nodes of its peers to be connected (or the join time-out).
+    LINKING = "linking"
+    #: Asking its peers, one at a time, for a snapshot.
+    ASKING = "asking"
+
+
 class CandidacyPhase(Enum):
     """One attempt to get a view decided (:mod:`engine.core.views` rule 2)."""
 
@@ -106,64 +119,233 @@ class PairRole(Enum):
     SOLO = "solo"
 
 
+class PortVerdict(Enum):
+    """Whether a port of a hosted replica can still advance (:mod:`engine.core.lifecycle` rule 4)."""
+
+    #: A trusted input or one still to be positioned can advance it.
+    OK = "ok"
+    #: Only inputs whose node is down (or that vanished) could advance it: wait a join time-out.
+    SILENT = "silent"
+    #: Every input it can hear is complete only above where the port is: it must rejoin.
+    STUCK = "stuck"
+
+
+# -- events: what makes a state change ---------------------------------------------------------
+
+
+class ReplicaEvent(Enum):
+    """What moves a hosted replica (:mod:`engine.core.lifecycle`, :mod:`engine.core.stamper`)."""
+
+    #: A live peer's snapshot was restored (lifecycle rule 2).
+    RESTORED = "restored"
+    #: No live peer answered; an operator or application rebuilds from upstream logs (rule 3).
+    NO_PEER = "no peer"
+    #: No live peer answered; an entry point claims its stream (rule 5).
+    CLAIMED = "claimed"
+    #: A rebuilding replica's frontier passed its horizon (rule 3).
+    CAUGHT_UP = "caught up"
+    #: Entry-stamped: it became a member or the stamper of its stream's view (stamper rule 5).
+    IN_VIEW = "in view"
+    #: A new incarnation starts (rule 4; stamper rule 5).
+    REJOIN = "rejoin"
+    #: A control message removed it.
+    REMOVE = "remove"
+
+
+class RouteEvent(Enum):
+    """What moves a route (:mod:`engine.core.sender`)."""
+
+    #: The receiver said where to start (a ``Resume``, or a parked one answered): sending.
+    SERVE = "serve"
+    #: The receiver joins: keep the log, send nothing (``Hold``).
+    HOLD = "hold"
+    #: The receiver keeps this route as a failover standby (``Standby``).
+    STANDBY = "standby"
+    #: The receiver's node went down.
+    PEER_DOWN = "peer down"
+    #: The receiver lagged past the retention limit.
+    LAGGED = "lagged"
+    #: The sending replica started a new incarnation.
+    REJOIN = "rejoin"
+
+
+class InboundEvent(Enum):
+    """What moves an inbound stream replica (:mod:`engine.core.receiver`, lifecycle, failover)."""
+
+    #: The replica is joining: ask the sender to hold its log.
+    HOLD = "hold"
+    #: The sender's node came back while holding: ask again.
+    PEER_UP = "peer up"
+    #: The sender's node said it does not host the sending replica (receiver rule 6).
+    NOT_HOSTED = "not hosted"
+    #: A stream head (or a joined replica continuing one we hold) positions it (receiver rule 2).
+    HEAD = "head"
+    #: A restored snapshot gave its position (lifecycle rule 2).
+    POSITIONED = "positioned"
+    #: A restored snapshot had no position for it: ask for a head.
+    UNPOSITIONED = "unpositioned"
+    #: The replica rebuilds with no live peer: a held stream is asked for again (lifecycle rule 3).
+    REBUILD = "rebuild"
+    #: The replica starts a new incarnation (lifecycle rule 4).
+    REJOIN = "rejoin"
+    #: Failover: the port does not follow it; it stands by (failover rule 2).
+    STAND_BY = "stand by"
+    #: Failover: the port follows it now (a switch, or the followed one was disconnected).
+    FOLLOW = "follow"
+
+
+class JoinEvent(Enum):
+    """What moves a join (:mod:`engine.core.lifecycle` rule 1)."""
+
+    #: The nodes of its peers are connected, or the join time-out passed.
+    LINKED = "linked"
+
+
+class StamperEvent(Enum):
+    """What moves an entry-stamped replica's role (:mod:`engine.core.view_changes`)."""
+
+    #: A new incarnation starts outside every view (stamper rule 1).
+    STARTED = "started"
+    #: A view that lists it as a member (not its stamper) was decided.
+    JOINED = "joined"
+    #: A view left it out, or did not continue its stream.
+    LEFT_OUT = "left out"
+    #: Its own candidacy's view was decided: it stamps.
+    ELECTED = "elected"
+
+
+class MemberEvent(Enum):
+    """What the stamper learns about one member (:mod:`engine.core.stamper`)."""
+
+    #: The member acknowledged the view.
+    ACKED = "acked"
+    #: The member's link broke before it acknowledged.
+    LINK_LOST = "link lost"
+
+
+class CandidacyEvent(Enum):
+    """What moves a candidacy (:mod:`engine.core.views` rule 2)."""
+
+    #: A majority promised: propose.
+    PROMISED = "promised"
+
+
+class PairEvent(Enum):
+    """What moves a process pair's role (:mod:`engine.core.pairs` rule 1)."""
+
+    #: Both partners started together: the lower index leads.
+    PAIRED_FIRST = "paired first"
+    #: Both partners started together: the higher index follows.
+    PAIRED_SECOND = "paired second"
+    #: No partner to keep in step with (it started alone, rejoins, or suspects the partner).
+    ALONE = "alone"
+    #: It gave its partner a snapshot: it leads.
+    DONATED = "donated"
+    #: It restored its partner's snapshot: it follows.
+    RESTORED = "restored"
+
+
+# -- the tables: (state, event) -> state ---------------------------------------------------------
+
+_R, _RE = ReplicaState, ReplicaEvent
 _REPLICA = {
-    ReplicaState.JOINING: {ReplicaState.LIVE, ReplicaState.REBUILDING, ReplicaState.REMOVED},
-    ReplicaState.REBUILDING: {ReplicaState.LIVE, ReplicaState.JOINING, ReplicaState.REMOVED},
-    ReplicaState.LIVE: {ReplicaState.JOINING, ReplicaState.REMOVED},
-    ReplicaState.REMOVED: set(),
+    (_R.JOINING, _RE.RESTORED): _R.LIVE,
+    (_R.JOINING, _RE.NO_PEER): _R.REBUILDING,
+    (_R.JOINING, _RE.CLAIMED): _R.LIVE,
+    (_R.JOINING, _RE.IN_VIEW): _R.LIVE,
+    (_R.REBUILDING, _RE.CAUGHT_UP): _R.LIVE,
+    (_R.JOINING, _RE.REJOIN): _R.JOINING,           # a rejoin restarts a join under way
+    (_R.REBUILDING, _RE.REJOIN): _R.JOINING,
+    (_R.LIVE, _RE.REJOIN): _R.JOINING,
+    (_R.JOINING, _RE.REMOVE): _R.REMOVED,
+    (_R.REBUILDING, _RE.REMOVE): _R.REMOVED,
+    (_R.LIVE, _RE.REMOVE): _R.REMOVED,
 }
+_T, _TE = RouteState, RouteEvent
 _ROUTE = {
-    RouteState.PENDING: {RouteState.ACTIVE, RouteState.DETACHED},
-    RouteState.ACTIVE: {RouteState.PENDING, RouteState.CUT},
-    RouteState.CUT: {RouteState.ACTIVE, RouteState.DETACHED, RouteState.PENDING},
-    RouteState.DETACHED: {RouteState.ACTIVE, RouteState.PENDING},
+    **{(state, _TE.SERVE): _T.ACTIVE for state in RouteState},
+    **{(state, _TE.HOLD): _T.PENDING for state in RouteState},
+    (_T.PENDING, _TE.STANDBY): _T.PENDING,
+    (_T.ACTIVE, _TE.STANDBY): _T.PENDING,
+    (_T.CUT, _TE.STANDBY): _T.DETACHED,            # retained for nothing: a switch to it resumes from the log
+    (_T.DETACHED, _TE.STANDBY): _T.PENDING,
+    (_T.ACTIVE, _TE.PEER_DOWN): _T.PENDING,
+    (_T.CUT, _TE.PEER_DOWN): _T.DETACHED,
+    (_T.ACTIVE, _TE.LAGGED): _T.CUT,
+    (_T.PENDING, _TE.LAGGED): _T.DETACHED,
+    **{(state, _TE.REJOIN): _T.PENDING for state in RouteState},
 }
+_I, _IE = InboundState, InboundEvent
 _INBOUND = {
-    InboundState.UNPOSITIONED: {InboundState.FOLLOWING, InboundState.HOLDING, InboundState.STANDBY,
-                                InboundState.VANISHED},
-    InboundState.HOLDING: {InboundState.FOLLOWING, InboundState.UNPOSITIONED, InboundState.STANDBY,
-                           InboundState.VANISHED},
-    InboundState.FOLLOWING: {InboundState.HOLDING, InboundState.UNPOSITIONED, InboundState.STANDBY,
-                             InboundState.VANISHED},
-    InboundState.STANDBY: {InboundState.UNPOSITIONED, InboundState.HOLDING, InboundState.FOLLOWING,
-                           InboundState.VANISHED},
-    InboundState.VANISHED: {InboundState.UNPOSITIONED, InboundState.HOLDING, InboundState.FOLLOWING,
-                            InboundState.STANDBY},
+    **{(state, _IE.HOLD): _I.HOLDING for state in InboundState if state is not _I.HOLDING},
+    (_I.HOLDING, _IE.PEER_UP): _I.UNPOSITIONED,
+    **{(state, _IE.NOT_HOSTED): _I.VANISHED for state in InboundState if state is not _I.VANISHED},
+    # Heads are not taken while joining (positions come from the snapshot) or standing by.
+    (_I.UNPOSITIONED, _IE.HEAD): _I.FOLLOWING,
+    (_I.FOLLOWING, _IE.HEAD): _I.FOLLOWING,
+    (_I.VANISHED, _IE.HEAD): _I.FOLLOWING,
+    **{(state, _IE.POSITIONED): _I.FOLLOWING for state in InboundState},
+    **{(state, _IE.UNPOSITIONED): _I.UNPOSITIONED for state in InboundState},
+    (_I.HOLDING, _IE.REBUILD): _I.UNPOSITIONED,
+    **{(state, _IE.REJOIN): _I.UNPOSITIONED for state in InboundState},
+    **{(state, _IE.STAND_BY): _I.STANDBY for state in InboundState},
+    **{(state, _IE.FOLLOW): _I.UNPOSITIONED for state in InboundState},
 }
+_JOIN = {
+    (JoinPhase.LINKING, JoinEvent.LINKED): JoinPhase.ASKING,
+}
+_S, _SE = StamperRole, StamperEvent
 _STAMPER = {
-    StamperRole.OUTSIDE: {StamperRole.MEMBER, StamperRole.STAMPING},
-    StamperRole.MEMBER: {StamperRole.STAMPING, StamperRole.OUTSIDE},
-    StamperRole.STAMPING: {StamperRole.MEMBER, StamperRole.OUTSIDE},
+    **{(state, _SE.STARTED): _S.OUTSIDE for state in StamperRole},
+    (_S.OUTSIDE, _SE.JOINED): _S.MEMBER,
+    (_S.MEMBER, _SE.JOINED): _S.MEMBER,             # a later view that carries its stream on
+    (_S.STAMPING, _SE.JOINED): _S.MEMBER,
+    (_S.MEMBER, _SE.LEFT_OUT): _S.OUTSIDE,
+    (_S.STAMPING, _SE.LEFT_OUT): _S.OUTSIDE,
+    (_S.OUTSIDE, _SE.ELECTED): _S.STAMPING,
+    (_S.MEMBER, _SE.ELECTED): _S.STAMPING,
+    (_S.STAMPING, _SE.ELECTED): _S.STAMPING,        # a new view of its own (a member was lost)
 }
 #: A new view starts every member at TOLD again (a new table, not a transition).
 _MEMBER = {
-    MemberSync.TOLD: {MemberSync.CONFIRMED, MemberSync.LOST},
-    MemberSync.CONFIRMED: set(),
-    MemberSync.LOST: set(),
+    (MemberSync.TOLD, MemberEvent.ACKED): MemberSync.CONFIRMED,
+    (MemberSync.TOLD, MemberEvent.LINK_LOST): MemberSync.LOST,
 }
 #: A candidacy that ends (decided, refused, timed out) is dropped; the next one starts at PROMISING.
 _CANDIDACY = {
-    CandidacyPhase.PROMISING: {CandidacyPhase.ACCEPTING},
-    CandidacyPhase.ACCEPTING: set(),
+    (CandidacyPhase.PROMISING, CandidacyEvent.PROMISED): CandidacyPhase.ACCEPTING,
 }
 #: A pair's roles change only by a join between the partners (the donor leads) or when the failure
-#: detector suspects the partner (both go on alone).
+#: detector suspects the partner (both go on alone).  A pair is made SOLO, then paired.
+_P, _PE = PairRole, PairEvent
 _PAIR = {
-    PairRole.PRIMARY: {PairRole.SOLO, PairRole.BACKUP},
-    PairRole.BACKUP: {PairRole.SOLO},
-    PairRole.SOLO: {PairRole.PRIMARY, PairRole.BACKUP},
+    (_P.SOLO, _PE.PAIRED_FIRST): _P.PRIMARY,
+    (_P.SOLO, _PE.PAIRED_SECOND): _P.BACKUP,
+    (_P.SOLO, _PE.ALONE): _P.SOLO,
+    (_P.PRIMARY, _PE.ALONE): _P.SOLO,
+    (_P.BACKUP, _PE.ALONE): _P.SOLO,
+    (_P.SOLO, _PE.DONATED): _P.PRIMARY,
+    (_P.PRIMARY, _PE.DONATED): _P.PRIMARY,
+    (_P.SOLO, _PE.RESTORED): _P.BACKUP,
+    (_P.PRIMARY, _PE.RESTORED): _P.BACKUP,
+    (_P.BACKUP, _PE.RESTORED): _P.BACKUP,
 }
-_TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND, StamperRole: _STAMPER,
-           MemberSync: _MEMBER, CandidacyPhase: _CANDIDACY, PairRole: _PAIR}
+_TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND, JoinPhase: _JOIN,
+           StamperRole: _STAMPER, MemberSync: _MEMBER, CandidacyPhase: _CANDIDACY, PairRole: _PAIR}
+#: Each table's event enum.
+EVENTS = {ReplicaState: ReplicaEvent, RouteState: RouteEvent, InboundState: InboundEvent, JoinPhase: JoinEvent,
+          StamperRole: StamperEvent, MemberSync: MemberEvent, CandidacyPhase: CandidacyEvent, PairRole: PairEvent}
 
 
-def advance(current: Enum, new: Enum) -> Enum:
-    """``new`` if the table allows ``current → new`` (or they are equal), else :class:`IllegalTransition`."""
-    if new is current or new in _TABLES[type(current)][current]:
-        return new
-    raise IllegalTransition(f"{type(current).__name__}: {current.value} -> {new.value} is not allowed")
+def advance(current: Enum, event: Enum) -> Enum:
+    """The state ``event`` moves ``current`` to, if the table lists ``(current, event)``; else
+    :class:`IllegalTransition`."""
+    new = _TABLES[type(current)].get((current, event))
+    if new is None:
+        raise IllegalTransition(f"{type(current).__name__}: {event.value!r} in state {current.value!r} is not allowed")
+    return new
 
 
-def transitions(kind: type[Enum]) -> dict[Enum, set[Enum]]:
-    """The table of ``kind`` (for documentation and tests)."""
-    return {state: set(targets) for state, targets in _TABLES[kind].items()}
+def transitions(kind: type[Enum]) -> dict[tuple[Enum, Enum], Enum]:
+    """The table of ``kind``, ``(state, event) -> state`` (for documentation and tests)."""
+    return dict(_TABLES[kind])

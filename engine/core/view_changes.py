@@ -45,7 +45,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from replicast.engine.core.hosted import Hosted
-from replicast.engine.core.states import MemberSync, StamperRole
+from replicast.engine.core.states import MemberSync, StamperEvent, StamperRole
 from replicast.engine.core.views import Candidacy, Outcome, VoteMemory
 from replicast.engine.messages import JoinStamping, StampAck, View, ViewDecided, ViewReply
 from replicast.operators.base import NO_PUNCTUATION
@@ -103,7 +103,7 @@ class ViewChanges:
             if message.frontier is not None:
                 hosted.entry.punctuation = max(hosted.entry.punctuation, message.frontier)
             self.stamper.live(hosted, f"member of view {view.term}")
-        self.stamper.set_role(hosted, StamperRole.MEMBER)
+        self.stamper.set_role(hosted, StamperEvent.JOINED)
         self.core.send(src, StampAck(message.stream, view.stamper, me[0], view.term, state.next))
 
     def learn(self, state: StampState, view: View) -> None:
@@ -118,7 +118,8 @@ class ViewChanges:
         if hosted.log.frontier is not None or hosted.log.end:
             self.core.lifecycle.rejoin(hosted, now, reason)   # calls start(): OUTSIDE, asks to join
         else:
-            self.stamper.set_role(hosted, StamperRole.OUTSIDE)
+            if state.role is not StamperRole.OUTSIDE:
+                self.stamper.set_role(hosted, StamperEvent.LEFT_OUT)
             state.held, state.acked, state.joiners = {}, {}, {}
             hosted.entry.forget()
 
@@ -285,7 +286,7 @@ class ViewChanges:
         state.candidacy = None
         self.learn(state, view)
         state.joiners = {i: e for i, e in state.joiners.items() if (i, e) not in view.members}
-        self.stamper.set_role(hosted, StamperRole.STAMPING)
+        self.stamper.set_role(hosted, StamperEvent.ELECTED)
         state.acked, state.told = {}, {}
         for member in view.members:
             if member[0] == index:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from replicast.engine.core.states import CandidacyPhase, advance
+from replicast.engine.core.states import CandidacyEvent, CandidacyPhase, advance
 from replicast.engine.messages import View, ViewBallot, ViewDecided, ViewReply
 
 if TYPE_CHECKING:
@@ -202,5 +202,5 @@ class Candidacy:
 
     def propose(self, view: View) -> None:
         """Phase 2 with ``view`` (its term is this candidacy's)."""
-        self.phase = advance(self.phase, CandidacyPhase.ACCEPTING)
+        self.phase = advance(self.phase, CandidacyEvent.PROMISED)
         self.proposal, self.heard = view, set()

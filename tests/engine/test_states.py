@@ -1,0 +1,65 @@
+"""The state tables of engine/core/states.py: every row walked, every unlisted pair refused (h11 style)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from replicast.engine.core.states import (EVENTS, CandidacyPhase, IllegalTransition, InboundEvent, InboundState,
+                                          JoinEvent, JoinPhase, MemberSync, PairRole, ReplicaEvent, ReplicaState,
+                                          RouteEvent, RouteState, StamperEvent, StamperRole, advance, transitions)
+
+#: The kinds the node core keeps (issue's list: replica, inbound stream replica, join, stamper, candidacy
+#: — and the routes, members and pairs that have tables too).
+KINDS = [ReplicaState, RouteState, InboundState, JoinPhase, StamperRole, MemberSync, CandidacyPhase, PairRole]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_every_row_and_every_unlisted_pair(kind):
+    table = transitions(kind)
+    events = EVENTS[kind]
+    assert table, f"{kind.__name__} has no table"
+    for state, event in itertools.product(kind, events):
+        if (state, event) in table:
+            assert advance(state, event) is table[state, event]
+        else:
+            with pytest.raises(IllegalTransition, match=kind.__name__):
+                advance(state, event)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_no_table_allows_everything(kind):
+    table = transitions(kind)
+    pairs = set(itertools.product(kind, EVENTS[kind]))
+    assert set(table) < pairs, f"{kind.__name__}'s table lists every (state, event) pair"
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_every_event_is_used_and_every_state_reached_or_initial(kind):
+    table = transitions(kind)
+    assert {event for _, event in table} == set(EVENTS[kind]), "an event no row uses"
+    for state, event in table:
+        assert isinstance(state, kind) and isinstance(event, EVENTS[kind]) and isinstance(table[state, event], kind)
+
+
+def test_an_event_of_another_table_is_refused():
+    """A (state, event) pair from two tables is a bug, not a transition."""
+    with pytest.raises(IllegalTransition):
+        advance(InboundState.HOLDING, ReplicaEvent.REJOIN)
+
+
+def test_tables_say_what_the_core_relies_on():
+    """Rows the node core's rules name (docs/lifecycle.md)."""
+    with pytest.raises(IllegalTransition):
+        advance(ReplicaState.REMOVED, ReplicaEvent.REJOIN)             # removed is final
+    with pytest.raises(IllegalTransition):
+        advance(InboundState.HOLDING, InboundEvent.HEAD)               # joining: positions come from the snapshot
+    with pytest.raises(IllegalTransition):
+        advance(InboundState.STANDBY, InboundEvent.HEAD)               # a Resume overtaken by a switch
+    assert advance(RouteState.CUT, RouteEvent.STANDBY) is RouteState.DETACHED     # a cut standby retains nothing
+    assert advance(JoinPhase.LINKING, JoinEvent.LINKED) is JoinPhase.ASKING
+    with pytest.raises(IllegalTransition):
+        advance(JoinPhase.ASKING, JoinEvent.LINKED)
+    with pytest.raises(IllegalTransition):
+        advance(StamperRole.OUTSIDE, StamperEvent.LEFT_OUT)
