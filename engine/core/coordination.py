@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from replicast.engine.core.events import Decided
-from replicast.engine.core.stats import server_report
 from replicast.engine.messages import Report
 from replicast.placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
 from replicast.placement.model import Workload
@@ -129,7 +128,7 @@ class Coordination:
     # -- outputs ----------------------------------------------------------------------------------
     def _report(self, now: int) -> None:
         core = self.core
-        report = server_report(core, now, self.load, self.capacity)
+        report = core.server_report(now, self.load, self.capacity)
         self.counters["reports_sent"] += 1
         if self.elected == core.name:
             self.coordinator.receive(report, now=now)

@@ -1,6 +1,7 @@
 """What a node core sends each peer besides data: acknowledgements, keep-alives and RTT probes.
 
-Rules of this module (issue 15: over a quarter of all messages were acks and heartbeats):
+Rules of this module (over a quarter of all messages were acks and heartbeats before them:
+docs/performance.md):
 
 1. Acks are cumulative (messages rule 3), so only the latest per stream replica matters: they are
    kept per peer and leave with the next messages for that peer (one frame, one link item), or on
@@ -19,14 +20,12 @@ Rules of this module (issue 15: over a quarter of all messages were acks and hea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from replicast.engine.core.events import PeerTimedOut
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.messages import Ack, Heartbeat, Message
 from replicast.operators.plan import StreamReplica
-
-if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
 
 #: A busy link carries an RTT probe at most every this many heartbeat intervals (rule 3).
 PROBE_EVERY = 10
@@ -34,25 +33,27 @@ _NEVER = -(2**62)
 
 
 class Links:
-    """Acks, keep-alives and probes per peer of ``core``."""
+    """Acks, keep-alives and probes per peer of one node: it reads the two intervals, the outbox
+    (whose connection set says which peers are up) and when each peer was last heard from."""
 
-    def __init__(self, core: "NodeCore", now: int):
-        self.core = core
+    def __init__(self, heartbeat_us: int, peer_timeout_us: int, outbox: Outbox,
+                 last_heard: Callable[[str, int], int], now: int):
+        self.heartbeat_us, self.peer_timeout_us = heartbeat_us, peer_timeout_us
+        self.outbox, self.last_heard = outbox, last_heard
         self.sent_at: dict[str, int] = {}          # peer -> when a message last left for it
         self.probed_at: dict[str, int] = {}        # peer -> when the last probe left for it
         self.acks: dict[str, dict[StreamReplica, Ack]] = {}
         self.ack_due: dict[str, int] = {}          # peer -> when its pending acks leave on their own
         self.earliest_ack: int | None = None
         self.heartbeat_at = now                    # the next keep-alive round
-        options = core.options
-        self.keepalive_us = max(options.heartbeat_us, options.peer_timeout_us // 3)   # rule 2
+        self.keepalive_us = max(heartbeat_us, peer_timeout_us // 3)   # rule 2
 
     # -- acks (rule 1) ----------------------------------------------------------------------------
     def ack(self, node: str, stream: StreamReplica, epoch: int, offset: int, now: int) -> None:
         pending = self.acks.get(node)
         if pending is None:
             pending = self.acks[node] = {}
-            due = self.ack_due[node] = now + self.core.options.heartbeat_us
+            due = self.ack_due[node] = now + self.heartbeat_us
             if self.earliest_ack is None or due < self.earliest_ack:
                 self.earliest_ack = due
         pending[stream] = Ack(stream, epoch, offset)
@@ -69,7 +70,7 @@ class Links:
             if pending:
                 out.extend((node, ack) for ack in pending.values())
                 self._forget_due(node)
-            if now - self.probed_at.get(node, _NEVER) >= PROBE_EVERY * self.core.options.heartbeat_us:
+            if now - self.probed_at.get(node, _NEVER) >= PROBE_EVERY * self.heartbeat_us:
                 self.probed_at[node] = now
                 out.append((node, Heartbeat(now)))
         return out
@@ -77,21 +78,21 @@ class Links:
     def on_timer(self, now: int) -> bool:
         """Acks that waited long enough; keep-alives for idle links; peers silent for too long.
         Returns whether this was a heartbeat round (failure detectors check then)."""
-        core, options = self.core, self.core.options
+        outbox = self.outbox
         if self.earliest_ack is not None and now >= self.earliest_ack:
             for node in [n for n, due in self.ack_due.items() if due <= now]:
                 pending = self.acks.pop(node)
                 self._forget_due(node)
-                if node in core.connected:
-                    core.outbox.extend((node, ack) for ack in pending.values())
+                if node in outbox.connected:
+                    outbox.messages.extend((node, ack) for ack in pending.values())
         if now >= self.heartbeat_at:
-            self.heartbeat_at = now + options.heartbeat_us
-            for node in sorted(core.connected):
+            self.heartbeat_at = now + self.heartbeat_us
+            for node in sorted(outbox.connected):
                 if now - self.sent_at.get(node, _NEVER) >= self.keepalive_us:
-                    core.outbox.append((node, Heartbeat(now)))
+                    outbox.put(node, Heartbeat(now))
                     self.probed_at[node] = now
-                if now - core.last_heard(node, now) > options.peer_timeout_us:
-                    core.event(PeerTimedOut(node))
+                if now - self.last_heard(node, now) > self.peer_timeout_us:
+                    outbox.event(PeerTimedOut(node))
             return True
         return False
 

@@ -28,7 +28,6 @@ Rules of this module (h11 style):
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from replicast.engine.core.control import Control
@@ -39,13 +38,14 @@ from replicast.engine.core.hosted import Hosted, Inbound
 from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.receiver import Receiver
 from replicast.engine.core.sender import Sender
 from replicast.engine.core.stamper import Stamper
 from replicast.engine.core.stamping import Stamping
 from replicast.engine.core.states import InboundState, ReplicaState
-from replicast.engine.core.stats import COUNTERS, Latency, statistics
+from replicast.engine.core.stats import COUNTERS, Latency, server_report, statistics
 from replicast.engine.core.views import PersistVotes, Voter, Votes
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                              DisconnectStream, Heartbeat, Hold, JoinStamping, KeySeals, Mark, Message, NoSnapshot, NotHosted,
@@ -55,6 +55,7 @@ from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, Dep
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.query import Query
 from replicast.operators.record import Record
+from replicast.placement.reports import ServerReport
 
 if TYPE_CHECKING:
     from replicast.engine.core.coordination import Coordination, CoordinationSetup
@@ -84,11 +85,8 @@ class NodeCore:
         self.connected: set[str] = set()
         self._last_heard: dict[str, int] = {}
         self.rtt_us: dict[str, int] = {}
-        self.outbox: list[tuple[str, Message]] = []
-        self._events: list[Event] = []
-        # Messages to this node itself, in order: batch tuples (stream, epoch, offset, records,
-        # punctuation, path) on the hot path, (src, message) pairs otherwise.
-        self.local: deque = deque()
+        #: What the components hand the driver (engine.core.outbox): they hold it, never this core.
+        self.out = Outbox(name, self.connected)
         self._now = now                       # the time of the input call under way (for draining)
         self._punctuate_at = now + options.punctuation_us
         self.latency: dict[str, Latency] = {app: Latency() for app in query.applications}
@@ -101,9 +99,10 @@ class NodeCore:
         self.failover = Failover(self) if TRAITS[options.mode].follows_one else None
         #: Process pairs (mode synchronization, engine.core.pairs): None in the other modes.
         self.pairs = Pairs(self) if TRAITS[options.mode].determinants else None
-        self.links = Links(self, now)
         self.key_seals = KeySealRelay(self)          # seals per key (operators/key_seals.py)
-        self.stamper, self.voter = Stamper(self), Voter(self, votes)
+        self.links = Links(options.heartbeat_us, options.peer_timeout_us, self.out, self.last_heard, now)
+        self.stamper = Stamper(self)
+        self.voter = Voter(set(query.streams), self.incarnation, self.counters, self.out, votes)
         #: Installed trace queries' tracepoints (engine.core.tracepoints); None, and free, while there are none.
         self.tracer: "Tracer | None" = None
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
@@ -212,7 +211,7 @@ class NodeCore:
     def messages_to_send(self) -> list[tuple[str, Message]]:
         """``(node, message)`` pairs to send, in order; drains the outbox (acks and RTT probes ride
         along with what goes to each node: :mod:`engine.core.links`)."""
-        out, self.outbox = self.outbox, []
+        out, self.out.messages = self.out.messages, []
         return self.links.drain(out, self._now)
 
     def votes_to_persist(self) -> PersistVotes | None:
@@ -222,9 +221,23 @@ class NodeCore:
         node's next start (:mod:`engine.core.views` rule 1)."""
         return self.voter.to_persist()
 
+    @property
+    def outbox(self) -> list[tuple[str, Message]]:
+        """The messages not drained yet (a test's recording network puts back what it drained)."""
+        return self.out.messages
+
+    @outbox.setter
+    def outbox(self, messages: list[tuple[str, Message]]) -> None:
+        self.out.messages = messages
+
+    @property
+    def local(self):
+        """Messages to this node itself, drained within the input call under way (engine.core.outbox)."""
+        return self.out.local
+
     def events(self) -> list[Event]:
         """Deliveries, dead letters, protocol errors, state changes since the last call; drains them."""
-        out, self._events = self._events, []
+        out, self.out.events = self.out.events, []
         return out
 
     def next_timer(self) -> int:
@@ -245,7 +258,16 @@ class NodeCore:
 
     def statistics(self) -> dict[str, Any]:
         """Counters per replica and application (plain data, for reports and metrics)."""
-        return statistics(self)
+        out = statistics(self.hosted, self.inbound, self.lifecycle.probes, self.latency, self.rtt_us, self.counters)
+        out["key_seals"], out["stale_key_seals"] = self.key_seals.received, self.key_seals.stale
+        if self.coordination is not None:
+            out["placement"] = self.coordination.statistics()
+        return out
+
+    def server_report(self, now: int, load: float = 0.0, capacity: float = 1.0) -> ServerReport:
+        """What this server tells the placement coordinator at ``now`` (:func:`engine.core.stats.server_report`)."""
+        return server_report(self.name, self.hosted, self.inbound, self.rtt_us, self.options.punctuation_us, now,
+                             load, capacity, self.options.utility)
 
     def ready(self) -> bool:
         """Whether every hosted replica is live (a node that says so is processing)."""
@@ -272,18 +294,15 @@ class NodeCore:
 
     def send(self, node: str, message: Message) -> None:
         """Address ``message`` to ``node``: itself through the local queue, a connected peer through the outbox."""
-        if node == self.name:
-            self.local.append((node, message))
-        elif node in self.connected:
-            self.outbox.append((node, message))
+        self.out.send(node, message)
 
     def event(self, event: Event) -> None:
-        self._events.append(event)
+        self.out.event(event)
 
     def deliver(self, hosted: Hosted, records: list[Record], punctuation: int | None, now: int,
                 path: tuple[str, ...]) -> None:
         self.latency[hosted.replica.name].add(now, records)
-        self._events.append(Delivered(hosted.replica.name, records, punctuation, now, path))
+        self.out.event(Delivered(hosted.replica.name, records, punctuation, now, path))
 
     def _drain_local(self, now: int) -> None:
         local, inbound_of, accept = self.local, self.inbound.get, self.receiver.accept
@@ -302,7 +321,7 @@ class NodeCore:
     # -- statistics -----------------------------------------------------------------------------
     def _on_heartbeat(self, src: str, message: Heartbeat, now: int) -> None:
         if message.echo_us is None:
-            self.outbox.append((src, Heartbeat(now, message.sent_us)))
+            self.out.put(src, Heartbeat(now, message.sent_us))
         else:
             self.rtt_us[src] = now - message.echo_us
 
@@ -322,4 +341,4 @@ class NodeCore:
             self.coordination.set_load(load, capacity)
 
     def _on_statistics_request(self, src: str, message: StatisticsRequest, now: int) -> None:
-        self.outbox.append((src, Statistics(self.name, self.statistics())))
+        self.out.put(src, Statistics(self.name, self.statistics()))

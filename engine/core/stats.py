@@ -1,18 +1,22 @@
 """Statistics of a node core: counters per replica and application, latencies (§V-B weights, §VI-B latency),
-and the report a server sends its placement coordinator (§V: :func:`server_report`)."""
+and the report a server sends its placement coordinator (§V: :func:`server_report`).
+
+Both are functions of the tables they read (hosted replicas, inbound stream replicas, counters …),
+never of the node core (docs/architecture.md, "The node core's modules")."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection
 
 from replicast.engine.core.states import InboundState, StamperRole
 from replicast.operators.record import Record
 from replicast.placement.reports import InputReport, ServerReport
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.hosted import Hosted, Inbound
+    from replicast.operators.plan import ReplicaId, StreamReplica
 
 _ts = itemgetter(0)
 
@@ -69,12 +73,15 @@ class Latency:
         buckets[last] += n - below
 
 
-def statistics(core: "NodeCore") -> dict[str, Any]:
-    """Counters per replica and application (plain data, for reports and metrics)."""
+def statistics(hosted: "dict[ReplicaId, Hosted]", inbound: "dict[StreamReplica, Inbound]",
+               lost_input: Collection["ReplicaId"], latencies: dict[str, Latency], rtt_us: dict[str, int],
+               counters: dict[str, int]) -> dict[str, Any]:
+    """Counters per replica and application (plain data, for reports and metrics); ``lost_input``:
+    the rebuilt replicas that lost input and still ask their peers (docs/lifecycle.md)."""
     replicas = {}
-    for replica, h in core.hosted.items():
+    for replica, h in hosted.items():
         filters = h.logic.filters if h.logic is not None else []
-        inputs = {i.index: f"{s.source}@{i.epoch}" for s, i in core.inbound.items()
+        inputs = {i.index: f"{s.source}@{i.epoch}" for s, i in inbound.items()
                   if s.target == replica and i.index is not None}
         replicas[str(replica)] = {
             "kind": h.kind, "state": h.state.value, "epoch": h.epoch,
@@ -88,17 +95,13 @@ def statistics(core: "NodeCore") -> dict[str, Any]:
             "accepted": h.entry.accepted if h.entry else 0, "malformed": h.entry.malformed if h.entry else 0,
             "stamping": h.stamp is not None and h.stamp.role is StamperRole.STAMPING,
             # rebuilt after losing input, no live peer's snapshot yet (docs/lifecycle.md: asking again)
-            "lost_input": replica in core.lifecycle.probes,
-            "vanished_inputs": sum(1 for s, i in core.inbound.items()
+            "lost_input": replica in lost_input,
+            "vanished_inputs": sum(1 for s, i in inbound.items()
                                    if s.target == replica and i.state is InboundState.VANISHED)}
     latency = {app: {"count": l.count, "mean_us": l.total // l.count if l.count else None, "max_us": l.max,
                      "total_us": l.total, "buckets": list(l.buckets)}
-               for app, l in core.latency.items()}
-    out = {"replicas": replicas, "latency": latency, "rtt_us": dict(core.rtt_us), **core.counters,
-           "key_seals": core.key_seals.received, "stale_key_seals": core.key_seals.stale}
-    if core.coordination is not None:
-        out["placement"] = core.coordination.statistics()
-    return out
+               for app, l in latencies.items()}
+    return {"replicas": replicas, "latency": latency, "rtt_us": dict(rtt_us), **counters}
 
 
 def rank_weights(dedup) -> list[float]:
@@ -111,7 +114,9 @@ def win_weights(dedup) -> list[float]:
     return [float(counts[0]) for counts in dedup.rank_counts]
 
 
-def server_report(core: "NodeCore", now: int, load: float = 0.0, capacity: float = 1.0) -> ServerReport:
+def server_report(name: str, hosted: "dict[ReplicaId, Hosted]", inbound: "dict[StreamReplica, Inbound]",
+                  rtt_us: dict[str, int], punctuation_us: int, now: int, load: float = 0.0,
+                  capacity: float = 1.0, utility: str = "rank") -> ServerReport:
     """What this server tells the placement coordinator at ``now`` (:mod:`placement.reports`).
 
     * ``inputs``: every stream replica into a hosted replica, with its duplicate filter's §V-B
@@ -128,20 +133,20 @@ def server_report(core: "NodeCore", now: int, load: float = 0.0, capacity: float
 
     Built only when a report is due (every few seconds), never on the data path.
     """
-    signal = win_weights if core.options.utility == "win-share" else rank_weights
+    signal = win_weights if utility == "win-share" else rank_weights
     weights = {replica: [signal(f) for f in h.logic.filters]
-               for replica, h in core.hosted.items() if h.logic is not None}
-    interval = core.options.punctuation_us
+               for replica, h in hosted.items() if h.logic is not None}
+    interval = punctuation_us
     inputs = {}
-    for stream, inbound in core.inbound.items():
+    for stream, port_input in inbound.items():
         per_port = weights.get(stream.target)
         weight = 0.0
-        if per_port is not None and inbound.index is not None and stream.port < len(per_port) \
-                and inbound.index < len(per_port[stream.port]):
-            weight = float(per_port[stream.port][inbound.index])
-        heard = inbound.punctuation if inbound.punctuation is not None else inbound.since
+        if per_port is not None and port_input.index is not None and stream.port < len(per_port) \
+                and port_input.index < len(per_port[stream.port]):
+            weight = float(per_port[stream.port][port_input.index])
+        heard = port_input.punctuation if port_input.punctuation is not None else port_input.since
         inputs[stream] = InputReport(weight, max(0, now - heard - interval))
-    routes = tuple(stream for h in core.hosted.values() for stream in h.routes)
-    return ServerReport(core.name, {peer: us / 1000.0 for peer, us in core.rtt_us.items()}, float(load),
-                        float(capacity), tuple(core.hosted), {r: h.records_out for r, h in core.hosted.items()},
+    routes = tuple(stream for h in hosted.values() for stream in h.routes)
+    return ServerReport(name, {peer: us / 1000.0 for peer, us in rtt_us.items()}, float(load),
+                        float(capacity), tuple(hosted), {r: h.records_out for r, h in hosted.items()},
                         inputs, routes)

@@ -33,13 +33,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
-
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import CandidacyEvent, CandidacyPhase, advance
 from replicast.engine.messages import View, ViewBallot, ViewDecided, ViewReply
-
-if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
 
 
 class VoteMemory(Enum):
@@ -86,24 +82,25 @@ class Ballots:
 
 
 class Voter:
-    """The voter of ``core``'s node for every entry-stamped stream (rule 1)."""
+    """The voter of one node for every entry-stamped stream (rule 1): it reads the query's stream
+    names and the node's incarnation, counts refusals and answers through the outbox."""
 
-    def __init__(self, core: "NodeCore", votes: Votes = Votes()):
-        self.core = core
+    def __init__(self, names: set[str], incarnation: int, counters: dict[str, int], outbox: Outbox,
+                 votes: Votes = Votes()):
+        self.names, self.incarnation, self.counters, self.outbox = names, incarnation, counters, outbox
         self.memory = votes.memory
         self.streams: dict[str, Ballots] = {name: Ballots(v.promised, v.accepted, v.proposed)
                                             for name, v in votes.streams.items()}
         #: Below this no term is promised: the incarnation if the votes of earlier lives are not known.
-        self.floor = core.incarnation if votes.memory is VoteMemory.VOLATILE else 0
+        self.floor = incarnation if votes.memory is VoteMemory.VOLATILE else 0
         self._changed = False
 
     def on_ballot(self, src: str, message: ViewBallot, now: int) -> None:
-        core = self.core
-        if message.stream not in core.query.streams:
-            core.counters["refused_ballots"] += 1
+        if message.stream not in self.names:
+            self.counters["refused_ballots"] += 1
             return
         if self.memory is VoteMemory.LOST:                # it may have promised anything: no answer
-            core.counters["unanswered_ballots"] += 1
+            self.counters["unanswered_ballots"] += 1
             return
         ballots = self.streams.setdefault(message.stream, Ballots())
         floor = max(ballots.promised, self.floor)
@@ -118,12 +115,12 @@ class Voter:
         if ok:
             self._changed = True
         else:
-            core.counters["refused_ballots"] += 1
-        core.send(src, ViewReply(message.stream, message.candidate, message.term, 1 if message.view is None else 2,
+            self.counters["refused_ballots"] += 1
+        self.outbox.send(src, ViewReply(message.stream, message.candidate, message.term, 1 if message.view is None else 2,
                                  ok, max(floor, ballots.promised), ballots.accepted))
 
     def on_decided(self, message: ViewDecided) -> None:
-        if message.stream not in self.core.query.streams or self.memory is VoteMemory.LOST:
+        if message.stream not in self.names or self.memory is VoteMemory.LOST:
             return
         ballots = self.streams.setdefault(message.stream, Ballots())
         if ballots.accepted is None or message.view.term > ballots.accepted.term:

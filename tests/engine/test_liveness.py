@@ -17,7 +17,6 @@ from replicast.engine.node import NodeOptions, ReplicaState
 from replicast.engine.replay import replay
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.engine.aio.metrics import NodeMetrics
-from replicast.engine.core.stats import statistics
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_lifecycle import FIG1, FIG1_STREAMS, P, assert_reference, fig1_messages, run_fig1
 
@@ -36,7 +35,7 @@ def own_nodes_placement() -> dict[str, list[str]]:
 def scrape(net: MemoryNetwork, node: str) -> dict:
     """The node's Prometheus samples as the asyncio driver exposes them: (name, labels) -> value."""
     metrics = NodeMetrics(node)
-    metrics.refresh(statistics(net.cores[node]))
+    metrics.refresh(net.cores[node].statistics())
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in metrics.registry.collect() for s in family.samples}
 

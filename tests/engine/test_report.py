@@ -1,4 +1,4 @@
-"""What a node tells its placement coordinator (engine.core.stats.server_report), and stream replicas a
+"""What a node tells its placement coordinator (NodeCore.server_report, engine.core.stats), and stream replicas a
 coordinator connects with the receiver's half arriving first (engine.core.sender rule 4)."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import Counter
 
 from replicast.engine.core.configure import add_replica, remove_replica
-from replicast.engine.core.stats import server_report
 from replicast.engine.messages import Report
 from replicast.engine.replay import replay
 from replicast.engine.wire import decode, encode
@@ -57,7 +56,7 @@ def test_a_report_credits_each_stream_replica_its_rank_and_says_how_late_it_is()
     net.publish("n0", "s", [{"punctuation": base + 20}])
     deliver(net, ("n2", "n3"))
     net.now = base + 20 + net.options.punctuation_us + 3 * S
-    report = server_report(net.cores["n3"], net.now, load=0.25, capacity=2.0)
+    report = net.cores["n3"].server_report(net.now, load=0.25, capacity=2.0)
     first, second = StreamReplica(F0, APP, 0), StreamReplica(F1, APP, 0)
     assert set(report.inputs) == {first, second}
     assert report.inputs[first].weight == 10 and report.inputs[second].weight == 5      # ranks 1 and 2 (§V-B)
@@ -70,7 +69,7 @@ def test_a_report_credits_each_stream_replica_its_rank_and_says_how_late_it_is()
     net.publish("n0", "s", [{"punctuation": net.now}])
     net.run()
     net.now += 4 * S
-    later = server_report(net.cores["n3"], net.now)
+    later = net.cores["n3"].server_report(net.now)
     assert later.inputs[second].delay_us == 4 * S - net.options.punctuation_us
     assert later.inputs[first].delay_us == report.inputs[first].delay_us + 4 * S
     assert decode(encode(Report(later))[4:]) == Report(later)                           # it crosses the wire
