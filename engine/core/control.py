@@ -28,13 +28,13 @@ Rules of this module:
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.events import ControlRefused
 from replicast.engine.core.hosted import Hosted, Inbound, Route
 from replicast.engine.core.modes import TRAITS
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.stamper import StampState
 from replicast.engine.core.states import InboundState, ReplicaEvent, ReplicaState, advance
 from replicast.engine.entry import EntryPoint
@@ -44,7 +44,14 @@ from replicast.operators.key_seals import key_sealing
 from replicast.operators.replica import OperatorReplica, application_sink
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.events import NodeOptions
+    from replicast.engine.core.failover import AllFeed, Failover
+    from replicast.engine.core.lifecycle import Lifecycle
+    from replicast.engine.core.pairs import Pairs, Unpaired
+    from replicast.engine.core.receiver import Receiver
+    from replicast.engine.core.sender import Sender
+    from replicast.engine.core.stamper import Stamper
+    from replicast.operators.query import Query
 
 
 #: Inbound states in which a repeated ConnectStream asks for the stream replica again (rule 7).
@@ -52,12 +59,25 @@ _ASK_AGAIN = (InboundState.UNPOSITIONED, InboundState.VANISHED)
 
 
 class Control:
-    """Applies control messages to ``core``."""
+    """Applies control messages to one node's tables.  It reads the query and the node's options,
+    writes the hosted replicas and the inbound table, sends through the outbox, and starts, stops
+    and wires the other components' parts of a replica or stream replica: the sender's routes, the
+    receiver's requests, the lifecycle's joins and port checks, the stamper's peers and the mode's
+    plug-ins (failover, pairs)."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def __init__(self, query: "Query", options: "NodeOptions", hosted: dict[ReplicaId, Hosted],
+                 inbound: dict[StreamReplica, Inbound], outbox: Outbox, counters: dict[str, int], *,
+                 restarted: bool, new_epoch: Callable[[int], int], sender: "Sender", receiver: "Receiver",
+                 lifecycle: "Lifecycle", stamper: "Stamper", failover: "Failover | AllFeed",
+                 pairs: "Pairs | Unpaired"):
+        self.query, self.options, self.hosted, self.inbound = query, options, hosted, inbound
+        self.out, self.counters, self.restarted, self.new_epoch = outbox, counters, restarted, new_epoch
+        self.sender, self.receiver, self.lifecycle, self.stamper = sender, receiver, lifecycle, stamper
+        self.failover, self.pairs = failover, pairs
+        #: The last refusal, one line (rule 4).
+        self.last_refusal: str | None = None
         self.to_tell: dict[str, list[DisconnectStream]] = {}    # rule 3: for nodes not connected now
-        self.policy = ControlPolicy(core)                        # rule 5
+        self.policy = ControlPolicy(outbox.name, hosted, inbound, stamper.peer_stream)   # rule 5
 
     def guarded(self, handler: Callable) -> Callable:
         """``handler`` behind the policy (rule 5): what the policy refuses is counted, not applied."""
@@ -71,59 +91,54 @@ class Control:
 
     def new_logic(self, replica: ReplicaId) -> OperatorReplica | None:
         """Fresh input machinery for a replica of ``replica.name`` (None for an entry point)."""
-        query, name = self.core.query, replica.name
+        query, name = self.query, replica.name
         if name in query.applications:
             return application_sink(0, query.applications[name].ordered)
         if name in query.operators:
             logic = OperatorReplica(query.new_operator(name), [0] * len(query.inputs_of(name)),
-                                    query.order_sensitive(name), merged=TRAITS[self.core.options.mode].merged_order,
+                                    query.order_sensitive(name), merged=TRAITS[self.options.mode].merged_order,
                                     sealing=key_sealing(query, name))
-            if self.core.pairs is not None:
-                logic.tap = partial(self.core.pairs.tap, replica)     # process pairs see every step
+            self.pairs.tap_into(replica, logic)                      # process pairs see every step
             return logic
         return None
 
     def deploy(self, src: str, message: DeployReplica, now: int) -> None:
-        core, replica = self.core, message.replica
-        if replica in core.hosted:
+        replica = message.replica
+        if replica in self.hosted:
             return
-        name, query = replica.name, core.query
+        name, query = replica.name, self.query
         if name in query.streams:
             kind = "entry"
-            entry = EntryPoint(query.streams[name], core.options.entry_modes.get(name, "source"))
+            entry = EntryPoint(query.streams[name], self.options.entry_modes.get(name, "source"))
         elif name in query.applications or name in query.operators:
             kind = "application" if name in query.applications else "operator"
             entry = None
         else:
             self._refuse(f"cannot deploy {replica}: {name!r} is not in the query", src)
             return
-        hosted = core.hosted[replica] = Hosted(replica, kind, self.new_logic(replica), entry, message.peers,
-                                                    core.new_epoch(now))
-        if core.options.trace_paths:
-            hosted.hop = (f"{replica}@{core.name}",)
-        hosted.fresh = src == core.name and not core.restarted       # from a first start's own configuration
-        if core.pairs is not None:
-            core.pairs.attach(hosted)
+        hosted = self.hosted[replica] = Hosted(replica, kind, self.new_logic(replica), entry, message.peers,
+                                                    self.new_epoch(now))
+        if self.options.trace_paths:
+            hosted.hop = (f"{replica}@{self.out.name}",)
+        hosted.fresh = src == self.out.name and not self.restarted       # from a first start's own configuration
+        self.pairs.attach(hosted)
         if entry is not None and entry.mode == "entry":
             hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
-        core.stamper.track(hosted)
-        core.lifecycle.start(hosted, now)
+        self.stamper.track(hosted)
+        self.lifecycle.start(hosted, now)
 
     def remove(self, src: str, message: RemoveReplica, now: int) -> None:
-        core = self.core
-        hosted = core.hosted.pop(message.replica, None)
+        hosted = self.hosted.pop(message.replica, None)
         if hosted is None:
             self._refuse(f"cannot remove {message.replica}: it is not hosted here", src)
             return
         hosted.state = advance(hosted.state, ReplicaEvent.REMOVE)
-        core.lifecycle.forget(message.replica)
-        core.stamper.forget(message.replica)
-        if core.pairs is not None:
-            core.pairs.forget(message.replica)
-        if core.failover is not None:
-            core.failover.forget(message.replica)
-        for stream in [s for s in core.inbound if s.target == message.replica]:
-            self._tell(core.inbound.pop(stream).node, DisconnectStream(stream))
+        self.lifecycle.forget(message.replica)
+        self.stamper.forget(message.replica)
+        self.pairs.forget(message.replica)
+        self.failover.forget(message.replica)
+        for stream in [s for s in self.inbound if s.target == message.replica]:
+            self._tell(self.inbound.pop(stream).node, DisconnectStream(stream))
         for stream, route in hosted.routes.items():
             self._tell(route.node, DisconnectStream(stream))
         if hosted.stamp is not None:                  # its peers stop counting on it (stamper)
@@ -133,70 +148,68 @@ class Control:
                                                                     ReplicaId(message.replica.name, index), 0)))
 
     def connect(self, src: str, message: ConnectStream, now: int) -> None:
-        core, stream = self.core, message.stream
-        if core.stamper.peer_stream(stream):          # entry → entry, entry-stamped: where a peer is
+        stream = message.stream
+        if self.stamper.peer_stream(stream):          # entry → entry, entry-stamped: where a peer is
             for mine, other, node in ((stream.source, stream.target, message.target_node),
                                       (stream.target, stream.source, message.source_node)):
-                hosted = core.hosted.get(mine)
+                hosted = self.hosted.get(mine)
                 if hosted is not None and hosted.stamp is not None and node:
-                    core.stamper.connect_peer(hosted, other.index, node, now)
+                    self.stamper.connect_peer(hosted, other.index, node, now)
             return
-        if message.source_node == core.name:
-            source = core.hosted.get(stream.source)
+        if message.source_node == self.out.name:
+            source = self.hosted.get(stream.source)
             if source is None:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.source} is not hosted here", src)
             elif stream not in source.routes:
                 route = source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
-                core.sender.retrim(source)
-                core.sender.connected(stream, route, now)
-        inbound = core.inbound.get(stream)
-        if message.target_node == core.name and inbound is not None:
+                self.sender.retrim(source)
+                self.sender.connected(stream, route, now)
+        inbound = self.inbound.get(stream)
+        if message.target_node == self.out.name and inbound is not None:
             if inbound.node == message.source_node and inbound.state in _ASK_AGAIN:     # rule 7
-                core.receiver.request(stream, inbound, core.hosted[stream.target])
+                self.receiver.request(stream, inbound, self.hosted[stream.target])
             return
-        if message.target_node == core.name:
-            target = core.hosted.get(stream.target)
+        if message.target_node == self.out.name:
+            target = self.hosted.get(stream.target)
             if target is None:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.target} is not hosted here", src)
                 return
             if target.logic is None or stream.port >= len(target.logic.filters):
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: no input port {stream.port}", src)
                 return
-            inbound = core.inbound[stream] = Inbound(message.source_node, now)
-            core.receiver.request(stream, inbound, target)
+            inbound = self.inbound[stream] = Inbound(message.source_node, now)
+            self.receiver.request(stream, inbound, target)
 
     def disconnect(self, src: str, message: DisconnectStream, now: int) -> None:
-        core, stream = self.core, message.stream
-        if core.stamper.peer_stream(stream):
+        stream = message.stream
+        if self.stamper.peer_stream(stream):
             for mine, other in ((stream.source, stream.target), (stream.target, stream.source)):
-                hosted = core.hosted.get(mine)
+                hosted = self.hosted.get(mine)
                 if hosted is not None and hosted.stamp is not None:
-                    core.stamper.disconnect_peer(hosted, other.index, now)
+                    self.stamper.disconnect_peer(hosted, other.index, now)
             return
-        if core.inbound.pop(stream, None) is not None:
-            if core.failover is not None:
-                core.failover.disconnected(stream)
-            target = core.hosted.get(stream.target)
+        if self.inbound.pop(stream, None) is not None:
+            self.failover.disconnected(stream)
+            target = self.hosted.get(stream.target)
             if target is not None and target.logic is not None \
                     and target.state in (ReplicaState.LIVE, ReplicaState.REBUILDING):
-                core.lifecycle.check_port(target, stream.port, now)   # rule 6: its port's inputs changed
-        source = core.hosted.get(stream.source)
+                self.lifecycle.check_port(target, stream.port, now)   # rule 6: its port's inputs changed
+        source = self.hosted.get(stream.source)
         if source is not None and source.routes.pop(stream, None) is not None:
             source.parked.pop(stream, None)
-            core.sender.retrim(source)
+            self.sender.retrim(source)
 
     def on_peer_up(self, node: str) -> None:
         for message in self.to_tell.pop(node, ()):
-            self.core.send(node, message)
+            self.out.send(node, message)
 
     def _tell(self, node: str, message: DisconnectStream) -> None:
-        core = self.core
-        if node == core.name or node in core.connected:
-            core.send(node, message)
+        if node == self.out.name or node in self.out.connected:
+            self.out.send(node, message)
         else:
             self.to_tell.setdefault(node, []).append(message)
 
     def _refuse(self, reason: str, src: str) -> None:
-        self.core.counters["refused_control"] += 1
-        self.core.last_refusal = f"node {self.core.name}: {reason}"
-        self.core.event(ControlRefused(src, reason))
+        self.counters["refused_control"] += 1
+        self.last_refusal = f"node {self.out.name}: {reason}"
+        self.out.event(ControlRefused(src, reason))

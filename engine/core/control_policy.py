@@ -18,25 +18,28 @@ here and feed it records, which would be delivered.  Rules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from replicast.engine.messages import DisconnectStream, Message
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.hosted import Hosted, Inbound
+    from replicast.operators.plan import ReplicaId, StreamReplica
 
 
 class ControlPolicy:
-    """Rules 1–2 for ``core``; ``coordinator`` is the node the cluster elected (None: none)."""
+    """Rules 1–2 for node ``name``; ``coordinator`` is the node the cluster elected (None: none).
+    It reads the hosted replicas and the inbound table (who is at the other end of a stream
+    replica) and asks the stamper whether a stream replica only says where a peer is."""
 
-    def __init__(self, core: "NodeCore", coordinator: str | None = None):
-        self.core = core
+    def __init__(self, name: str, hosted: "dict[ReplicaId, Hosted]", inbound: "dict[StreamReplica, Inbound]",
+                 peer_stream: "Callable[[StreamReplica], bool]", coordinator: str | None = None):
+        self.name, self.hosted, self.inbound, self.peer_stream = name, hosted, inbound, peer_stream
         self.coordinator = coordinator
 
     def refusal(self, src: str, message: Message) -> str | None:
         """Why ``message`` from node ``src`` must not be applied, or None if it may."""
-        core = self.core
-        if src == core.name or (self.coordinator is not None and src == self.coordinator):
+        if src == self.name or (self.coordinator is not None and src == self.coordinator):
             return None
         kind = type(message).__name__
         if isinstance(message, DisconnectStream):
@@ -50,16 +53,16 @@ class ControlPolicy:
 
     def other_ends(self, message: DisconnectStream) -> set[str]:
         """The nodes at the other end of the stream replica, as this node knows them (rule 2)."""
-        core, stream = self.core, message.stream
-        if core.stamper.peer_stream(stream):          # entry → entry: the peer replica's node
+        stream = message.stream
+        if self.peer_stream(stream):          # entry → entry: the peer replica's node
             return {node for mine, other in ((stream.source, stream.target), (stream.target, stream.source))
-                    if (hosted := core.hosted.get(mine)) is not None and hosted.stamp is not None
+                    if (hosted := self.hosted.get(mine)) is not None and hosted.stamp is not None
                     and (node := hosted.stamp.peers.get(other.index))}
         ends = set()
-        inbound = core.inbound.get(stream)
+        inbound = self.inbound.get(stream)
         if inbound is not None:
             ends.add(inbound.node)
-        source = core.hosted.get(stream.source)
+        source = self.hosted.get(stream.source)
         route = source.routes.get(stream) if source is not None else None
         if route is not None:
             ends.add(route.node)

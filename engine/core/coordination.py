@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import Decided
 from replicast.engine.messages import Report
@@ -36,7 +36,8 @@ from replicast.placement.coordinator import CoordinatorConfig, CoordinatorCore, 
 from replicast.placement.model import Workload
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.outbox import Outbox
+    from replicast.placement.reports import ServerReport
 
 
 @dataclass(frozen=True)
@@ -56,17 +57,22 @@ class CoordinationSetup:
 
 
 class Coordination:
-    """Reports, election and (when elected) the coordinator core of ``core``."""
+    """Reports, election and (when elected) the coordinator core of one node.  It reads the
+    outbox's connection set, sends through it, asks the node for its ``server_report`` and tells
+    it whom the cluster elected (``set_coordinator``: control rule 5)."""
 
-    def __init__(self, core: "NodeCore", setup: CoordinationSetup, now: int):
-        self.core, self.setup = core, setup
+    def __init__(self, outbox: "Outbox", setup: CoordinationSetup, now: int, *,
+                 server_report: "Callable[[int, float, float], ServerReport]",
+                 set_coordinator: Callable[[str | None], None]):
+        self.out, self.setup = outbox, setup
+        self.server_report, self.set_coordinator = server_report, set_coordinator
         self.servers = frozenset(setup.servers)
         self.elected: str | None = None
         self.coordinator: CoordinatorCore | None = None
         self.counters: collections.Counter[str] = collections.Counter()
         self.load, self.capacity = 0.0, 1.0
         self._report_at = now
-        self._presumed = set(self.servers) - {core.name}          # rule 1: not heard from yet
+        self._presumed = set(self.servers) - {outbox.name}          # rule 1: not heard from yet
         self._presume_until = now + setup.config.settle_us
         self.elect(now)
 
@@ -77,23 +83,22 @@ class Coordination:
 
     def elect(self, now: int) -> None:
         """Rule 1: (re-)elect among this node and its connected peers of the cluster."""
-        core = self.core
-        self._presumed -= core.connected
+        self._presumed -= self.out.connected
         if self._presumed and now >= self._presume_until:
             self._presumed.clear()
-        elected = elect({core.name} | (core.connected & self.servers) | self._presumed)
+        elected = elect({self.out.name} | (self.out.connected & self.servers) | self._presumed)
         if elected == self.elected:
             return
         if self.elected is not None:
             self.counters["elections"] += 1
         self.elected = elected
-        core.set_coordinator(elected)                # its control messages are applied (control rule 5)
-        if elected == core.name and self.coordinator is None:
+        self.set_coordinator(elected)                # its control messages are applied (control rule 5)
+        if elected == self.out.name and self.coordinator is None:
             setup = self.setup
             self.coordinator = CoordinatorCore(setup.estimate, setup.servers, now=now, rng=setup.rng,
                                                config=setup.config)
             self.counters["coordinating"] += 1
-        elif elected != core.name and self.coordinator is not None:
+        elif elected != self.out.name and self.coordinator is not None:
             self.coordinator = None
             self.counters["stepped_down"] += 1
         self._report_at = now                        # report to the new coordinator at once
@@ -127,14 +132,13 @@ class Coordination:
 
     # -- outputs ----------------------------------------------------------------------------------
     def _report(self, now: int) -> None:
-        core = self.core
-        report = core.server_report(now, self.load, self.capacity)
+        report = self.server_report(now, self.load, self.capacity)
         self.counters["reports_sent"] += 1
-        if self.elected == core.name:
+        if self.elected == self.out.name:
             self.coordinator.receive(report, now=now)
             self._decide(now)
-        elif self.elected in core.connected:
-            core.send(self.elected, Report(report))
+        elif self.elected in self.out.connected:
+            self.out.send(self.elected, Report(report))
 
     def _decide(self, now: int) -> None:
         for decision in self.coordinator.decisions_to_send():
@@ -142,13 +146,12 @@ class Coordination:
 
     def _send(self, decision) -> None:
         """Rule 2: a decision as its control message to each node it names (the one place control is sent)."""
-        core = self.core
         message = decision.as_message()
         self.counters[f"decisions_{decision.reason}"] += 1
-        core.event(Decided(decision))
+        self.out.event(Decided(decision))
         for node in decision.nodes:
-            if node == core.name or node in core.connected:
-                core.send(node, message)
+            if self.out.reachable(node):
+                self.out.send(node, message)
             else:
                 self.counters["decisions_undelivered"] += 1
 

@@ -37,27 +37,59 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from replicast.engine.core.events import ReplicaChanged
+from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound
 from replicast.engine.core.modes import preference
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import InboundEvent, InboundState, ReplicaState, advance
 from replicast.engine.messages import Standby
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
 
-if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
-
 Port = tuple[ReplicaId, int]
 
 
-class Failover:
-    """Which upstream replica each port of ``core``'s hosted replicas follows."""
+class AllFeed:
+    """The modes where every upstream replica feeds every port (``replication``, ``none``): the
+    plug-in the node core holds instead of :class:`Failover`, chosen once at construction."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def follows(self, stream: StreamReplica, hosted: Hosted) -> bool:
+        return True
+
+    def stand_by(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted) -> None:
+        raise AssertionError("no standbys where every upstream feeds")   # follows() is always True
+
+    def after_punctuation(self, hosted: Hosted, port: int) -> None:
+        pass
+
+    def restored(self, hosted: Hosted) -> None:
+        pass
+
+    def disconnected(self, stream: StreamReplica) -> None:
+        pass
+
+    def forget(self, replica: ReplicaId) -> None:
+        pass
+
+    def check(self, now: int) -> None:
+        pass
+
+
+class Failover:
+    """Which upstream replica each port of one node's hosted replicas follows.  It reads the hosted
+    replicas and inbound stream replicas, the failure detector (:class:`~engine.core.heard.Heard`),
+    sends through the outbox, and asks the receiver to ``request`` a stream and the lifecycle to
+    ``check_port`` (callbacks: it never holds either)."""
+
+    def __init__(self, hosted: dict[ReplicaId, Hosted], inbound: dict[StreamReplica, Inbound], outbox: Outbox,
+                 counters: dict[str, int], heard: Heard,
+                 request: Callable[[StreamReplica, Inbound, Hosted], None],
+                 check_port: Callable[[Hosted, int, int], None]):
+        self.hosted, self.inbound, self.out, self.counters, self.heard = hosted, inbound, outbox, counters, heard
+        self.request, self.check_port = request, check_port
         self.active: dict[Port, ReplicaId] = {}        # (replica, port) -> upstream replica it follows
         self.told: dict[StreamReplica, int] = {}       # standby stream replica -> punctuation last told
 
@@ -77,24 +109,23 @@ class Failover:
         inbound.state = advance(inbound.state, InboundEvent.STAND_BY)
         p = hosted.logic.filters[stream.port].max_punctuation if hosted.logic is not None else NO_PUNCTUATION
         self.told[stream] = p
-        self.core.send(inbound.node, Standby(stream, p))
+        self.out.send(inbound.node, Standby(stream, p))
 
     def after_punctuation(self, hosted: Hosted, port: int) -> None:
         """The port's punctuation may have advanced: tell its standbys that are reachable (rule 2)."""
-        core = self.core
         p = hosted.logic.filters[port].max_punctuation
-        for stream, inbound in core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if stream.target == hosted.replica and stream.port == port and inbound.state is InboundState.STANDBY \
                     and self.told.get(stream, NO_PUNCTUATION) < p:
                 self.told[stream] = p
-                core.send(inbound.node, Standby(stream, p))
+                self.out.send(inbound.node, Standby(stream, p))
 
     def restored(self, hosted: Hosted) -> None:
         """``hosted`` restored a snapshot: each port follows what the donor followed (rule 4)."""
-        for stream, inbound in self.core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if stream.target == hosted.replica:
                 self.active.pop((stream.target, stream.port), None)
-        for stream, inbound in self.core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if stream.target == hosted.replica and inbound.state is InboundState.FOLLOWING:
                 self.active[(stream.target, stream.port)] = stream.source
 
@@ -104,12 +135,12 @@ class Failover:
         if self.active.get(key) != stream.source:
             return
         del self.active[key]
-        core, hosted = self.core, self.core.hosted.get(stream.target)
-        for other, inbound in core.inbound.items():
+        hosted = self.hosted.get(stream.target)
+        for other, inbound in self.inbound.items():
             if hosted is not None and (other.target, other.port) == key and self.follows(other, hosted):
                 if inbound.state is InboundState.STANDBY:
                     inbound.state = advance(inbound.state, InboundEvent.FOLLOW)
-                core.receiver.request(other, inbound, hosted)
+                self.request(other, inbound, hosted)
 
     def forget(self, replica: ReplicaId) -> None:
         """``replica`` was removed."""
@@ -120,25 +151,24 @@ class Failover:
     def check(self, now: int) -> None:
         """Switch every port whose followed upstream's node is suspected (rule 3) or whose followed
         stream is complete only above the port (rule 4); called at heartbeat ticks."""
-        core = self.core
         followed = {}
-        for stream, inbound in core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if self.active.get((stream.target, stream.port)) == stream.source:
                 followed[(stream.target, stream.port)] = inbound
         for key, inbound in followed.items():
             node = inbound.node
-            if core.suspected(node, now):
-                suspected = {i.node for s, i in core.inbound.items() if (s.target, s.port) == key
-                             and core.suspected(i.node, now)}
+            if self.heard.suspected(node, now):
+                suspected = {i.node for s, i in self.inbound.items() if (s.target, s.port) == key
+                             and self.heard.suspected(i.node, now)}
                 choice = self._choose(key, suspected)
                 if choice != self.active[key]:
-                    seconds = (now - core.last_heard(node, core.started)) / 1e6
+                    seconds = (now - self.heard.last_heard(node, self.heard.started)) / 1e6
                     self._switch(key, choice, f"nothing heard from node {node} for {seconds:.1f} s")
             elif inbound.state is InboundState.FOLLOWING and self.above_port(key, inbound):
                 choice = self._whole(key, now)
-                hosted = core.hosted[key[0]]
+                hosted = self.hosted[key[0]]
                 if choice is None and hosted.state in (ReplicaState.LIVE, ReplicaState.REBUILDING):
-                    core.lifecycle.check_port(hosted, key[1], now)     # nothing to switch to: it rejoins if stuck
+                    self.check_port(hosted, key[1], now)     # nothing to switch to: it rejoins if stuck
                 elif choice != self.active[key]:
                     self._switch(key, choice, f"{self.active[key]}'s stream is complete only above the port's "
                                               f"punctuation")
@@ -146,14 +176,14 @@ class Failover:
     def above_port(self, key: Port, inbound: Inbound) -> bool:
         """Whether the stream replica of ``inbound`` is known to be complete only above where port
         ``key`` is (its punctuations wait for the port to reach its base: rule 4)."""
-        hosted = self.core.hosted.get(key[0])
+        hosted = self.hosted.get(key[0])
         return hosted is not None and hosted.logic is not None and inbound.index is not None \
             and hosted.logic.filters[key[1]].waiting(inbound.index)
 
     def _order(self, key: Port) -> tuple[list[ReplicaId], dict[ReplicaId, Inbound]]:
         """Port ``key``'s upstream replicas, preferred first (rule 1), and their inbound streams."""
         target, port = key
-        candidates = {s.source: i for s, i in self.core.inbound.items() if s.target == target and s.port == port}
+        candidates = {s.source: i for s, i in self.inbound.items() if s.target == target and s.port == port}
         by_index = {r.index: r for r in candidates}
         return [by_index[i] for i in preference(target.index, list(by_index))], candidates
 
@@ -165,25 +195,23 @@ class Failover:
     def _whole(self, key: Port, now: int) -> ReplicaId | None:
         """The preferred upstream replica of port ``key`` whose node is reachable and not suspected and
         whose stream is not known to be complete only above the port (else None: rule 4)."""
-        core = self.core
         order, candidates = self._order(key)
-        return next((r for r in order if (candidates[r].node == core.name or candidates[r].node in core.connected)
-                     and not core.suspected(candidates[r].node, now)
+        return next((r for r in order if self.out.reachable(candidates[r].node)
+                     and not self.heard.suspected(candidates[r].node, now)
                      and not self.above_port(key, candidates[r])), None)
 
     def _switch(self, key: Port, choice: ReplicaId, why: str) -> None:
-        core = self.core
         target, port = key
         old = self.active[key]
         self.active[key] = choice
-        core.counters["failovers"] += 1
-        core.event(ReplicaChanged(target, "live", "live", f"port {port} fails over from {old} to {choice}: {why}"))
-        hosted = core.hosted[target]
-        for stream, inbound in core.inbound.items():
+        self.counters["failovers"] += 1
+        self.out.event(ReplicaChanged(target, "live", "live", f"port {port} fails over from {old} to {choice}: {why}"))
+        hosted = self.hosted[target]
+        for stream, inbound in self.inbound.items():
             if stream.target != target or stream.port != port:
                 continue
             if stream.source == old and inbound.state is not InboundState.STANDBY:
                 self.stand_by(stream, inbound, hosted)
             elif stream.source == choice:
                 inbound.state = advance(inbound.state, InboundEvent.FOLLOW)
-                core.receiver.request(stream, inbound, hosted)
+                self.request(stream, inbound, hosted)

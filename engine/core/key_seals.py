@@ -16,24 +16,28 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from replicast.engine.core.states import InboundState, RouteState
 from replicast.engine.messages import KeySeals
 from replicast.operators.key_seals import KeySeal
 
 if TYPE_CHECKING:
-    from replicast.engine.core.hosted import Hosted
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.hosted import Hosted, Inbound
+    from replicast.engine.core.outbox import Outbox
+    from replicast.operators.plan import ReplicaId, StreamReplica
 
 _SENDING = (RouteState.ACTIVE, RouteState.CUT)
 
 
 class KeySealRelay:
-    """Seals per key into and out of the replicas ``core`` hosts."""
+    """Seals per key into and out of one node's hosted replicas.  It reads the hosted replicas and
+    the inbound table, sends through the outbox, and hands what a seal closes to the sender
+    (``emit``, a callback)."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def __init__(self, hosted: "dict[ReplicaId, Hosted]", inbound: "dict[StreamReplica, Inbound]",
+                 outbox: "Outbox", counters: dict[str, int], *, emit: Callable[..., None]):
+        self.hosted, self.inbound, self.out, self.counters, self.sender_emit = hosted, inbound, outbox, counters, emit
         self.received = 0          # seals applied
         self.stale = 0             # seals dropped (rule 2)
 
@@ -41,21 +45,20 @@ class KeySealRelay:
         """``hosted`` seals these keys, after everything it emitted so far (rule 1)."""
         if not seals or hosted.kind == "application" or hosted.gate is not None:
             return
-        core, seals = self.core, tuple(seals)
+        seals = tuple(seals)
         offset, epoch = hosted.log.end, hosted.epoch
         for stream, route in hosted.routes.items():
             if route.state in _SENDING:
-                core.send(route.node, KeySeals(stream, epoch, offset, seals))
+                self.out.send(route.node, KeySeals(stream, epoch, offset, seals))
 
     def on_seals(self, src: str, message: KeySeals, now: int) -> None:
-        core = self.core
-        inbound = core.inbound.get(message.stream)
+        inbound = self.inbound.get(message.stream)
         if inbound is None or inbound.node != src or inbound.epoch != message.epoch \
                 or inbound.state is not InboundState.FOLLOWING or inbound.index is None \
                 or inbound.next < message.offset:
             self.stale += 1                        # rule 2
             return
-        hosted = core.hosted[message.stream.target]
+        hosted = self.hosted[message.stream.target]
         logic = hosted.logic
         if logic is None or logic.sealing is None:
             self.stale += 1
@@ -63,8 +66,8 @@ class KeySealRelay:
         width = len(logic.sealing.key)
         seals = [(key, p) for key, p in message.seals if len(key) == width]
         if len(seals) != len(message.seals):
-            core.counters["protocol_errors"] += 1    # a key of another arity: not this query's seal
+            self.counters["protocol_errors"] += 1    # a key of another arity: not this query's seal
         self.received += len(seals)
         out, forwarded = logic.on_key_seals(message.stream.port, inbound.index, seals)
-        core.sender.emit(hosted, out, None, now)   # rule 3
+        self.sender_emit(hosted, out, None, now)   # rule 3
         self.emit(hosted, forwarded)

@@ -56,10 +56,11 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ReplicaChanged, SinkRestarted
-from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.output_log import OutputLog
 from replicast.engine.core.states import (InboundEvent, InboundState, JoinEvent, JoinPhase, PortVerdict, ReplicaEvent,
                                           ReplicaState, RouteEvent, RouteState, advance)
@@ -72,7 +73,12 @@ from replicast.operators.record import CLOSED
 _KNOWN = (InboundState.FOLLOWING, InboundState.STANDBY)
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.events import NodeOptions
+    from replicast.engine.core.failover import AllFeed, Failover
+    from replicast.engine.core.pairs import Pairs, Unpaired
+    from replicast.engine.core.receiver import Receiver
+    from replicast.engine.core.sender import Sender
+    from replicast.operators.replica import OperatorReplica
 
 
 @dataclass
@@ -90,10 +96,23 @@ class Joining:
 
 
 class Lifecycle:
-    """Replica states of ``core``'s hosted replicas."""
+    """Replica states of one node's hosted replicas.  It reads the node's options, the hosted
+    replicas and the inbound table, sends through the outbox, and drives what a join or rebuild
+    needs from the others: the sender's logs (serving, trimming, emitting), the receiver's requests
+    and acknowledgement holds, the mode's plug-ins (failover, pairs), a new incarnation's epoch and
+    operator input (``new_epoch``, ``new_logic``), an entry-stamped start (``stamper_start``) and
+    an entry point's held source items (``release_held``)."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def __init__(self, options: "NodeOptions", hosted: dict[ReplicaId, Hosted],
+                 inbound: dict[StreamReplica, Inbound], outbox: Outbox, counters: dict[str, int], *,
+                 sender: "Sender", receiver: "Receiver", failover: "Failover | AllFeed", pairs: "Pairs | Unpaired",
+                 new_epoch: Callable[[int, int | None], int],
+                 new_logic: "Callable[[ReplicaId], OperatorReplica | None]",
+                 stamper_start: Callable[[Hosted, int], None], release_held: Callable[..., None]):
+        self.options, self.hosted, self.inbound, self.out, self.counters = options, hosted, inbound, outbox, counters
+        self.sender, self.receiver, self.failover, self.pairs = sender, receiver, failover, pairs
+        self.new_epoch, self.new_logic = new_epoch, new_logic
+        self.stamper_start, self.release_held = stamper_start, release_held
         self.joining: set[ReplicaId] = set()          # hosted replicas in JOINING (timers are theirs)
         self.checks: dict[ReplicaId, int] = {}        # replica -> when to check its ports (rule 4)
         self.probes: dict[ReplicaId, int] = {}        # rebuilding replica -> when to ask its peers again (rule 3)
@@ -103,35 +122,35 @@ class Lifecycle:
     def start(self, hosted: Hosted, now: int) -> None:
         """A replica was just deployed (or rejoins): join (rule 1) or, without peers, rebuild (rule 3)."""
         if hosted.stamp is not None:                  # entry-stamped: its view says when (engine.core.stamper)
-            self.core.stamper.start(hosted, now)
+            self.stamper_start(hosted, now)
             return
         donors = [(ReplicaId(hosted.replica.name, i), node) for i, node in enumerate(hosted.peers)
                   if i != hosted.replica.index and node]
         if not donors:
             self.rebuild(hosted, now, "it has no peer replicas")
             return
-        timeout = self.core.options.join_timeout_us
+        timeout = self.options.join_timeout_us
         hosted.joining = Joining(now + timeout, donors)
         if hosted.kind == "entry" and hosted.entry.mode == "source" and not hosted.fresh:
             hosted.joining.source_wait = now + timeout    # rule 5: until its source delivers something
         self.joining.add(hosted.replica)
-        self.core.receiver.request_all(hosted)
+        self.receiver.request_all(hosted)
         self.step(hosted, now)
 
     def step(self, hosted: Hosted, now: int) -> None:
         """Move a join forward as far as what has been heard allows."""
-        core, join = self.core, hosted.joining
+        join = hosted.joining
         if hosted.state is not ReplicaState.JOINING or join is None:
             return
         if join.phase is JoinPhase.LINKING:
-            if any(node != core.name and node not in core.connected for _, node in join.donors) \
+            if any(not self.out.reachable(node) for _, node in join.donors) \
                     and now < join.deadline:
                 return
             join.phase = advance(join.phase, JoinEvent.LINKED)
         if join.asked is None and (now < join.not_before or now < join.source_wait and not hosted.held):
             return
         while join.asked is None:
-            reachable = [d for d in join.donors if d[1] == core.name or d[1] in core.connected]
+            reachable = [d for d in join.donors if self.out.reachable(d[1])]
             if not reachable:
                 if now < join.deadline and join.donors:
                     return                            # a peer's node may still connect
@@ -139,33 +158,33 @@ class Lifecycle:
                 return
             join.asked = reachable[0]
             join.donors.remove(join.asked)
-            join.deadline = now + core.options.join_timeout_us
-            core.send(join.asked[1], SnapshotRequest(hosted.replica, join.asked[0]))
+            join.deadline = now + self.options.join_timeout_us
+            self.out.send(join.asked[1], SnapshotRequest(hosted.replica, join.asked[0]))
         if now >= join.deadline:                      # the asked peer did not answer in time
             join.asked = None
             self.step(hosted, now)
 
     def on_peer_change(self, node: str, now: int) -> None:
-        if node in self.core.connected:
+        if node in self.out.connected:
             for replica in self.probes:               # a peer's node is back: it may be live (rule 3)
                 self.probes[replica] = min(self.probes[replica], now)
-        for hosted in list(self.core.hosted.values()):
+        for hosted in list(self.hosted.values()):
             join = hosted.joining
             if join is None or hosted.state is not ReplicaState.JOINING:
                 continue
-            if node not in self.core.connected and join.asked is not None and join.asked[1] == node:
+            if node not in self.out.connected and join.asked is not None and join.asked[1] == node:
                 join.asked = None                     # it went down: no snapshot will come from it
             self.step(hosted, now)
 
     def next_deadline(self) -> int | None:
         if not self.joining and not self.checks and not self.probes:
             return None
-        hosted = self.core.hosted
+        hosted = self.hosted
         return min([*(hosted[r].joining.deadline for r in self.joining), *self.checks.values(),
                     *self.probes.values()])
 
     def on_timer(self, now: int) -> None:
-        hosted = self.core.hosted
+        hosted = self.hosted
         for replica in list(self.joining):
             if replica in self.joining and now >= hosted[replica].joining.deadline:
                 self.step(hosted[replica], now)
@@ -183,44 +202,41 @@ class Lifecycle:
 
     # -- snapshots (rule 2) -----------------------------------------------------------------------
     def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> None:
-        core = self.core
-        donor = core.hosted.get(message.donor)
+        donor = self.hosted.get(message.donor)
         if donor is None or donor.state is not ReplicaState.LIVE or self.stuck(donor):
             reason = "not hosted here" if donor is None else f"it is {donor.state.value}" \
                 if donor.state is not ReplicaState.LIVE else "a port of it cannot advance either"
-            core.send(src, NoSnapshot(message.joiner, message.donor, reason))
+            self.out.send(src, NoSnapshot(message.joiner, message.donor, reason))
             return
-        core.counters["snapshots_given"] += 1
-        pair = core.pairs.snapshot(donor, now) if core.pairs is not None else None   # a backup takes over first
+        self.counters["snapshots_given"] += 1
+        pair = self.pairs.snapshot(donor, now)        # a backup takes over first
         state = self.snapshot(donor)
         if pair is not None:
             state["pair"] = pair
-        core.send(src, Snapshot(message.joiner, message.donor, state))
-        if core.pairs is not None:
-            core.pairs.donated(donor, message.joiner)      # what it held goes out: before the marks
+        self.out.send(src, Snapshot(message.joiner, message.donor, state))
+        self.pairs.donated(donor, message.joiner)     # what it held goes out: before the marks
         self.keep_positions(donor, message.joiner, now)
         # The joiner's stream will continue ours from here: receivers note their counts (receiver rule 5).
         for stream, route in donor.routes.items():
             if route.state in (RouteState.ACTIVE, RouteState.CUT):
-                core.send(route.node, Mark(stream, donor.epoch, donor.log.end))
+                self.out.send(route.node, Mark(stream, donor.epoch, donor.log.end))
 
     def keep_positions(self, donor: Hosted, joiner: ReplicaId, now: int) -> None:
         """Rule 1: what the joiner will resume from (the donor's input positions now) stays retained
         upstream — pinned in the logs of this node's upstream replicas for the joiner's stream
         replicas, and not acknowledged past to other nodes for a join time-out."""
-        core = self.core
-        until = now + core.options.join_timeout_us
-        for stream, inbound in core.inbound.items():
+        until = now + self.options.join_timeout_us
+        for stream, inbound in self.inbound.items():
             if stream.target != donor.replica or inbound.state is not InboundState.FOLLOWING:
                 continue
-            upstream = core.hosted.get(stream.source)
+            upstream = self.hosted.get(stream.source)
             if upstream is not None:
                 route = upstream.routes.get(StreamReplica(stream.source, joiner, stream.port))
                 if route is not None and route.acked > inbound.next >= upstream.log.base:
                     route.acked = inbound.next
-                    core.sender.retrim(upstream)
+                    self.sender.retrim(upstream)
             else:
-                core.receiver.hold_acks(stream, inbound.next, until)
+                self.receiver.hold_acks(stream, inbound.next, until)
 
     def snapshot(self, donor: Hosted) -> dict[str, Any]:
         """``donor``'s state at this instant (rule 2), as plain data."""
@@ -228,14 +244,13 @@ class Lifecycle:
             return {"kind": "entry", "epoch": donor.epoch, "log": donor.log.snapshot(),
                     "punctuation": donor.entry.punctuation}
         positions = [[s.source.name, s.source.index, s.port, i.epoch, i.next, i.index]
-                     for s, i in self.core.inbound.items()
+                     for s, i in self.inbound.items()
                      if s.target == donor.replica and i.state is InboundState.FOLLOWING]
         return {"kind": donor.kind, "epoch": donor.epoch, "logic": donor.logic.snapshot(), "positions": positions,
                 "log": donor.log.snapshot()}
 
     def on_snapshot(self, src: str, message: Snapshot, now: int) -> None:
-        core = self.core
-        hosted = core.hosted.get(message.joiner)
+        hosted = self.hosted.get(message.joiner)
         if hosted is not None and hosted.state is ReplicaState.REBUILDING and hosted.replica in self.probes:
             self.rejoin(hosted, now, f"{message.donor} is live: rejoins from it")   # rule 3
             return
@@ -259,12 +274,12 @@ class Lifecycle:
             hosted.restored = tuple(f.max_punctuation for f in hosted.logic.filters)
             if hosted.kind == "application":          # its output ids continue the donor's counts
                 p = hosted.restored[0]
-                core.event(SinkRestarted(hosted.replica.name, None if p == NO_PUNCTUATION else p,
+                self.out.event(SinkRestarted(hosted.replica.name, None if p == NO_PUNCTUATION else p,
                                          hosted.logic.given()))
             hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
             positions = {(name, index, port): (epoch, offset, i) for name, index, port, epoch, offset, i
                          in state["positions"]}
-            for stream, inbound in core.inbound.items():
+            for stream, inbound in self.inbound.items():
                 if stream.target != hosted.replica:
                     continue
                 position = positions.get((stream.source.name, stream.source.index, stream.port))
@@ -274,16 +289,14 @@ class Lifecycle:
                 else:
                     inbound.epoch, inbound.next, inbound.index = position
                     inbound.state = advance(inbound.state, InboundEvent.POSITIONED)
-        core.counters["snapshots_taken"] += 1
-        if core.failover is not None:
-            core.failover.restored(hosted)
-        if core.pairs is not None:
-            core.pairs.restored(hosted, message.donor, state.get("pair"))
+        self.counters["snapshots_taken"] += 1
+        self.failover.restored(hosted)
+        self.pairs.restored(hosted, message.donor, state.get("pair"))
         self._change(hosted, ReplicaEvent.RESTORED, f"restored from {message.donor}'s snapshot")
-        core.receiver.request_all(hosted)
-        core.sender.serve_parked(hosted)
+        self.receiver.request_all(hosted)
+        self.sender.serve_parked(hosted)
         if hosted.kind == "entry":
-            core.stamping.release_held(hosted, now, covered, copied)
+            self.release_held(hosted, now, covered, copied)
 
     def _donor_behind(self, hosted: Hosted, covered: int, copied: list, now: int) -> bool:
         """Rule 5: a source-stamped entry point continues its donor's copy with what its own
@@ -293,7 +306,7 @@ class Lifecycle:
         Then ask the same donor again a heartbeat later (it receives the same items in the same
         order, so it catches up), for at most a join time-out.  (It asks only once it holds
         something, or after a join time-out: :meth:`start`, :meth:`step`.)"""
-        join, options = hosted.joining, self.core.options
+        join, options = hosted.joining, self.options
         first = next(((records[0] if records else None, p) for records, p in hosted.held
                       if records or p is not None), None)
         if hosted.entry.mode != "source" or first is None:
@@ -307,14 +320,14 @@ class Lifecycle:
             join.behind_since = now
         if now - join.behind_since >= options.join_timeout_us:
             return False                              # it stays behind: take what it has (as before rule 5's check)
-        self.core.counters["donors_behind"] += 1
+        self.counters["donors_behind"] += 1
         join.donors.insert(0, join.asked)
         join.asked = None
         join.not_before = join.deadline = now + options.heartbeat_us
         return True
 
     def on_no_snapshot(self, src: str, message: NoSnapshot, now: int) -> None:
-        hosted = self.core.hosted.get(message.joiner)
+        hosted = self.hosted.get(message.joiner)
         join = hosted.joining if hosted is not None else None
         if join is not None and join.asked is not None and join.asked[0] == message.donor:
             join.asked = None
@@ -334,30 +347,29 @@ class Lifecycle:
     # -- rebuilding without a peer (rule 3) -------------------------------------------------------
     def rebuild(self, hosted: Hosted, now: int, reason: str) -> None:
         """Rule 3 (what was lost, if anything, is said once the ports' frontiers are known: :meth:`adopt`)."""
-        core = self.core
         hosted.joining = None
-        for stream, inbound in core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if stream.target == hosted.replica and inbound.state is InboundState.HOLDING:
                 inbound.state = advance(inbound.state, InboundEvent.REBUILD)
         if hosted.kind == "entry":                    # rule 5
             # A first start's entry point has the whole stream; any other knows it from its first punctuation.
             hosted.log.frontier = NO_PUNCTUATION if hosted.fresh else None
             self._change(hosted, ReplicaEvent.CLAIMED, reason)
-            core.sender.serve_parked(hosted)
-            core.stamping.release_held(hosted, now)
+            self.sender.serve_parked(hosted)
+            self.release_held(hosted, now)
         else:
             hosted.adopted, hosted.horizon = {}, None
             self._change(hosted, ReplicaEvent.NO_PEER, reason)
             if hosted.kind == "application":          # it delivers all it adopts: ids count afresh
-                core.event(SinkRestarted(hosted.replica.name, None, {}))
-        core.receiver.request_all(hosted)
+                self.out.event(SinkRestarted(hosted.replica.name, None, {}))
+        self.receiver.request_all(hosted)
 
     def adopt(self, hosted: Hosted, port: int, frontier: int, now: int) -> None:
         """Port ``port`` of a rebuilding replica starts above ``frontier`` (rule 3)."""
         logic = hosted.logic
         hosted.adopted[port] = frontier
         logic.filters[port].adopt(frontier)
-        self.core.sender.emit(hosted, logic.operator.adopt(port, frontier), None, now)
+        self.sender.emit(hosted, logic.operator.adopt(port, frontier), None, now)
         if len(hosted.adopted) < len(logic.filters):
             return
         frontiers = [hosted.adopted[p] for p in range(len(logic.filters))]
@@ -365,11 +377,11 @@ class Lifecycle:
             horizon = NO_PUNCTUATION                  # nothing was lost: a plain start
         else:
             horizon = min(CLOSED, logic.operator.rebuild(frontiers))
-            self.core.counters["rebuilt_without_peer"] += 1
+            self.counters["rebuilt_without_peer"] += 1
             beside = self.beside.pop(hosted.replica, None)
             if beside:                                # rule 3: said apart — no replica of the operator is exact
-                self.core.counters["peers_rebuilding"] += 1
-            self.core.event(ReplicaChanged(hosted.replica, "rebuilding", "rebuilding",
+                self.counters["peers_rebuilding"] += 1
+            self.out.event(ReplicaChanged(hosted.replica, "rebuilding", "rebuilding",
                                            f"input at or below {frontiers} is lost: outputs are complete above "
                                            f"{horizon} only" + (f"; its peers {', '.join(map(str, beside))} rebuild "
                                                                 f"too: no replica of {hosted.replica.name} is exact"
@@ -379,7 +391,7 @@ class Lifecycle:
                                              if i != hosted.replica.index):
             self.probes[hosted.replica] = now          # it lost input: ask its peers until one is live
         hosted.log.frontier = horizon if hosted.log.frontier is None else max(hosted.log.frontier, horizon)
-        self.core.sender.serve_parked(hosted)
+        self.sender.serve_parked(hosted)
         self.check_horizon(hosted, now)
 
     def check_horizon(self, hosted: Hosted, now: int) -> None:
@@ -392,16 +404,15 @@ class Lifecycle:
         """Rule 3: a rebuilding replica that lost input asks its peers for a snapshot every join
         time-out (and when a peer's node comes back); the first live one's answer makes it rejoin
         — from that peer, exact again (a count-window aggregate would otherwise stay silent for good)."""
-        core = self.core
         for replica in [r for r, at in self.probes.items() if at <= now]:
-            hosted = core.hosted.get(replica)
+            hosted = self.hosted.get(replica)
             if hosted is None or hosted.state is not ReplicaState.REBUILDING:
                 del self.probes[replica]
                 continue
-            self.probes[replica] = now + core.options.join_timeout_us
+            self.probes[replica] = now + self.options.join_timeout_us
             for i, node in enumerate(hosted.peers):
-                if i != replica.index and node and (node == core.name or node in core.connected):
-                    core.send(node, SnapshotRequest(replica, ReplicaId(replica.name, i)))
+                if i != replica.index and node and self.out.reachable(node):
+                    self.out.send(node, SnapshotRequest(replica, ReplicaId(replica.name, i)))
 
     # -- rejoining (rule 4) -----------------------------------------------------------------------
     def check_port(self, hosted: Hosted, port: int, now: int, *, links_lost: bool = False) -> None:
@@ -412,7 +423,7 @@ class Lifecycle:
         silence is waited out)."""
         verdict = self.port_verdict(hosted, port, links_lost=links_lost)
         if verdict is PortVerdict.SILENT:
-            self.checks.setdefault(hosted.replica, now + self.core.options.join_timeout_us)
+            self.checks.setdefault(hosted.replica, now + self.options.join_timeout_us)
         elif verdict is PortVerdict.STUCK and hosted.kind == "application":
             self._adopt_in_place(hosted, port, now)
         elif verdict is PortVerdict.STUCK:
@@ -424,29 +435,28 @@ class Lifecycle:
         what it delivered and moves its port up to the lowest base of its inputs: what lies between
         is lost (more than kmax − 1 failures upstream), nothing is delivered twice."""
         dedup = hosted.logic.filters[port]
-        bases = [dedup.base(inbound.index) for stream, inbound in self.core.inbound.items()
+        bases = [dedup.base(inbound.index) for stream, inbound in self.inbound.items()
                  if stream.target == hosted.replica and stream.port == port and inbound.index is not None
                  and dedup.waiting(inbound.index)]
         frontier = min(b for b in bases if b is not None) if any(b is not None for b in bases) else None
         if frontier is None:
             return                                    # only "from its first punctuation": wait for it
-        self.core.counters["rebuilt_without_peer"] += 1
-        self.core.event(ReplicaChanged(hosted.replica, hosted.state.value, hosted.state.value,
+        self.counters["rebuilt_without_peer"] += 1
+        self.out.event(ReplicaChanged(hosted.replica, hosted.state.value, hosted.state.value,
                                        f"port {port}: input at or below {frontier} is lost"))
-        self.core.sender.emit(hosted, *hosted.logic.skip_to(port, frontier), now)
+        self.sender.emit(hosted, *hosted.logic.skip_to(port, frontier), now)
 
     def port_verdict(self, hosted: Hosted, port: int, *, links_lost: bool = True) -> PortVerdict:
         """Whether ``port`` can advance: OK, SILENT (only inputs whose node is down could) or STUCK."""
-        core = self.core
         dedup = hosted.logic.filters[port]
         waiting = silent = False
-        for stream, inbound in core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if stream.target != hosted.replica or stream.port != port:
                 continue
             if inbound.state is InboundState.VANISHED:
                 silent = True                         # its node may yet deploy it (receiver rule 6)
                 continue
-            reachable = inbound.node == core.name or inbound.node in core.connected
+            reachable = self.out.reachable(inbound.node)
             if inbound.state in _KNOWN and inbound.index is not None and dedup.waiting(inbound.index):
                 waiting = True                        # (a standby we followed stays what its head said: failover rule 4)
             elif reachable:
@@ -464,8 +474,8 @@ class Lifecycle:
 
     def after_peer_down(self, node: str, now: int) -> None:
         """An input's node went down: check the ports it fed once the join time-out has passed."""
-        deadline = now + self.core.options.join_timeout_us
-        for stream, inbound in self.core.inbound.items():
+        deadline = now + self.options.join_timeout_us
+        for stream, inbound in self.inbound.items():
             if inbound.node == node:
                 self.checks.setdefault(stream.target, deadline)
 
@@ -473,7 +483,7 @@ class Lifecycle:
         due = [r for r, at in self.checks.items() if at <= now]
         for replica in due:
             del self.checks[replica]
-            hosted = self.core.hosted.get(replica)
+            hosted = self.hosted.get(replica)
             if hosted is None or hosted.logic is None or hosted.state not in (ReplicaState.LIVE,
                                                                               ReplicaState.REBUILDING):
                 continue
@@ -483,26 +493,24 @@ class Lifecycle:
 
     def rejoin(self, hosted: Hosted, now: int, reason: str) -> None:
         """Start a new incarnation of ``hosted`` from scratch (rule 4)."""
-        core = self.core
-        core.counters["rejoins"] += 1
-        if core.pairs is not None:
-            core.pairs.alone(hosted)                  # what it held goes out; no partner until a join says so
+        self.counters["rejoins"] += 1
+        self.pairs.alone(hosted)                      # what it held goes out; no partner until a join says so
         # Stuck again before any port moved since a snapshot: the donor was stuck as this replica
         # is (it had not heard yet), and asking peers again could go round for ever between two
         # such replicas (each giving the other its state).  Rebuild instead.
         again = hosted.restored is not None and hosted.logic is not None and \
             hosted.restored == tuple(f.max_punctuation for f in hosted.logic.filters)
         hosted.restored = None
-        hosted.epoch = core.new_epoch(now, hosted.epoch)
-        hosted.logic = core.control.new_logic(hosted.replica)
+        hosted.epoch = self.new_epoch(now, hosted.epoch)
+        hosted.logic = self.new_logic(hosted.replica)
         hosted.log = OutputLog(frontier=None)
         hosted.parked = {}
         for stream, route in hosted.routes.items():
             route.state, route.acked = advance(route.state, RouteEvent.REJOIN), 0
-            if route.node == core.name or route.node in core.connected:
+            if self.out.reachable(route.node):
                 hosted.parked[stream] = (None, 0)     # announce the new incarnation once placed
-        core.sender.retrim(hosted)
-        for stream, inbound in core.inbound.items():
+        self.sender.retrim(hosted)
+        for stream, inbound in self.inbound.items():
             if stream.target == hosted.replica:
                 inbound.state = advance(inbound.state, InboundEvent.REJOIN)
                 inbound.epoch, inbound.index, inbound.next = None, None, 0
@@ -522,4 +530,4 @@ class Lifecycle:
         if new is not ReplicaState.REBUILDING:
             self.probes.pop(hosted.replica, None)
         if new is not old:
-            self.core.event(ReplicaChanged(hosted.replica, old.value, new.value, reason))
+            self.out.event(ReplicaChanged(hosted.replica, old.value, new.value, reason))

@@ -24,6 +24,14 @@ Rules of this module (h11 style):
    :mod:`~engine.core.view_changes` and :mod:`~engine.core.views` (entry-stamped mode: who stamps), :mod:`~engine.core.stats`,
    and, given a ``coordination`` setup, :mod:`~engine.core.coordination` (reports to the elected
    placement coordinator, and the coordinator itself on the elected node, §V).
+6. Each component is given what it reads — the tables it works on (hosted replicas, inbound
+   stream replicas), the :class:`~engine.core.outbox.Outbox`, counters, option values, and
+   callbacks for what it asks another component to do — never this core; no module of
+   ``engine/core/`` imports this one (``tests/engine/test_core_parts.py``; each is built alone there
+   and in ``tests/engine/test_core_alone.py``).  The engine mode's
+   parts are plug-ins chosen here once: :class:`~engine.core.failover.Failover` or
+   :class:`~engine.core.failover.AllFeed`, :class:`~engine.core.pairs.Pairs` or
+   :class:`~engine.core.pairs.Unpaired`.
 """
 
 from __future__ import annotations
@@ -31,15 +39,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from replicast.engine.core.control import Control
-from replicast.engine.core.events import Delivered, Event, NodeOptions
-from replicast.engine.core.failover import Failover
-from replicast.engine.core.pairs import Pairs
+from replicast.engine.core.events import Event, NodeOptions
+from replicast.engine.core.failover import AllFeed, Failover
+from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound
 from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links
-from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.modes import TRAITS
+from replicast.engine.core.outbox import Outbox
+from replicast.engine.core.pairs import Pairs, Unpaired
 from replicast.engine.core.receiver import Receiver
 from replicast.engine.core.sender import Sender
 from replicast.engine.core.stamper import Stamper
@@ -47,14 +56,13 @@ from replicast.engine.core.stamping import Stamping
 from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.core.stats import COUNTERS, Latency, server_report, statistics
 from replicast.engine.core.views import PersistVotes, Voter, Votes
-from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
+from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica,
                              DisconnectStream, Heartbeat, Hold, JoinStamping, KeySeals, Mark, Message, NoSnapshot, NotHosted,
                              RemoveReplica, Report, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead,
                              ViewBallot, ViewDecided, ViewReply)
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.query import Query
-from replicast.operators.record import Record
 from replicast.placement.reports import ServerReport
 
 if TYPE_CHECKING:
@@ -83,36 +91,69 @@ class NodeCore:
         self.hosted: dict[ReplicaId, Hosted] = {}
         self.inbound: dict[StreamReplica, Inbound] = {}
         self.connected: set[str] = set()
-        self._last_heard: dict[str, int] = {}
         self.rtt_us: dict[str, int] = {}
-        #: What the components hand the driver (engine.core.outbox): they hold it, never this core.
-        self.out = Outbox(name, self.connected)
         self._now = now                       # the time of the input call under way (for draining)
         self._punctuate_at = now + options.punctuation_us
         self.latency: dict[str, Latency] = {app: Latency() for app in query.applications}
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.last_refusal: str | None = None
-        self.sender, self.receiver = Sender(self), Receiver(self)
-        self.lifecycle, self.control, self.stamping = Lifecycle(self), Control(self), Stamping(self)
-        self.started = now                    # failure detectors suspect a node never heard from since then
-        #: The failover model's choices (engine.core.modes): None in modes where every upstream feeds.
-        self.failover = Failover(self) if TRAITS[options.mode].follows_one else None
-        #: Process pairs (mode synchronization, engine.core.pairs): None in the other modes.
-        self.pairs = Pairs(self) if TRAITS[options.mode].determinants else None
-        self.key_seals = KeySealRelay(self)          # seals per key (operators/key_seals.py)
-        self.links = Links(options.heartbeat_us, options.peer_timeout_us, self.out, self.last_heard, now)
-        self.stamper = Stamper(self)
-        self.voter = Voter(set(query.streams), self.incarnation, self.counters, self.out, votes)
-        #: Installed trace queries' tracepoints (engine.core.tracepoints); None, and free, while there are none.
-        self.tracer: "Tracer | None" = None
+        self._build(now, votes)
+        self.coordination: Coordination | None = None
+        if coordination is not None:
+            from replicast.engine.core.coordination import Coordination    # numpy and placement: only when asked for
+            self.coordination = Coordination(self.out, coordination, now, server_report=self.server_report,
+                                             set_coordinator=self.set_coordinator)
+
+    def _build(self, now: int, votes: Votes) -> None:
+        """The components, each given what it reads (rule 5; docs/architecture.md, "The node core's
+        modules").  A callback ``lambda`` reaches a component built after the one it is handed to."""
+        name, query, options, hosted, inbound = self.name, self.query, self.options, self.hosted, self.inbound
+        counters, traits = self.counters, TRAITS[options.mode]
+        #: What the components hand the driver (engine.core.outbox): they hold it, never this core.
+        self.out = out = Outbox(name, self.connected)
+        #: When each peer was last heard from; the failover modes' failure detector.
+        self.heard = heard = Heard(name, now, options.peer_timeout_us)
+        self.links = Links(options.heartbeat_us, options.peer_timeout_us, out, heard.last_heard, now)
+        # The mode's plug-ins, chosen once (engine.core.modes): the failover model or every upstream
+        # feeding; process pairs or none.
+        self.pairs = Pairs(query, hosted, out, counters, heard,
+                           release=lambda h, upto: self.sender.release(h, upto),
+                           emit=lambda *a: self.sender.emit(*a),
+                           check_horizon=lambda h, at: self.lifecycle.check_horizon(h, at)) \
+            if traits.determinants else Unpaired()
+        self.failover = Failover(hosted, inbound, out, counters, heard,
+                                 request=lambda s, i, h: self.receiver.request(s, i, h),
+                                 check_port=lambda h, port, at: self.lifecycle.check_port(h, port, at)) \
+            if traits.follows_one else AllFeed()
+        self.sender = sender = Sender(hosted, out, counters, self.latency, retention_items=options.retention_items,
+                                      join_timeout_us=options.join_timeout_us, standbys=traits.follows_one,
+                                      pairs=self.pairs)
+        self.receiver = receiver = Receiver(query.schemas, hosted, inbound, out, counters, self.failover,
+                                            ack=self.links.ack, emit=sender.emit,
+                                            check_port=lambda h, port, at: self.lifecycle.check_port(h, port, at),
+                                            check_horizon=lambda h, at: self.lifecycle.check_horizon(h, at),
+                                            adopt=lambda h, port, frontier, at: self.lifecycle.adopt(h, port, frontier, at))
+        #: Seals per key (operators/key_seals.py) into and out of the hosted replicas.
+        self.key_seals = key_seals = KeySealRelay(hosted, inbound, out, counters, emit=sender.emit)
+        self.voter = Voter(set(query.streams), self.incarnation, counters, out, votes)
+        self.stamper = stamper = Stamper(query, options, hosted, out, counters, self.incarnation, emit=sender.emit,
+                                         serve_parked=sender.serve_parked,
+                                         rejoin=lambda h, at, reason: self.lifecycle.rejoin(h, at, reason), voter=self.voter)
+        self.lifecycle = lifecycle = Lifecycle(options, hosted, inbound, out, counters, sender=sender, receiver=receiver,
+                                               failover=self.failover, pairs=self.pairs, new_epoch=self.new_epoch,
+                                               new_logic=lambda replica: self.control.new_logic(replica),
+                                               stamper_start=stamper.start,
+                                               release_held=lambda *a: self.stamping.release_held(*a))
+        self.stamping = Stamping(query.streams, hosted, out, counters, emit=sender.emit, stamp=stamper.on_items,
+                                 step=lifecycle.step, seal=key_seals.emit)
+        self.control = Control(query, options, hosted, inbound, out, counters, restarted=self.restarted,
+                               new_epoch=self.new_epoch, sender=sender, receiver=receiver, lifecycle=lifecycle,
+                               stamper=stamper, failover=self.failover, pairs=self.pairs)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
-            Batch: self.receiver.on_batch, StreamHead: self.receiver.on_head, Mark: self.receiver.on_mark,
-            Ack: self.sender.on_ack, Resume: self.sender.on_resume, Hold: self.sender.on_hold,
-            Standby: self.sender.on_standby, NotHosted: self.receiver.on_not_hosted,
-            KeySeals: self.key_seals.on_seals,
+            Batch: receiver.on_batch, StreamHead: receiver.on_head, Mark: receiver.on_mark,
+            Ack: sender.on_ack, Resume: sender.on_resume, Hold: sender.on_hold,
+            Standby: sender.on_standby, NotHosted: receiver.on_not_hosted, KeySeals: key_seals.on_seals,
+            **self.pairs.handlers(),
         }
-        if self.pairs is not None:
-            self._handlers.update({Determinant: self.pairs.on_determinant, DeterminantAck: self.pairs.on_ack})
         self._handlers.update({
             SnapshotRequest: self.lifecycle.on_snapshot_request,
             Snapshot: self.lifecycle.on_snapshot, NoSnapshot: self.lifecycle.on_no_snapshot,
@@ -127,16 +168,12 @@ class NodeCore:
         self._handlers.update({DeployReplica: guarded(self.control.deploy), RemoveReplica: guarded(self.control.remove),
                                ConnectStream: guarded(self.control.connect),
                                DisconnectStream: guarded(self.control.disconnect)})
-        self.coordination: Coordination | None = None
-        if coordination is not None:
-            from replicast.engine.core.coordination import Coordination    # numpy and placement: only when asked for
-            self.coordination = Coordination(self, coordination, now)
 
     # -- inputs ---------------------------------------------------------------------------------
     def receive(self, src: str, message: Message, *, now: int) -> None:
         """A message from node ``src`` (control messages may come from the node itself)."""
         self._now = now
-        self._last_heard[src] = now
+        self.heard.note(src, now)
         handler = self._handlers.get(type(message))
         if handler is None:
             self.counters["protocol_errors"] += 1       # a handshake frame: the driver's, never ours
@@ -167,11 +204,10 @@ class NodeCore:
         """The driver has a (new) authenticated connection to ``node``: ask it for what we lack."""
         self._now = now
         self.connected.add(node)
-        self._last_heard[node] = now
+        self.heard.note(node, now)
         self.control.on_peer_up(node)
         self.receiver.on_peer_up(node)
-        if self.pairs is not None:
-            self.pairs.on_peer_up(node)
+        self.pairs.on_peer_up(node)
         self.lifecycle.on_peer_change(node, now)
         self.stamper.on_peer_change(node, now)
         if self.coordination is not None:
@@ -194,10 +230,9 @@ class NodeCore:
     def handle_timer(self, *, now: int) -> None:
         """Acks due, keep-alives, peer time-outs, join deadlines and entry-stamped punctuations due at ``now``."""
         self._now = now
-        if self.links.on_timer(now) and self.failover is not None:
+        if self.links.on_timer(now):                 # a heartbeat round: the failure detectors check
             self.failover.check(now)
-            if self.pairs is not None:
-                self.pairs.check(now)
+            self.pairs.check(now)
         if now >= self._punctuate_at:
             self._punctuate_at = now + self.options.punctuation_us
             self.stamper.punctuate(now)
@@ -220,6 +255,16 @@ class NodeCore:
         :meth:`messages_to_send` returns for the same input, and hand it back as ``votes`` at the
         node's next start (:mod:`engine.core.views` rule 1)."""
         return self.voter.to_persist()
+
+    @property
+    def tracer(self) -> "Tracer | None":
+        """Installed trace queries' tracepoints (engine.core.tracepoints); None, and free, while there
+        are none.  The sender and the receiver hold it (their hooks are the tracepoints)."""
+        return self.sender.tracer
+
+    @tracer.setter
+    def tracer(self, tracer: "Tracer | None") -> None:
+        self.sender.tracer = self.receiver.tracer = tracer
 
     @property
     def outbox(self) -> list[tuple[str, Message]]:
@@ -283,14 +328,18 @@ class NodeCore:
         """The largest epoch of any replica hosted here (a driver restarting this node starts above it)."""
         return max((h.epoch for h in self.hosted.values()), default=self.incarnation)
 
+    @property
+    def started(self) -> int:
+        """When this core started (failure detectors suspect a node never heard from since then)."""
+        return self.heard.started
+
     def last_heard(self, node: str, default: int) -> int:
         """When a message from ``node`` last arrived (µs), or ``default`` if none ever did."""
-        return self._last_heard.get(node, default)
+        return self.heard.last_heard(node, default)
 
     def suspected(self, node: str, now: int) -> bool:
-        """The failure detector of the failover modes: nothing heard from ``node`` for the peer
-        time-out (since this core started, if never).  A broken connection alone is not enough."""
-        return node != self.name and now - self._last_heard.get(node, self.started) > self.options.peer_timeout_us
+        """The failure detector of the failover modes (:mod:`engine.core.heard` rule 2)."""
+        return self.heard.suspected(node, now)
 
     def send(self, node: str, message: Message) -> None:
         """Address ``message`` to ``node``: itself through the local queue, a connected peer through the outbox."""
@@ -299,10 +348,6 @@ class NodeCore:
     def event(self, event: Event) -> None:
         self.out.event(event)
 
-    def deliver(self, hosted: Hosted, records: list[Record], punctuation: int | None, now: int,
-                path: tuple[str, ...]) -> None:
-        self.latency[hosted.replica.name].add(now, records)
-        self.out.event(Delivered(hosted.replica.name, records, punctuation, now, path))
 
     def _drain_local(self, now: int) -> None:
         local, inbound_of, accept = self.local, self.inbound.get, self.receiver.accept

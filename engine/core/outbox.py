@@ -41,6 +41,10 @@ class Outbox:
         elif node in self.connected:
             self.messages.append((node, message))
 
+    def reachable(self, node: str) -> bool:
+        """Whether a message to ``node`` would leave now (this node itself, or a connected peer)."""
+        return node == self.name or node in self.connected
+
     def put(self, node: str, message: Message) -> None:
         """``message`` leaves for ``node`` with the next drain, connected or not (rule 2)."""
         self.messages.append((node, message))

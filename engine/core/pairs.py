@@ -34,11 +34,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
+from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.ledger import Ledger
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import PairEvent, PairRole, ReplicaState, advance
 from replicast.engine.messages import Determinant, DeterminantAck
 from replicast.engine.wire import EncodedRecords, WireError
@@ -46,7 +49,7 @@ from replicast.operators.plan import ReplicaId
 from replicast.operators.record import Record
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.operators.query import Query
     from replicast.operators.replica import OperatorReplica
 
 _TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)
@@ -65,12 +68,63 @@ class Pair:
     ledger: Ledger | None = None                       # backup, and after a take-over until settled
 
 
-class Pairs:
-    """The pairs of ``core``'s hosted operator replicas."""
+class Unpaired:
+    """The modes without process pairs: the plug-in the node core holds instead of :class:`Pairs`,
+    chosen once at construction.  No replica has a gate, so nothing is ever held."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def tap_into(self, replica: ReplicaId, logic: "OperatorReplica") -> None:
+        pass                                           # operators step on their own (no determinants)
+
+    def attach(self, hosted: Hosted) -> None:
+        pass
+
+    def forget(self, replica: ReplicaId) -> None:
+        pass
+
+    def alone(self, hosted: Hosted) -> None:
+        pass
+
+    def snapshot(self, donor: Hosted, now: int) -> None:
+        return None
+
+    def donated(self, donor: Hosted, joiner: ReplicaId) -> None:
+        pass
+
+    def restored(self, hosted: Hosted, donor: ReplicaId, state: dict[str, Any] | None) -> None:
+        pass
+
+    def on_peer_up(self, node: str) -> None:
+        pass
+
+    def check(self, now: int) -> None:
+        pass
+
+    def held(self, hosted: Hosted) -> int | None:
+        return hosted.log.end                          # (no gate is ever set without pairs)
+
+    def handlers(self) -> dict:
+        return {}
+
+
+class Pairs:
+    """The pairs of one node's hosted operator replicas.  It reads the query (input widths) and the
+    hosted replicas, the failure detector, sends through the outbox, and hands the sender what to
+    ``release`` and ``emit`` and the lifecycle what to ``check_horizon`` (callbacks)."""
+
+    def __init__(self, query: "Query", hosted: dict[ReplicaId, Hosted], outbox: Outbox, counters: dict[str, int],
+                 heard: Heard, release: Callable[[Hosted, int | None], None],
+                 emit: Callable[..., None], check_horizon: Callable[[Hosted, int], None]):
+        self.query, self.hosted, self.out, self.counters, self.heard = query, hosted, outbox, counters, heard
+        self.release, self.emit, self.check_horizon = release, emit, check_horizon
         self.pairs: dict[ReplicaId, Pair] = {}
+
+    def handlers(self) -> dict:
+        """The messages pairs exchange, for the node core's dispatch."""
+        return {Determinant: self.on_determinant, DeterminantAck: self.on_ack}
+
+    def tap_into(self, replica: ReplicaId, logic: "OperatorReplica") -> None:
+        """Every step of ``replica``'s new operator input passes through :meth:`tap` (rule 2)."""
+        logic.tap = partial(self.tap, replica)
 
     # -- rule 1: roles ----------------------------------------------------------------------------
     def attach(self, hosted: Hosted) -> None:
@@ -93,7 +147,7 @@ class Pairs:
             hosted.gate = hosted.log.end if hosted.gate is None else hosted.gate
         else:
             pair.unacked.clear()
-            self.core.sender.release(hosted, None)
+            self.release(hosted, None)
 
     def forget(self, replica: ReplicaId) -> None:
         self.pairs.pop(replica, None)
@@ -122,7 +176,7 @@ class Pairs:
         if pair is None or joiner != pair.partner:
             return
         pair.unacked.clear()
-        self.core.sender.release(donor, None)
+        self.release(donor, None)
         self._become(donor, pair, PairEvent.DONATED)
 
     def restored(self, hosted: Hosted, donor: ReplicaId, state: dict[str, Any] | None) -> None:
@@ -151,56 +205,56 @@ class Pairs:
         if role is PairRole.PRIMARY:
             pair.seq += 1
             message = Determinant(pair.partner, pair.seq, port, EncodedRecords(records), p)
-            pair.unacked.append([pair.seq, message, self.core.hosted[replica].log.end])
-            self.core.counters["determinants"] += 1
-            self.core.send(pair.node, message)
+            pair.unacked.append([pair.seq, message, self.hosted[replica].log.end])
+            self.counters["determinants"] += 1
+            self.out.send(pair.node, message)
         return logic.step(port, records, p)
 
-    def held(self, hosted: Hosted) -> None:
-        """The sender appended output behind ``hosted``'s gate: it waits for the latest step's ack."""
+    def held(self, hosted: Hosted) -> int | None:
+        """The sender appended output behind ``hosted``'s gate: it waits for the latest step's ack
+        (None), or — no step unacknowledged — the sender releases it up to the returned offset."""
         pair = self.pairs.get(hosted.replica)
         if pair is not None and pair.role is PairRole.PRIMARY and pair.unacked:
             pair.unacked[-1][2] = hosted.log.end
-        else:
-            self.core.sender.release(hosted, hosted.log.end)
+            return None
+        return hosted.log.end
 
     def on_ack(self, src: str, ack: DeterminantAck, now: int) -> None:
         pair = self.pairs.get(ack.primary)
         if pair is None or pair.role is not PairRole.PRIMARY or src != pair.node:
-            self.core.counters["stale_requests"] += 1
+            self.counters["stale_requests"] += 1
             return
         upto = None
         while pair.unacked and pair.unacked[0][0] <= ack.seq:
             upto = pair.unacked.popleft()[2]
         if upto is not None:
-            self.core.sender.release(self.core.hosted[ack.primary], upto)
+            self.release(self.hosted[ack.primary], upto)
 
     def on_determinant(self, src: str, message: Determinant, now: int) -> None:
-        core = self.core
-        hosted, pair = core.hosted.get(message.backup), self.pairs.get(message.backup)
+        hosted, pair = self.hosted.get(message.backup), self.pairs.get(message.backup)
         if hosted is None or pair is None or pair.role is not PairRole.BACKUP or src != pair.node \
                 or hosted.state not in _TAKING:
-            core.counters["stale_batches"] += 1        # not (or no longer) its backup, or joining
+            self.counters["stale_batches"] += 1        # not (or no longer) its backup, or joining
             return
         if message.seq <= pair.seq:
             return                                     # sent again after a reconnect: taken already
         records = self._records(hosted, message)
         if message.seq != pair.seq + 1 or records is None:
-            core.counters["protocol_errors"] += 1
-            core.event(ProtocolError(src, f"determinant {message.seq} for {message.backup} after {pair.seq}, "
+            self.counters["protocol_errors"] += 1
+            self.out.event(ProtocolError(src, f"determinant {message.seq} for {message.backup} after {pair.seq}, "
                                           f"{'malformed' if records is None else 'out of order'}"))
             return
         out, forwarded = hosted.logic.step(message.port, records, message.punctuation)
         pair.ledger.take_theirs(message.port, records, message.punctuation)
         pair.seq = message.seq
-        core.send(src, DeterminantAck(pair.partner, message.seq))
-        core.sender.emit(hosted, out, forwarded, now)
+        self.out.send(src, DeterminantAck(pair.partner, message.seq))
+        self.emit(hosted, out, forwarded, now)
         if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
-            core.lifecycle.check_horizon(hosted, now)
+            self.check_horizon(hosted, now)
 
     def _records(self, hosted: Hosted, message: Determinant) -> list[Record] | None:
         """The determinant's records, if they fit the port (else None: malformed)."""
-        query, logic = self.core.query, hosted.logic
+        query, logic = self.query, hosted.logic
         if not 0 <= message.port < len(logic.filters):
             return None
         width = len(query.schemas[query.inputs_of(hosted.replica.name)[message.port]]) + 1
@@ -215,32 +269,31 @@ class Pairs:
         for pair in self.pairs.values():
             if pair.role is PairRole.PRIMARY and pair.node == node:
                 for _, message, _ in pair.unacked:
-                    self.core.send(node, message)
+                    self.out.send(node, message)
 
     # -- rule 4: the failure detector -------------------------------------------------------------
     def check(self, now: int) -> None:
         """At heartbeat rounds: a pair whose partner's node is suspected goes on alone."""
-        core = self.core
         for replica, pair in list(self.pairs.items()):
-            if pair.role is PairRole.SOLO or not core.suspected(pair.node, now):
+            if pair.role is PairRole.SOLO or not self.heard.suspected(pair.node, now):
                 continue
-            hosted = core.hosted[replica]
-            seconds = (now - core.last_heard(pair.node, now)) / 1e6
+            hosted = self.hosted[replica]
+            seconds = (now - self.heard.last_heard(pair.node, now)) / 1e6
             reason = f"nothing heard from {pair.partner}'s node {pair.node} for {seconds:.1f} s"
             if pair.role is PairRole.BACKUP:
                 self._take_over(hosted, pair, reason, now)
             else:
-                core.event(ReplicaChanged(replica, "live", "live", f"primary goes on alone: {reason}"))
+                self.out.event(ReplicaChanged(replica, "live", "live", f"primary goes on alone: {reason}"))
                 self._become(hosted, pair, PairEvent.ALONE)
 
     def _take_over(self, hosted: Hosted, pair: Pair, reason: str, now: int) -> None:
-        core, logic = self.core, hosted.logic
-        core.counters["takeovers"] += 1
-        core.event(ReplicaChanged(hosted.replica, "live", "live", f"backup takes over: {reason}"))
+        logic = hosted.logic
+        self.counters["takeovers"] += 1
+        self.out.event(ReplicaChanged(hosted.replica, "live", "live", f"backup takes over: {reason}"))
         self._become(hosted, pair, PairEvent.ALONE)
         for port in range(len(logic.filters)):
             records, p = pair.ledger.take_over(port)
             if records or p is not None:
-                core.sender.emit(hosted, *logic.step(port, records, p), now)
+                self.emit(hosted, *logic.step(port, records, p), now)
         if pair.ledger.settled():
             pair.ledger = None

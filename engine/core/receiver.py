@@ -36,10 +36,11 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from replicast.engine.core.events import ProtocolError
 from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import InboundEvent, InboundState, ReplicaState, advance
 from replicast.engine.messages import Batch, Hold, Mark, NotHosted, Resume, StreamHead
 from replicast.engine.wire import EncodedRecords, PackedRecords, WireError
@@ -47,7 +48,7 @@ from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import StreamReplica
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.failover import AllFeed, Failover
 
 _KEYED = (EncodedRecords, PackedRecords)      # records that may carry their bytes as a content key
 _TAKING = (ReplicaState.LIVE, ReplicaState.REBUILDING)
@@ -59,10 +60,22 @@ MAX_CHECKPOINTS = 64
 
 
 class Receiver:
-    """Inbound stream replicas of the replicas hosted by ``core``."""
+    """Inbound stream replicas of one node's hosted replicas.  It reads the streams' schemas, the
+    hosted replicas and the inbound table, sends through the outbox, consults the mode's plug-in
+    (``failover``: which upstream a port follows), and hands on what it cannot do itself:
+    acknowledgements to :mod:`engine.core.links` (``ack``), outputs to the sender (``emit``), and
+    port checks, horizons and adopted frontiers to the lifecycle (callbacks; it holds neither)."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def __init__(self, schemas: dict, hosted: dict, inbound: dict[StreamReplica, Inbound], outbox: Outbox,
+                 counters: dict[str, int], failover: "Failover | AllFeed",
+                 ack: Callable[[str, StreamReplica, int, int, int], None], emit: Callable[..., None],
+                 check_port: Callable[..., None], check_horizon: Callable[[Hosted, int], None],
+                 adopt: Callable[[Hosted, int, int, int], None]):
+        self.schemas, self.hosted, self.inbound, self.out, self.counters = schemas, hosted, inbound, outbox, counters
+        self.failover, self.ack, self.emit = failover, ack, emit
+        self.check_port, self.check_horizon, self.adopt = check_port, check_horizon, adopt
+        #: Installed trace queries' tracepoints (engine.core.tracepoints), set by the node core; None while none.
+        self.tracer = None
         #: (stream replica, epoch, offset) -> its counts at that offset, noted at a Mark (rule 5).
         self.checkpoints: dict[tuple[StreamReplica, int, int], dict] = {}
         #: stream replica -> (offset, until): acknowledge no further while a peer joins from it.
@@ -71,57 +84,52 @@ class Receiver:
     # -- asking for streams (rule 1) --------------------------------------------------------------
     def request(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted) -> None:
         """Ask ``stream``'s sender for what ``hosted`` needs now, if its node is reachable."""
-        core = self.core
-        if inbound.node != core.name and inbound.node not in core.connected:
+        if not self.out.reachable(inbound.node):
             return
         if hosted.state is ReplicaState.JOINING:
             if inbound.state is not InboundState.HOLDING:
                 inbound.state = advance(inbound.state, InboundEvent.HOLD)
-                core.send(inbound.node, Hold(stream))
+                self.out.send(inbound.node, Hold(stream))
         elif hosted.state in _TAKING:
-            failover = core.failover
-            if failover is not None and not failover.follows(stream, hosted):
+            failover = self.failover
+            if not failover.follows(stream, hosted):
                 failover.stand_by(stream, inbound, hosted)     # the failover model: not the one followed
                 return
             epoch = inbound.epoch if inbound.state is InboundState.FOLLOWING else None
-            core.send(inbound.node, Resume(stream, epoch, inbound.next if epoch is not None else 0))
+            self.out.send(inbound.node, Resume(stream, epoch, inbound.next if epoch is not None else 0))
 
     def request_all(self, hosted: Hosted) -> None:
-        for stream, inbound in self.core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if stream.target is hosted.replica or stream.target == hosted.replica:
                 self.request(stream, inbound, hosted)
 
     def on_peer_up(self, node: str) -> None:
-        core = self.core
-        for stream, inbound in core.inbound.items():
+        for stream, inbound in self.inbound.items():
             if inbound.node == node:
-                hosted = core.hosted[stream.target]
+                hosted = self.hosted[stream.target]
                 if inbound.state is InboundState.HOLDING:
                     inbound.state = advance(inbound.state, InboundEvent.PEER_UP)   # ask again
                 self.request(stream, inbound, hosted)
 
     def on_not_hosted(self, src: str, message: NotHosted, now: int) -> None:
         """Rule 6: the sender's node does not host the sending replica; stop waiting for it."""
-        core = self.core
-        inbound = core.inbound.get(message.stream)
+        inbound = self.inbound.get(message.stream)
         if inbound is None or inbound.node != src or inbound.state is InboundState.VANISHED:
             return
         inbound.state = advance(inbound.state, InboundEvent.NOT_HOSTED)
-        core.counters["vanished_streams"] += 1
-        hosted = core.hosted[message.stream.target]
-        if core.failover is not None:
-            core.failover.disconnected(message.stream)     # a port that followed it takes its next preference
+        self.counters["vanished_streams"] += 1
+        hosted = self.hosted[message.stream.target]
+        self.failover.disconnected(message.stream)     # a port that followed it takes its next preference
         if hosted.logic is not None and hosted.state in _TAKING:
-            core.lifecycle.check_port(hosted, message.stream.port, now)
+            self.check_port(hosted, message.stream.port, now)
 
     # -- stream heads (rule 2) --------------------------------------------------------------------
     def on_head(self, src: str, head: StreamHead, now: int) -> None:
-        core = self.core
-        inbound = core.inbound.get(head.stream)
+        inbound = self.inbound.get(head.stream)
         if inbound is None or inbound.node != src:
-            core.counters["stale_requests"] += 1
+            self.counters["stale_requests"] += 1
             return
-        hosted = core.hosted[head.stream.target]
+        hosted = self.hosted[head.stream.target]
         if hosted.state not in _TAKING or inbound.state is InboundState.HOLDING:
             return                                     # joining: positions come from the snapshot
         if inbound.state is InboundState.STANDBY:
@@ -135,9 +143,9 @@ class Receiver:
             if hosted.state is ReplicaState.REBUILDING and port not in hosted.adopted:
                 if inbound.index is None or not following or inbound.epoch != head.epoch:
                     inbound.index = dedup.add_replica()
-                core.lifecycle.adopt(hosted, port, head.frontier, now)
+                self.adopt(hosted, port, head.frontier, now)
             elif following and inbound.epoch == head.epoch:
-                core.counters["gaps"] += 1             # its log was trimmed past what we hold
+                self.counters["gaps"] += 1             # its log was trimmed past what we hold
                 dedup.rebase(inbound.index, self._base(head, inbound))
             elif head.lineage is not None and self._continue(head, inbound, dedup):
                 inbound.state = advance(inbound.state, InboundEvent.HEAD)
@@ -147,7 +155,7 @@ class Receiver:
         inbound.epoch, inbound.next = head.epoch, head.offset
         inbound.state = advance(inbound.state, InboundEvent.HEAD)
         if hosted.logic is not None and hosted.state in _TAKING:
-            core.lifecycle.check_port(hosted, port, now)
+            self.check_port(hosted, port, now)
 
     @staticmethod
     def _base(head: StreamHead, inbound: Inbound) -> int | None:
@@ -164,7 +172,7 @@ class Receiver:
         stream's continuation — seeded counts, trusted at once — and return True."""
         replica, epoch, start, end = head.lineage
         lineage = StreamReplica(replica, head.stream.target, head.stream.port)
-        held = self.core.inbound.get(lineage)
+        held = self.inbound.get(lineage)
         if held is None or held.state not in _HELD or held.epoch != epoch or held.next < start:
             return False                               # (a standby we followed before still holds what it held)
         if held.index is not None and dedup.waiting(held.index):
@@ -178,7 +186,7 @@ class Receiver:
         inbound.index = dedup.add_replica()
         dedup.seed(inbound.index, counts)
         inbound.epoch, inbound.next = head.epoch, head.offset + (at - start)
-        self.core.counters["continued_streams"] += 1
+        self.counters["continued_streams"] += 1
         return True
 
     def hold_acks(self, stream: StreamReplica, offset: int, until: int) -> None:
@@ -198,11 +206,11 @@ class Receiver:
 
     def on_mark(self, src: str, mark: Mark, now: int) -> None:
         """A peer of the sender took a snapshot at this point of the stream: note our counts (rule 5)."""
-        inbound = self.core.inbound.get(mark.stream)
+        inbound = self.inbound.get(mark.stream)
         if inbound is None or inbound.node != src or inbound.epoch != mark.epoch or inbound.next != mark.offset \
                 or inbound.state is not InboundState.FOLLOWING or inbound.index is None:
             return
-        hosted = self.core.hosted[mark.stream.target]
+        hosted = self.hosted[mark.stream.target]
         checkpoints = self.checkpoints
         checkpoints[(mark.stream, mark.epoch, mark.offset)] = hosted.logic.filters[mark.stream.port].counts(inbound.index)
         while len(checkpoints) > MAX_CHECKPOINTS:
@@ -210,43 +218,42 @@ class Receiver:
 
     # -- batches (rules 3, 4) ---------------------------------------------------------------------
     def on_batch(self, src: str, batch: Batch, now: int) -> None:
-        core = self.core
-        inbound = core.inbound.get(batch.stream)
+        inbound = self.inbound.get(batch.stream)
         if inbound is None or inbound.node != src:
-            core.counters["stale_batches"] += 1        # removed, or never connected here
+            self.counters["stale_batches"] += 1        # removed, or never connected here
             return
         if batch.epoch != inbound.epoch or inbound.state is not InboundState.FOLLOWING:
-            core.counters["stale_batches"] += 1        # an older incarnation, or not positioned yet
+            self.counters["stale_batches"] += 1        # an older incarnation, or not positioned yet
             return
-        hosted = core.hosted[batch.stream.target]
+        hosted = self.hosted[batch.stream.target]
         records, stream = batch.records, batch.stream
         logic = hosted.logic
         if type(records) is EncodedRecords:
             pass                                       # another node core's output, in this process
         elif type(records) is PackedRecords and logic is not None and logic.knows(stream.port, records.key):
-            core.counters["known_batches"] += 1        # bytes a duplicate filter knows: not read
+            self.counters["known_batches"] += 1        # bytes a duplicate filter knows: not read
         else:                                          # (they were checked when they first came)
-            width = len(core.query.schemas[stream.source.name]) + 1
+            width = len(self.schemas[stream.source.name]) + 1
             try:
                 malformed = not set(map(len, records)) <= {width}      # in C: no Python call per record
             except WireError:
                 malformed = True
             if malformed:
-                core.counters["malformed_batches"] += 1
-                core.event(ProtocolError(src, f"malformed batch on {stream.source} -> {stream.target} "
+                self.counters["malformed_batches"] += 1
+                self.out.event(ProtocolError(src, f"malformed batch on {stream.source} -> {stream.target} "
                                               f"at offset {batch.offset}"))
                 return
         if batch.offset > inbound.next:
-            core.counters["protocol_errors"] += 1
-            core.event(ProtocolError(src, f"batch on {stream.source} -> {stream.target} skips offsets "
+            self.counters["protocol_errors"] += 1
+            self.out.event(ProtocolError(src, f"batch on {stream.source} -> {stream.target} skips offsets "
                                           f"{inbound.next}..{batch.offset - 1}"))
             return
         self.accept(stream, inbound, hosted, batch.offset, records, batch.punctuation, now, batch.path)
-        if batch.punctuation is not None and src != core.name:
+        if batch.punctuation is not None and src != self.out.name:
             offset = inbound.next
             if self.ack_holds:
                 offset = self._held_ack(stream, offset, now)
-            core.links.ack(src, stream, inbound.epoch, offset, now)   # cumulative, by punctuation
+            self.ack(src, stream, inbound.epoch, offset, now)   # cumulative, by punctuation
 
     def accept(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted, offset: int, records,
                punctuation: int | None, now: int, path: tuple[str, ...]) -> None:
@@ -261,13 +268,12 @@ class Receiver:
         key = records.key if type(records) in _KEYED else None
         if skip:
             records, key = records[skip:], None
-        core = self.core
         hosted.records_in += len(records)
         out, forwarded = hosted.logic.on_batch(stream.port, inbound.index, records, punctuation, key)
-        if core.tracer is not None:
-            core.tracer.arrival(stream, hosted, records, key, punctuation, now, path)   # docs/tracing.md
-        core.sender.emit(hosted, out, forwarded, now, path)
-        if punctuation is not None and core.failover is not None:
-            core.failover.after_punctuation(hosted, stream.port)
+        if self.tracer is not None:
+            self.tracer.arrival(stream, hosted, records, key, punctuation, now, path)   # docs/tracing.md
+        self.emit(hosted, out, forwarded, now, path)
+        if punctuation is not None:
+            self.failover.after_punctuation(hosted, stream.port)
         if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
-            core.lifecycle.check_horizon(hosted, now)
+            self.check_horizon(hosted, now)

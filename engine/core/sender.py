@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from replicast.engine.core.events import StreamCutOff
+from replicast.engine.core.events import Delivered, StreamCutOff
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.hosted import Hosted, Route
 from replicast.engine.core.states import ReplicaState, RouteEvent, RouteState, advance
 from replicast.engine.messages import Ack, Batch, Hold, NotHosted, Resume, Standby, StreamHead
@@ -39,7 +40,9 @@ from replicast.operators.plan import StreamReplica
 from replicast.operators.record import Record
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.pairs import Pairs, Unpaired
+    from replicast.engine.core.stats import Latency
+    from replicast.operators.plan import ReplicaId
 
 _SENDING = (RouteState.ACTIVE, RouteState.CUT)
 #: Requests for stream replicas this node was not told about yet, kept for the ConnectStream (rule 4).
@@ -47,10 +50,20 @@ EARLY_REQUESTS = 256
 
 
 class Sender:
-    """Routes and output logs of the replicas hosted by ``core``."""
+    """Routes and output logs of one node's hosted replicas.  It reads the hosted replicas, two
+    limits (``retention_items``, ``join_timeout_us``) and whether the mode keeps standbys
+    (:class:`~engine.core.modes.Traits` ``follows_one``), sends through the outbox, keeps the
+    applications' latencies, and asks the mode's pairs plug-in whether output behind a gate may go
+    out (:meth:`engine.core.pairs.Pairs.held` answers with an offset: an intent, not a call back)."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def __init__(self, hosted: "dict[ReplicaId, Hosted]", outbox: Outbox, counters: dict[str, int],
+                 latency: "dict[str, Latency]", *, retention_items: int, join_timeout_us: int, standbys: bool,
+                 pairs: "Pairs | Unpaired"):
+        self.hosted, self.out, self.counters, self.latency = hosted, outbox, counters, latency
+        self.retention_items, self.join_timeout_us, self.standbys = retention_items, join_timeout_us, standbys
+        self.pairs = pairs
+        #: Installed trace queries' tracepoints (engine.core.tracepoints), set by the node core; None while none.
+        self.tracer = None
         self.early: dict[StreamReplica, tuple[str, Resume | Hold | Standby, int]] = {}   # rule 4
 
     # -- emitting ---------------------------------------------------------------------------------
@@ -59,22 +72,24 @@ class Sender:
         """``hosted`` outputs ``records`` then ``punctuation``, caused by a batch that came along ``path``."""
         if not records and punctuation is None:
             return
-        core = self.core
         hosted.records_out += len(records)
         if hosted.hop:
             path += hosted.hop
-        if core.tracer is not None:
-            path = core.tracer.emit(hosted, records, punctuation, now, path)         # docs/tracing.md
+        if self.tracer is not None:
+            path = self.tracer.emit(hosted, records, punctuation, now, path)         # docs/tracing.md
         if hosted.kind == "application":
-            core.deliver(hosted, records, punctuation, now, path)
+            self.deliver(hosted, records, punctuation, now, path)
             return
         records = EncodedRecords(records)          # one encoding for every stream replica (wire rule 4)
         log = hosted.log
         offset = log.append(records, punctuation, path)
         if hosted.gate is not None:
-            core.pairs.held(hosted)                    # a process-pair primary: out once acknowledged (rule 4)
+            upto = self.pairs.held(hosted)             # a process-pair primary: out once acknowledged (rule 4)
+            if upto is not None:
+                self.release(hosted, upto)
         else:
-            epoch, name, local, outbox, connected = hosted.epoch, core.name, core.local, core.outbox, core.connected
+            out = self.out
+            epoch, name, local, outbox, connected = hosted.epoch, out.name, out.local, out.messages, out.connected
             for stream, route in hosted.routes.items():
                 if route.state in _SENDING:
                     node = route.node
@@ -82,7 +97,7 @@ class Sender:
                         local.append((stream, epoch, offset, records, punctuation, path))
                     elif node in connected:
                         outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
-        if punctuation is not None and core.failover is not None:
+        if punctuation is not None and self.standbys:
             self._cover_standbys(hosted)
         if log.frontier is None and punctuation is not None and hosted.kind == "entry" \
                 and hosted.state is ReplicaState.LIVE:
@@ -90,8 +105,14 @@ class Sender:
             self.serve_parked(hosted)
         if not hosted.retained:
             log.trim(log.end if hosted.gate is None else hosted.gate)
-        elif len(log) > core.options.retention_items:
+        elif len(log) > self.retention_items:
             self._cut_laggards(hosted)
+
+    def deliver(self, hosted: Hosted, records: list[Record], punctuation: int | None, now: int,
+                path: tuple[str, ...]) -> None:
+        """An application's output: its latency noted, the delivery an event for the driver."""
+        self.latency[hosted.replica.name].add(now, records)
+        self.out.event(Delivered(hosted.replica.name, records, punctuation, now, path))
 
     def release(self, hosted: Hosted, upto: int | None) -> None:
         """A process-pair primary's held output below offset ``upto`` goes out (rule 4); ``upto`` None:
@@ -99,19 +120,19 @@ class Sender:
         gate = hosted.gate
         if gate is None:
             return
-        log, core = hosted.log, self.core
+        log = hosted.log
         end = log.end if upto is None else min(upto, log.end)
         if end > gate:
-            epoch, name = hosted.epoch, core.name
+            epoch, name = hosted.epoch, self.out.name
             for first, records, punctuation, path, _, _ in log.since(gate):
                 if first >= end:
                     break
                 for stream, route in hosted.routes.items():
                     if route.state in _SENDING:
                         if route.node == name:
-                            core.local.append((stream, epoch, first, records, punctuation, path))
-                        elif route.node in core.connected:
-                            core.outbox.append((route.node, Batch(stream, epoch, first, records, punctuation, path)))
+                            self.out.local.append((stream, epoch, first, records, punctuation, path))
+                        elif route.node in self.out.connected:
+                            self.out.messages.append((route.node, Batch(stream, epoch, first, records, punctuation, path)))
         hosted.gate = None if upto is None else max(gate, end)
         if not hosted.retained:
             log.trim(log.end if hosted.gate is None else hosted.gate)
@@ -132,7 +153,7 @@ class Sender:
         start = offset if epoch == hosted.epoch and log.base <= offset <= log.end else log.base
         route.state = advance(route.state, RouteEvent.SERVE)
         route.acked, route.standby = start, None
-        send = self.core.send
+        send = self.out.send
         send(route.node, StreamHead(stream, hosted.epoch, start, log.frontier, log.lineage_at(start)))
         gate = hosted.gate
         for first, records, punctuation, path, _, _ in log.since(start):
@@ -188,12 +209,12 @@ class Sender:
 
     def _route(self, src: str, message: Resume | Hold | Standby, now: int) -> tuple[Hosted | None, Route | None]:
         stream = message.stream
-        hosted = self.core.hosted.get(stream.source)
+        hosted = self.hosted.get(stream.source)
         route = hosted.routes.get(stream) if hosted is not None else None
         if route is None or route.node != src:
-            self.core.counters["stale_requests"] += 1     # removed, or not connected here (yet: rule 4)
+            self.counters["stale_requests"] += 1     # removed, or not connected here (yet: rule 4)
             if hosted is None:
-                self.core.send(src, NotHosted(stream))     # rule 6: the receiver must not wait for it
+                self.out.send(src, NotHosted(stream))     # rule 6: the receiver must not wait for it
             if route is None:
                 early = self.early
                 early.pop(stream, None)
@@ -209,14 +230,14 @@ class Sender:
         if request is None:
             return
         src, message, at = request
-        if src == route.node and now - at <= self.core.options.join_timeout_us:
-            self.core.counters["early_requests"] += 1
+        if src == route.node and now - at <= self.join_timeout_us:
+            self.counters["early_requests"] += 1
             handler = {Resume: self.on_resume, Hold: self.on_hold, Standby: self.on_standby}[type(message)]
             handler(src, message, now)
 
     # -- connections ------------------------------------------------------------------------------
     def on_peer_down(self, node: str) -> None:
-        for hosted in self.core.hosted.values():
+        for hosted in self.hosted.values():
             changed = False
             for stream, route in hosted.routes.items():
                 if route.node == node:
@@ -229,7 +250,7 @@ class Sender:
 
     # -- acknowledgements and retention (rule 3) --------------------------------------------------
     def on_ack(self, src: str, ack: Ack, now: int) -> None:
-        hosted = self.core.hosted.get(ack.stream.source)
+        hosted = self.hosted.get(ack.stream.source)
         route = hosted.routes.get(ack.stream) if hosted is not None else None
         if route is None or route.node != src or ack.epoch != hosted.epoch or route.state is not RouteState.ACTIVE:
             return
@@ -244,7 +265,7 @@ class Sender:
 
     def retrim(self, hosted: Hosted) -> None:
         """Recompute the floor over the retaining routes and trim the log to it."""
-        name = self.core.name
+        name = self.out.name
         offsets = [r.acked for r in hosted.routes.values()
                    if r.state is RouteState.PENDING or (r.state is RouteState.ACTIVE and r.node != name)]
         hosted.retained = bool(offsets)
@@ -259,14 +280,13 @@ class Sender:
 
     def _cut_laggards(self, hosted: Hosted) -> None:
         """The log outgrew the retention limit: stop waiting for the routes at the floor."""
-        core = self.core
-        limit = core.options.retention_items
+        limit = self.retention_items
         while hosted.retained and len(hosted.log) > limit:
             floor = hosted.floor
             for stream, route in hosted.routes.items():
                 if route.acked == floor and route.state in (RouteState.ACTIVE, RouteState.PENDING) \
-                        and (route.state is RouteState.PENDING or route.node != core.name):
+                        and (route.state is RouteState.PENDING or route.node != self.out.name):
                     route.state = advance(route.state, RouteEvent.LAGGED)
-                    core.counters["streams_cut"] += 1
-                    core.event(StreamCutOff(stream, route.node, len(hosted.log)))
+                    self.counters["streams_cut"] += 1
+                    self.out.event(StreamCutOff(stream, route.node, len(hosted.log)))
             self.retrim(hosted)

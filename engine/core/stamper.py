@@ -1,8 +1,9 @@
 """Entry-stamped mode: one stamper per stream, fenced by views, and nothing emitted before every member holds it.
 
-A source event must get one timestamp, whatever fails (issue 11: with the link between two entry
-replicas cut, both stamped; a take-over re-stamped what the old stamper had sent downstream but not
-to its peer).  Rules (docs/node.md, "Entry-stamped mode"):
+A source event must get one timestamp, whatever fails (§II-B: entry points timestamp what they
+receive; before views, with the link between two entry replicas cut, both stamped, and a take-over
+re-stamped what the old stamper had sent downstream but not to its peer — docs/node.md,
+"Entry-stamped mode").  Rules:
 
 1. Roles (:class:`~engine.core.states.StamperRole`): a replica is OUTSIDE the stream's view (it
    stamps and emits nothing; its stream waits), a MEMBER, or the view's STAMPING replica.  Views
@@ -24,21 +25,23 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
 from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import (MemberEvent, MemberSync, ReplicaEvent, ReplicaState, StamperEvent,
                                           StamperRole, advance)
 from replicast.engine.core.view_changes import ViewChanges
-from replicast.engine.core.views import Candidacy
+from replicast.engine.core.views import Candidacy, Voter
 from replicast.engine.messages import Committed, JoinStamping, StampAck, Stamped, View
 from replicast.engine.wire import WireError
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.events import NodeOptions
+    from replicast.operators.query import Query
 
 #: A stamper that cannot commit stops stamping new records (they stay pending) past this many segments.
 MAX_HELD = 100_000
@@ -72,12 +75,18 @@ class StampState:
 
 
 class Stamper:
-    """Entry-stamped replicas of ``core``: rules 1-3 here, view changes in :mod:`engine.core.view_changes`."""
+    """Entry-stamped replicas of one node: rules 1-3 here, view changes in :mod:`engine.core.view_changes`."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
-        self.views = ViewChanges(core, self)
-        #: The hosted entry-stamped replicas, in the order of ``core.hosted`` (kept by :meth:`track`):
+    def __init__(self, query: "Query", options: "NodeOptions", hosted: dict[ReplicaId, Hosted], outbox: Outbox,
+                 counters: dict[str, int], incarnation: int, *, emit: Callable[..., None],
+                 serve_parked: Callable[[Hosted], None], rejoin: Callable[[Hosted, int, str], None], voter: Voter):
+        """It reads the query, the node's options, incarnation and hosted replicas, sends through the
+        outbox, and hands the sender what to ``emit`` and whose parked requests to serve; view
+        changes ask the lifecycle to ``rejoin`` (callbacks)."""
+        self.query, self.options, self.replicas, self.out, self.counters = query, options, hosted, outbox, counters
+        self.emit_output, self.serve_parked = emit, serve_parked
+        self.views = ViewChanges(self, options, outbox, counters, incarnation, rejoin, voter)
+        #: The hosted entry-stamped replicas, in the order of the hosted table (kept by :meth:`track`):
         #: the timer asks after them at every transmission, and most nodes host none.
         self.stamped: dict[ReplicaId, Hosted] = {}
 
@@ -102,7 +111,7 @@ class Stamper:
                 yield hosted, hosted.stamp
 
     def hosted(self, stream: str, index: int) -> Hosted | None:
-        hosted = self.core.hosted.get(ReplicaId(stream, index))
+        hosted = self.replicas.get(ReplicaId(stream, index))
         return hosted if hosted is not None and hosted.stamp is not None else None
 
     # -- start (a deployed or re-incarnated replica) ------------------------------------------
@@ -115,14 +124,14 @@ class Stamper:
         state.epochs[hosted.replica.index] = hosted.epoch
         state.started = now
         hosted.entry.forget()
-        state.act_at = now + self.views.rank(hosted) * self.core.options.heartbeat_us
+        state.act_at = now + self.views.rank(hosted) * self.options.heartbeat_us
         self.ask_to_join(hosted)
 
     def ask_to_join(self, hosted: Hosted, nodes=None) -> None:
         message = JoinStamping(hosted.replica.name, hosted.replica.index, hosted.epoch)
         for index, node in hosted.stamp.peers.items():
             if index != hosted.replica.index and (nodes is None or node in nodes):
-                self.core.send(node, message)
+                self.out.send(node, message)
 
     # -- the source and the stamper (rule 2) --------------------------------------------------
     def on_items(self, hosted: Hosted, items: list[Any], now: int) -> list:
@@ -156,7 +165,7 @@ class Stamper:
         else:                                          # emitted: in the history (contiguous)
             _, records, punctuation, _ = state.history[seq - state.history[0][0]]
         for index, _ in members:
-            self.core.send(state.peers[index], Stamped(name, index, state.view.term, seq, records, punctuation))
+            self.out.send(state.peers[index], Stamped(name, index, state.view.term, seq, records, punctuation))
 
     def commit(self, hosted: Hosted, now: int) -> None:
         """The stamper emits what every member holds and tells them (rule 2)."""
@@ -168,15 +177,15 @@ class Stamper:
         if upto > state.emitted:
             self.emit(hosted, upto, now)
             for index in others:
-                self.core.send(state.peers[index], Committed(hosted.replica.name, index, state.view.term, upto))
+                self.out.send(state.peers[index], Committed(hosted.replica.name, index, state.view.term, upto))
 
     def emit(self, hosted: Hosted, upto: int, now: int) -> None:
         state = hosted.stamp
-        history, keep = state.history, now - self.core.options.peer_timeout_us
+        history, keep = state.history, now - self.options.peer_timeout_us
         while state.emitted < upto and state.emitted in state.held:
             seq = state.emitted
             records, punctuation = state.held.pop(seq)
-            self.core.sender.emit(hosted, records, punctuation, now)
+            self.emit_output(hosted, records, punctuation, now)
             history.append((seq, records, punctuation, now))
             if punctuation is not None:
                 state.sync = (seq + 1, punctuation)
@@ -192,7 +201,7 @@ class Stamper:
         state = hosted.stamp if hosted is not None else None
         if state is None or state.role is not StamperRole.MEMBER or message.term != state.view.term \
                 or src != state.peers.get(state.view.stamper):
-            self.core.counters["stale_stamps"] += 1
+            self.counters["stale_stamps"] += 1
             return None
         return hosted
 
@@ -204,12 +213,12 @@ class Stamper:
         if message.seq == state.next:
             try:
                 records = [tuple(r) for r in message.records]
-                width = len(self.core.query.schemas[message.stream]) + 1
+                width = len(self.query.schemas[message.stream]) + 1
                 if any(len(r) != width for r in records):
                     raise WireError("wrong width")
             except WireError:
-                self.core.counters["malformed_batches"] += 1
-                self.core.event(ProtocolError(src, f"malformed stamped segment {message.seq} of {message.stream}"))
+                self.counters["malformed_batches"] += 1
+                self.out.event(ProtocolError(src, f"malformed stamped segment {message.seq} of {message.stream}"))
                 return
             if message.seq >= state.emitted:
                 state.held[message.seq] = (records, message.punctuation)
@@ -218,7 +227,7 @@ class Stamper:
             if message.punctuation is not None:
                 hosted.entry.punctuation = max(hosted.entry.punctuation, message.punctuation)
         if message.seq <= state.next:
-            self.core.send(src, StampAck(message.stream, state.view.stamper, hosted.replica.index, state.view.term,
+            self.out.send(src, StampAck(message.stream, state.view.stamper, hosted.replica.index, state.view.term,
                                          state.next))
 
     def on_ack(self, src: str, message: StampAck, now: int) -> None:
@@ -227,7 +236,7 @@ class Stamper:
         if state is None or state.role is not StamperRole.STAMPING or message.term != state.view.term \
                 or src != state.peers.get(message.member) \
                 or not any(index == message.member for index, _ in state.view.members):
-            self.core.counters["stale_stamps"] += 1
+            self.counters["stale_stamps"] += 1
             return
         state.acked[message.member] = max(state.acked.get(message.member, 0), min(message.seq, state.next))
         if state.told.get(message.member) is MemberSync.TOLD:      # (LOST stays LOST: a new view is due)
@@ -241,20 +250,19 @@ class Stamper:
 
     # -- links, peers and time ----------------------------------------------------------------
     def on_peer_change(self, node: str, now: int) -> None:
-        core = self.core
-        up = node in core.connected
+        up = node in self.out.connected
         for hosted, state in self.states():
             if up and state.candidacy is not None and node in state.candidacy.voters:
-                core.send(node, state.candidacy.ballot(hosted.replica.name, hosted.replica.index))
+                self.out.send(node, state.candidacy.ballot(hosted.replica.name, hosted.replica.index))
             if up and state.role is StamperRole.OUTSIDE:
                 self.ask_to_join(hosted, {node})
             if up and state.role is StamperRole.STAMPING:
                 self._resend(hosted, node)
                 if node in state.electorate:
-                    core.send(node, self.views.decided(hosted, -1, None))     # a restarted voter learns the view
+                    self.out.send(node, self.views.decided(hosted, -1, None))     # a restarted voter learns the view
                 for index, peer in state.peers.items():                  # a replica left out learns it
                     if peer == node and not any(i == index for i, _ in state.view.members):
-                        core.send(node, self.views.decided(hosted, index, None))
+                        self.out.send(node, self.views.decided(hosted, index, None))
             self.views.review(hosted, now)
 
     def _resend(self, hosted: Hosted, node: str) -> None:
@@ -271,14 +279,14 @@ class Stamper:
                 continue
             for seq in range(state.acked.get(member[0], state.emitted), state.next):
                 self.send_segment(hosted, seq, [member])
-            self.core.send(node, Committed(hosted.replica.name, member[0], state.view.term, state.emitted))
+            self.out.send(node, Committed(hosted.replica.name, member[0], state.view.term, state.emitted))
 
     def peer_stream(self, stream) -> bool:
         """Whether ``stream`` runs between two replicas of an entry-stamped entry point (configure's
         way of telling each replica where its peers are; it carries no data)."""
         name = stream.source.name
-        return name == stream.target.name and name in self.core.query.streams \
-            and self.core.options.entry_modes.get(name) == "entry"
+        return name == stream.target.name and name in self.query.streams \
+            and self.options.entry_modes.get(name) == "entry"
 
     def connect_peer(self, hosted: Hosted, index: int, node: str, now: int) -> None:
         """A peer replica is at ``node`` (a stream replica entry → entry, configure's).  Control
@@ -296,7 +304,7 @@ class Stamper:
         for hosted, state in self.states():
             if state.candidacy is not None and now >= state.candidacy.deadline:
                 state.candidacy = None                 # unanswered: seek again after a back-off
-                state.act_at = now + (1 + self.views.rank(hosted)) * self.core.options.heartbeat_us
+                state.act_at = now + (1 + self.views.rank(hosted)) * self.options.heartbeat_us
             self.views.review(hosted, now)
 
     def next_deadline(self) -> int | None:
@@ -312,5 +320,5 @@ class Stamper:
         old = hosted.state
         if old is not ReplicaState.LIVE:
             hosted.state = advance(old, ReplicaEvent.IN_VIEW)
-            self.core.event(ReplicaChanged(hosted.replica, old.value, ReplicaState.LIVE.value, reason))
-        self.core.sender.serve_parked(hosted)
+            self.out.event(ReplicaChanged(hosted.replica, old.value, ReplicaState.LIVE.value, reason))
+        self.serve_parked(hosted)

@@ -21,7 +21,7 @@ Rules of this module:
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import DeadLetter
 from replicast.engine.core.hosted import Hosted
@@ -31,23 +31,30 @@ from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.errors import InputError
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.outbox import Outbox
+    from replicast.operators.plan import ReplicaId
 
 
 class Stamping:
-    """Source payloads for ``core``."""
+    """Source payloads for one node's entry points.  It reads the query's streams and the hosted
+    replicas, counts and reports dead letters through the outbox, and hands what an entry point
+    emits to the sender (``emit``), what an entry-stamped one takes to the stamper (``stamp``), and
+    a joining one's first held item to the lifecycle (``step``: rule 5 there asks once it holds
+    something), and seals per key to :mod:`engine.core.key_seals` (``seal``: rule 4)."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    def __init__(self, streams: dict, hosted: "dict[ReplicaId, Hosted]", outbox: "Outbox", counters: dict[str, int],
+                 *, emit: Callable[..., None], stamp: Callable[..., Any], step: Callable[[Hosted, int], None],
+                 seal: Callable[[Hosted, Any], None]):
+        self.streams, self.hosted, self.out, self.counters = streams, hosted, outbox, counters
+        self.emit, self.stamp, self.step, self.seal = emit, stamp, step, seal
 
     def on_source(self, stream: str, payload: bytes, now: int) -> bool:
-        core = self.core
-        if stream not in core.query.streams:
-            core.counters["unknown_streams"] += 1
+        if stream not in self.streams:
+            self.counters["unknown_streams"] += 1
             self.dead_letter(stream, f"unknown stream {stream!r} (the query's streams: "
-                                     f"{', '.join(core.query.streams)})", payload)
+                                     f"{', '.join(self.streams)})", payload)
             return False
-        entries = [h for h in core.hosted.values() if h.kind == "entry" and h.replica.name == stream]
+        entries = [h for h in self.hosted.values() if h.kind == "entry" and h.replica.name == stream]
         if not entries:
             return False
         try:
@@ -57,7 +64,7 @@ class Stamping:
             return True
         for i, hosted in enumerate(entries):
             if hosted.stamp is not None:
-                rejects = core.stamper.on_items(hosted, items, now)
+                rejects = self.stamp(hosted, items, now)
                 segments = []
             else:
                 segments, rejects = hosted.entry.on_items(items, now=now, stamping=False)
@@ -69,14 +76,14 @@ class Stamping:
                 first = not hosted.held
                 hosted.held.extend(segments)      # until it knows whether it continues a peer (lifecycle rule 5)
                 if first and hosted.held:
-                    core.lifecycle.step(hosted, now)      # it may ask for a snapshot now
+                    self.step(hosted, now)      # it may ask for a snapshot now
                 continue
             if hosted.copy_tail is not None:      # rule 3
                 segments = self._past_copy(hosted, segments)
             for records, punctuation in segments:
-                core.sender.emit(hosted, records, punctuation, now)
+                self.emit(hosted, records, punctuation, now)
             if hosted.copy_tail is None:          # seals behind the records they cover (rule 4)
-                core.key_seals.emit(hosted, seals)
+                self.seal(hosted, seals)
         return True
 
     def release_held(self, hosted: Hosted, now: int, covered: int = NO_PUNCTUATION,
@@ -91,7 +98,7 @@ class Stamping:
                     for records, p in held]
             held = self._past_copy(hosted, held)
         for records, punctuation in held:
-            self.core.sender.emit(hosted, records, punctuation, now)
+            self.emit(hosted, records, punctuation, now)
 
     @staticmethod
     def _past_copy(hosted: Hosted, segments: list) -> list:
@@ -102,8 +109,8 @@ class Stamping:
         return kept
 
     def dead_letter(self, stream: str, reason: str, item) -> None:
-        self.core.counters["dead_letters"] += 1
-        self.core.event(DeadLetter(stream, reason, item))
+        self.counters["dead_letters"] += 1
+        self.out.event(DeadLetter(stream, reason, item))
 
 
 class CopyTail:

@@ -75,15 +75,14 @@ from collections import Counter, deque
 from itertools import compress, repeat
 from math import gcd
 from operator import add, itemgetter, not_, rshift
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from replicast.engine.core.baggage import MAX_HOPS, TRACE_ID, TRACE_PREFIX, hops as _hops, is_baggage, trace_id
 from replicast.engine.core.trace_aggregate import Partial
 from replicast.engine.core.trace_language import TraceQuery, TraceQueryError
 
 if TYPE_CHECKING:
-    from replicast.engine.core.hosted import Hosted
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.hosted import Hosted, Inbound
     from replicast.operators.plan import StreamReplica
 
 #: How long a port remembers a sampled record's first arrival (µs): wide-area copies differ by
@@ -192,11 +191,20 @@ class _Port:
         self.baggage: dict[int, tuple] = {}            # record's hash -> the baggage its first copy came with
 
 
-class Tracer:
-    """The installed queries of one node core and the state their tracepoints keep."""
+class TracedCore(Protocol):
+    """What installing and removing queries reads of a node core (engine.core.node.NodeCore is one)."""
 
-    def __init__(self, core: "NodeCore"):
-        self.core = core
+    name: str
+    inbound: "dict[StreamReplica, Inbound]"
+    tracer: "Tracer | None"
+
+
+class Tracer:
+    """The installed queries of one node and the state their tracepoints keep; it reads the node's
+    name and its inbound table."""
+
+    def __init__(self, name: str, inbound: "dict[StreamReplica, Inbound]"):
+        self.name, self.inbound = name, inbound
         self.queries: dict[str, Partial] = {}
         #: tracepoint -> [(sample N, partial)], for the hooks
         self.points: dict[str, list[tuple[int, Partial]]] = {}
@@ -402,8 +410,8 @@ class Tracer:
                     self._wait(replica, port, record[0], now)
         if arrivals is not None:
             self._arrival_events(arrivals, n, {
-                "node": self.core.name, "replica": name, "port": port, "upstream": str(stream.source),
-                "upstream_node": self.core.inbound[stream].node}, chosen, hashes, before, memory, now)
+                "node": self.name, "replica": name, "port": port, "upstream": str(stream.source),
+                "upstream_node": self.inbound[stream].node}, chosen, hashes, before, memory, now)
 
     def _arrival_events(self, arrivals, n: int, common: dict, chosen: list, hashes: list, before: list,
                         memory: _Port, now: int) -> None:
@@ -458,7 +466,7 @@ class Tracer:
             if ts > p:
                 keep.append((ts, since))
                 continue
-            event = {"node": self.core.name, "replica": name, "port": port, "kind": "sorter",
+            event = {"node": self.name, "replica": name, "port": port, "kind": "sorter",
                      "wait_us": now - since, "ts": ts}
             for sample, partial in waits:
                 if sampled(ts, sample):
@@ -481,7 +489,7 @@ class Tracer:
             return path
         if not self.baggage and not (points.keys() & _EMITTED):
             return path                                # no query listens to an emission
-        node, name = self.core.name, str(hosted.replica)
+        node, name = self.name, str(hosted.replica)
         waits = points.get("Wait")
         if waits and kind == "entry" and hosted.stamp is not None and records:    # entry-stamped: held until
             port = 0                                                                # every member had it
@@ -533,7 +541,7 @@ class Tracer:
 
     def _deliver(self, hosted: "Hosted", records, now: int, path: tuple[str, ...]) -> None:
         """``Deliver`` for each sampled record, and ``Hop`` for each hop of its baggage (rule 4)."""
-        points, node, app = self.points, self.core.name, hosted.replica.name
+        points, node, app = self.points, self.name, hosted.replica.name
         timed = is_baggage(path)
         hops = _hops(path) if timed else [(hop, None) for hop in path]
         route = " > ".join(h for h, _ in hops)
@@ -565,16 +573,16 @@ class Tracer:
 
 
 # -- installing and removing (rule 3) ---------------------------------------------------------------
-def install(core: "NodeCore", qid: str, query: TraceQuery) -> None:
+def install(core: TracedCore, qid: str, query: TraceQuery) -> None:
     """Evaluate ``query`` at ``core``'s tracepoints from now on (replacing a query of the same id)."""
     tracer = core.tracer
     if tracer is None:
-        tracer = Tracer(core)
+        tracer = Tracer(core.name, core.inbound)
     tracer.add(qid, query)
     core.tracer = tracer
 
 
-def remove(core: "NodeCore", qid: str) -> bool:
+def remove(core: TracedCore, qid: str) -> bool:
     """Stop evaluating query ``qid``; with the last one gone, tracing costs nothing again."""
     tracer = core.tracer
     if tracer is None:
@@ -585,17 +593,17 @@ def remove(core: "NodeCore", qid: str) -> bool:
     return found
 
 
-def take(core: "NodeCore") -> dict[str, list]:
+def take(core: TracedCore) -> dict[str, list]:
     """Each installed query's partial table since the last call (empty when none is installed)."""
     return {} if core.tracer is None else core.tracer.take()
 
 
-def installed(core: "NodeCore") -> dict[str, Any]:
+def installed(core: TracedCore) -> dict[str, Any]:
     """Query id -> its text, for listings."""
     return {} if core.tracer is None else {qid: p.query.text for qid, p in core.tracer.queries.items()}
 
 
-def source_context(core: "NodeCore", stream: str | None, traceparent: str | None) -> bool:
+def source_context(core: TracedCore, stream: str | None, traceparent: str | None) -> bool:
     """The source message on ``stream`` about to be taken came with W3C ``traceparent`` (None after
     it: cleared).  Returns whether it is carried (a Hop query is installed and the header is valid)."""
     tracer = core.tracer

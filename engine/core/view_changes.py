@@ -42,16 +42,17 @@ replica seeks one, what it proposes, and how the members follow a decided one.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import MemberSync, StamperEvent, StamperRole
-from replicast.engine.core.views import Candidacy, Outcome, VoteMemory
+from replicast.engine.core.views import Candidacy, Outcome, VoteMemory, Voter
 from replicast.engine.messages import JoinStamping, StampAck, View, ViewDecided, ViewReply
 from replicast.operators.base import NO_PUNCTUATION
 
 if TYPE_CHECKING:
-    from replicast.engine.core.node import NodeCore
+    from replicast.engine.core.events import NodeOptions
     from replicast.engine.core.stamper import StampState, Stamper
 
 #: Terms are clock readings (µs) rounded up to a multiple of this, plus the candidate's replica
@@ -64,10 +65,16 @@ STAMPER_PRIORITY = 1 << 16
 
 
 class ViewChanges:
-    """Rules 4-5 for the entry-stamped replicas of ``core`` (their state is ``Hosted.stamp``)."""
+    """Rules 4-5 for the entry-stamped replicas of one node (their state is ``Hosted.stamp``)."""
 
-    def __init__(self, core: "NodeCore", stamper: "Stamper"):
-        self.core, self.stamper = core, stamper
+    def __init__(self, stamper: "Stamper", options: "NodeOptions", outbox: Outbox, counters: dict[str, int],
+                 incarnation: int, rejoin: Callable[[Hosted, int, str], None], voter: "Voter"):
+        """It reads the node's options and incarnation, sends through the outbox, acts on ``stamper``'s
+        replicas, and asks the lifecycle to ``rejoin`` a replica that left a view having emitted."""
+        self.stamper, self.options, self.out, self.counters = stamper, options, outbox, counters
+        self.incarnation, self.rejoin = incarnation, rejoin
+        #: This node's voter: the terms its node proposed before, and whether its votes were lost (views rules 1-2).
+        self.voter = voter
 
     # -- a view decided elsewhere (rule 5) ----------------------------------------------------
     def on_decided(self, src: str, message: ViewDecided, now: int) -> None:
@@ -78,7 +85,7 @@ class ViewChanges:
         if state.view is not None and view.term <= state.view.term or view.stamper == me[0]:
             return                                     # stale, or already known
         if state.peers.get(view.stamper) != src:       # peers come from the configuration only
-            self.core.counters["stale_stamps"] += 1
+            self.counters["stale_stamps"] += 1
             return
         carried = state.role is not StamperRole.OUTSIDE and state.view is not None \
             and message.base == state.view.term
@@ -104,7 +111,7 @@ class ViewChanges:
                 hosted.entry.punctuation = max(hosted.entry.punctuation, message.frontier)
             self.stamper.live(hosted, f"member of view {view.term}")
         self.stamper.set_role(hosted, StamperEvent.JOINED)
-        self.core.send(src, StampAck(message.stream, view.stamper, me[0], view.term, state.next))
+        self.out.send(src, StampAck(message.stream, view.stamper, me[0], view.term, state.next))
 
     def learn(self, state: StampState, view: View) -> None:
         state.view, state.seen_term = view, max(state.seen_term, view.term)
@@ -116,7 +123,7 @@ class ViewChanges:
         state = hosted.stamp
         state.candidacy = None
         if hosted.log.frontier is not None or hosted.log.end:
-            self.core.lifecycle.rejoin(hosted, now, reason)   # calls start(): OUTSIDE, asks to join
+            self.rejoin(hosted, now, reason)   # calls start(): OUTSIDE, asks to join
         else:
             if state.role is not StamperRole.OUTSIDE:
                 self.stamper.set_role(hosted, StamperEvent.LEFT_OUT)
@@ -134,11 +141,11 @@ class ViewChanges:
 
     # -- seeking a view (rule 4) --------------------------------------------------------------
     def reachable(self, hosted: Hosted, index: int, epoch: int | None = None) -> bool:
-        state, core = hosted.stamp, self.core
+        state = hosted.stamp
         if index == hosted.replica.index:
             return epoch is None or epoch == hosted.epoch
         node = state.peers.get(index)
-        return bool(node) and (node == core.name or node in core.connected) \
+        return bool(node) and self.out.reachable(node) \
             and (epoch is None or state.epochs.get(index, epoch) == epoch)
 
     def _wants(self, hosted: Hosted) -> bool:
@@ -166,10 +173,10 @@ class ViewChanges:
         state = hosted.stamp
         if state.candidacy is not None:
             return
-        if not self._wants(hosted) or self.core.voter.memory is VoteMemory.LOST:
+        if not self._wants(hosted) or self.voter.memory is VoteMemory.LOST:
             state.act_at = None                        # (LOST: its node may not know the terms it proposed)
             return
-        delay = self.rank(hosted) * self.core.options.heartbeat_us
+        delay = self.rank(hosted) * self.options.heartbeat_us
         if state.act_at is None:
             state.act_at = now + delay
         if state.view is None and state.role is StamperRole.OUTSIDE:
@@ -179,31 +186,31 @@ class ViewChanges:
             if all(i in state.epochs and self.reachable(hosted, i, state.epochs[i]) for i in state.peers):
                 state.act_at = min(state.act_at, now + delay)
             else:
-                state.act_at = max(state.act_at, state.started + self.core.options.peer_timeout_us + delay)
+                state.act_at = max(state.act_at, state.started + self.options.peer_timeout_us + delay)
         if seek and now >= state.act_at:
             self._seek(hosted, now)
 
     def _seek(self, hosted: Hosted, now: int) -> None:
-        core, state = self.core, hosted.stamp
+        state = hosted.stamp
         if not state.electorate:
-            voters = set(core.options.voters) or {*state.peers.values(), *(r.node for r in hosted.routes.values())}
+            voters = set(self.options.voters) or {*state.peers.values(), *(r.node for r in hosted.routes.values())}
             state.electorate = tuple(sorted(n for n in voters if n))
         state.act_at = None
         # Above every term seen, the clock and every term this node proposed for the stream in any
         # life (views rule 2), and ≡ the replica index: two candidates never share one.
         stream = hosted.replica.name
-        term = (max(state.seen_term, now, core.incarnation, core.voter.proposed(stream)) // TERM_STRIDE + 1) \
+        term = (max(state.seen_term, now, self.incarnation, self.voter.proposed(stream)) // TERM_STRIDE + 1) \
             * TERM_STRIDE + hosted.replica.index + (STAMPER_PRIORITY if state.role is StamperRole.STAMPING else 0)
         state.seen_term = term
-        core.voter.propose(stream, term)               # stored before the ballots leave (views rule 2)
-        state.candidacy = Candidacy(term, state.electorate, now + core.options.peer_timeout_us)
+        self.voter.propose(stream, term)               # stored before the ballots leave (views rule 2)
+        state.candidacy = Candidacy(term, state.electorate, now + self.options.peer_timeout_us)
         self._ballot(hosted)
 
     def _ballot(self, hosted: Hosted) -> None:
         candidacy = hosted.stamp.candidacy
         message = candidacy.ballot(hosted.replica.name, hosted.replica.index)
         for node in candidacy.voters:
-            self.core.send(node, message)
+            self.out.send(node, message)
 
     def on_reply(self, src: str, message: ViewReply, now: int) -> None:
         hosted = self.stamper.hosted(message.stream, message.candidate)
@@ -215,7 +222,7 @@ class ViewChanges:
         outcome = candidacy.on_reply(src, message)
         if outcome is Outcome.REFUSED:
             state.candidacy = None
-            state.act_at = now + (1 + self.rank(hosted)) * self.core.options.heartbeat_us
+            state.act_at = now + (1 + self.rank(hosted)) * self.options.heartbeat_us
         elif outcome is Outcome.PROMISED:
             proposal = self._derive(hosted, candidacy.latest, candidacy.term)
             if proposal is None:
@@ -295,17 +302,17 @@ class ViewChanges:
             start = state.emitted if carried else state.sync[0]
             since = start if carried or not state.history else min(start, state.history[0][0])
             state.acked[member[0]], state.told[member[0]] = start, MemberSync.TOLD
-            self.core.send(state.peers[member[0]], self.decided(hosted, member[0], previous if carried else None,
+            self.out.send(state.peers[member[0]], self.decided(hosted, member[0], previous if carried else None,
                                                                  start, since))
             for seq in range(since, state.next):
                 self.stamper.send_segment(hosted, seq, [member])
         members = {state.peers.get(i) for i, _ in view.members}
         for node in state.electorate:
             if node not in members:
-                self.core.send(node, self.decided(hosted, -1, None))
+                self.out.send(node, self.decided(hosted, -1, None))
         for other, node in state.peers.items():
             if other != index and not any(i == other for i, _ in view.members):
-                self.core.send(node, self.decided(hosted, other, None))
+                self.out.send(node, self.decided(hosted, other, None))
         # What is pending, then a punctuation at once: receivers that followed an earlier incarnation
         # of a member trust its new stream only from its first punctuation (receiver rule 2).
         for records, punctuation in [*hosted.entry.take_over(now), *hosted.entry.punctuate(now)]:

@@ -1,7 +1,7 @@
 """Who stamps an entry-stamped stream: views decided by a majority of voters (Paxos, one decision per change).
 
-Two entry replicas that cannot reach each other must not both stamp (issue 11: the same event
-would get two timestamps).  So the stamper is named by a :class:`~engine.messages.View` that a
+Two entry replicas that cannot reach each other must not both stamp (the same event would get two
+timestamps: docs/node.md, "Entry-stamped mode").  So the stamper is named by a :class:`~engine.messages.View` that a
 majority of the *voters* (the cluster's nodes, ``NodeOptions.voters``) accepted.  Rules:
 
 1. **Voter** (every node, :class:`Voter`): per stream it keeps the largest term it promised and the

@@ -3,6 +3,9 @@ modules"): no NodeCore, no network — an outbox, a few values, a table."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from replicast.engine.core.events import PeerTimedOut
 from replicast.engine.core.links import PROBE_EVERY, Links
 from replicast.engine.core.outbox import Outbox
@@ -96,3 +99,40 @@ def test_statistics_and_report_alone_from_empty_tables():
     assert stats["latency"]["app"]["count"] == 0
     report = server_report("n1", {}, {}, {"n2": 1500}, 1_000, now=5, load=0.5, capacity=2.0)
     assert report.rtt_ms == {"n2": 1.5} and report.load == 0.5 and report.capacity == 2.0
+
+
+def _imports(path) -> set[str]:
+    """Every module ``path`` imports, at any depth of its tree (TYPE_CHECKING blocks and functions too)."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:                               # relative: from . import node / from .node import …
+                package = "replicast.engine.core" if node.level == 1 else "replicast.engine"
+                base = f"{package}.{base}" if base else package
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
+CORE = Path(__file__).resolve().parents[2] / "engine" / "core"
+NODE = {"replicast.engine.core.node", "engine.core.node"}
+
+
+def test_no_core_module_imports_the_node_core_even_for_typing():
+    modules = sorted(p for p in CORE.glob("*.py") if p.name != "node.py")
+    assert len(modules) > 15
+    importers = [p.name for p in modules if _imports(p) & NODE]
+    assert importers == [], f"these modules import engine/core/node.py: {importers}"
+
+
+def test_the_import_check_sees_typing_and_relative_imports(tmp_path):
+    """The check above can fail: it finds the import forms a module could use."""
+    for text in ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from replicast.engine.core.node import NodeCore\n",
+                 "from . import node\n", "from .node import NodeCore\n", "import replicast.engine.core.node\n"):
+        path = tmp_path / "m.py"
+        path.write_text(text)
+        assert _imports(path) & NODE, text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,23 @@ def test_tables_say_what_the_core_relies_on():
         advance(JoinPhase.ASKING, JoinEvent.LINKED)
     with pytest.raises(IllegalTransition):
         advance(StamperRole.OUTSIDE, StamperEvent.LEFT_OUT)
+
+
+def markdown() -> str:
+    """The tables as docs/lifecycle.md shows them: per kind, events down, states across."""
+    parts = []
+    for kind in [ReplicaState, InboundState, RouteState, JoinPhase, StamperRole, CandidacyPhase, MemberSync,
+                 PairRole]:
+        table = transitions(kind)
+        states = list(kind)
+        head = f"| `{kind.__name__}` ↓ event, state → | " + " | ".join(s.name for s in states) + " |"
+        rule = "|---|" + "---|" * len(states)
+        rows = [f"| {event.name} | " + " | ".join(table[s, event].name if (s, event) in table else "—"
+                                                   for s in states) + " |" for event in EVENTS[kind]]
+        parts.append("\n".join([head, rule, *rows]))
+    return "\n\n".join(parts) + "\n"
+
+
+def test_docs_show_the_tables_as_they_are():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md").read_text()
+    assert markdown() in page, "docs/lifecycle.md's tables differ from engine/core/states.py: print markdown()"

@@ -260,14 +260,13 @@ def test_the_coordinator_is_told_win_share_or_rank_weights(signal):
     """NodeOptions.utility picks what a server reports per stream replica (placement reports):
     §V-B's Σ 1/rank, or its wins — a stream replica that never wins weighs 0 only then."""
     from dataclasses import replace as with_options
-    from replicast.engine.core.stats import server_report
     from replicast.engine.node import NodeOptions
     place = placement(2, NODES)
     net = MemoryNetwork(QUERY, place, options=with_options(NodeOptions(), utility=signal))
     publish_all(net, place)
     checked = 0
     for core in net.cores.values():
-        report = server_report(core, net.now)
+        report = core.server_report(net.now)
         for stream, inbound in core.inbound.items():
             hosted = core.hosted[stream.target]
             if hosted.logic is None or inbound.index is None:

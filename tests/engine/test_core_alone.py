@@ -1,0 +1,306 @@
+"""Each component of the node core built alone, from what it reads — tables, an outbox, counters,
+option values and callbacks — without a NodeCore (docs/architecture.md, "The node core's modules").
+Callbacks are recorded, not simulated: each test checks what the component asked for."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from replicast.engine.core.control import Control
+from replicast.engine.core.control_policy import ControlPolicy
+from replicast.engine.core.coordination import Coordination, CoordinationSetup
+from replicast.engine.core.events import ControlRefused, DeadLetter, NodeOptions, ReplicaChanged
+from replicast.engine.core.failover import AllFeed, Failover
+from replicast.engine.core.heard import Heard
+from replicast.engine.core.hosted import Hosted, Inbound, Route
+from replicast.engine.core.lifecycle import Lifecycle
+from replicast.engine.core.outbox import Outbox
+from replicast.engine.core.pairs import Pairs, Unpaired
+from replicast.engine.core.receiver import Receiver
+from replicast.engine.core.sender import Sender
+from replicast.engine.core.stamper import Stamper
+from replicast.engine.core.stamping import Stamping
+from replicast.engine.core.states import InboundState, PairRole, ReplicaState, RouteState
+from replicast.engine.core.stats import COUNTERS
+from replicast.engine.entry import EntryPoint
+from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
+                                       RemoveReplica, Resume, Standby, StreamHead)
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.query_file import load_query
+from replicast.operators.replica import OperatorReplica
+from replicast.placement.workload import from_query
+
+ROOT = Path(__file__).resolve().parents[2]
+QUERY = load_query(ROOT / "examples/fig1.toml")
+OPTIONS = NodeOptions(heartbeat_us=100, peer_timeout_us=600, join_timeout_us=1_000)
+
+
+def counters() -> dict[str, int]:
+    return dict.fromkeys(COUNTERS, 0)
+
+
+def operator(name: str, index: int, peers=("n1", "n2"), epoch: int = 1) -> Hosted:
+    logic = OperatorReplica(QUERY.new_operator(name), [0] * len(QUERY.inputs_of(name)), QUERY.order_sensitive(name))
+    return Hosted(ReplicaId(name, index), "operator", logic, None, peers, epoch)
+
+
+def entry(name: str, index: int, peers=("n1", "n2"), epoch: int = 1) -> Hosted:
+    return Hosted(ReplicaId(name, index), "entry", None, EntryPoint(QUERY.streams[name], "source"), peers, epoch)
+
+
+class Calls(list):
+    """A callback that records its arguments."""
+
+    def __call__(self, *args, **kwargs):
+        self.append(args)
+
+
+# -- the failure detector ----------------------------------------------------------------------------
+
+def test_heard_alone_suspects_only_after_the_time_out_and_never_itself():
+    heard = Heard("n1", started=100, peer_timeout_us=600)
+    assert not heard.suspected("n2", 700) and heard.suspected("n2", 701)      # never heard: since the start
+    heard.note("n2", 650)
+    assert not heard.suspected("n2", 1250) and heard.suspected("n2", 1251)
+    assert heard.last_heard("n2", 0) == 650 and heard.last_heard("n3", -1) == -1
+    assert not heard.suspected("n1", 10**9)
+
+
+# -- the mode plug-ins ---------------------------------------------------------------------------------
+
+def failover_alone():
+    hosted = {ReplicaId("load_trend", 1): operator("load_trend", 1)}
+    s0 = StreamReplica(ReplicaId("load", 0), ReplicaId("load_trend", 1), 0)
+    s1 = StreamReplica(ReplicaId("load", 1), ReplicaId("load_trend", 1), 0)
+    inbound = {s0: Inbound("n2"), s1: Inbound("n3")}
+    out, heard = Outbox("n1", {"n2", "n3"}), Heard("n1", 0, 600)
+    requests, checks = Calls(), Calls()
+    count = counters()
+    return Failover(hosted, inbound, out, count, heard, requests, checks), hosted, inbound, out, heard, requests, \
+        count, s0, s1
+
+
+def test_failover_alone_follows_its_preference_and_switches_when_the_detector_fires():
+    failover, hosted, inbound, out, heard, requests, count, s0, s1 = failover_alone()
+    target = hosted[ReplicaId("load_trend", 1)]
+    assert failover.follows(s1, target) and not failover.follows(s0, target)     # replica 1 prefers upstream 1
+    failover.stand_by(s0, inbound[s0], target)
+    assert inbound[s0].state is InboundState.STANDBY and out.messages == [("n2", Standby(s0, NO_PUNCTUATION))]
+    heard.note("n2", 1000)
+    failover.check(now=1000)                        # n3 never heard from: suspected
+    assert count["failovers"] == 1 and failover.follows(s0, target)
+    assert requests == [(s0, inbound[s0], target)] and inbound[s0].state is InboundState.UNPOSITIONED
+    assert [type(e) for e in out.events] == [ReplicaChanged]
+
+
+def test_all_feed_alone_follows_everything_and_has_no_standbys():
+    feed = AllFeed()
+    s0 = StreamReplica(ReplicaId("load", 0), ReplicaId("load_trend", 1), 0)
+    assert feed.follows(s0, operator("load_trend", 1))
+    with pytest.raises(AssertionError):
+        feed.stand_by(s0, Inbound("n2"), operator("load_trend", 1))
+
+
+def test_pairs_alone_hold_output_until_the_backup_acknowledges():
+    primary = operator("load_trend", 0)
+    primary.fresh = True
+    hosted = {primary.replica: primary}
+    out, releases = Outbox("n1", {"n2"}), Calls()
+    count = counters()
+    pairs = Pairs(QUERY, hosted, out, count, Heard("n1", 0, 600), releases, Calls(), Calls())
+    pairs.attach(primary)
+    assert pairs.pairs[primary.replica].role is PairRole.PRIMARY and primary.gate == 0
+    assert set(pairs.handlers()) == {Determinant, DeterminantAck}
+    pairs.tap_into(primary.replica, primary.logic)
+    primary.logic.tap(primary.logic, 0, [(5, "s", 0.5)], None)
+    (node, determinant), = out.messages
+    assert node == "n2" and determinant.seq == 1 and count["determinants"] == 1
+    assert pairs.held(primary) is None               # an intent: nothing goes out yet
+    pairs.on_ack("n2", DeterminantAck(primary.replica, 1), now=0)
+    assert releases == [(primary, 0)]
+
+
+def test_unpaired_alone_holds_nothing():
+    hosted = entry("cpu_a", 0)
+    plug = Unpaired()
+    assert plug.handlers() == {} and plug.held(hosted) == hosted.log.end and plug.snapshot(hosted, 0) is None
+
+
+# -- sending and receiving ------------------------------------------------------------------------------
+
+def test_sender_alone_answers_a_resume_and_sends_what_is_emitted():
+    source = entry("cpu_a", 0)
+    source.state, source.log.frontier = ReplicaState.LIVE, NO_PUNCTUATION
+    stream = StreamReplica(source.replica, ReplicaId("load", 0), 0)
+    source.routes[stream] = Route("n2", 0)
+    out = Outbox("n1", {"n2"})
+    sender = Sender({source.replica: source}, out, counters(), {}, retention_items=10, join_timeout_us=1_000,
+                    standbys=False, pairs=Unpaired())
+    sender.on_resume("n2", Resume(stream, None, 0), now=0)
+    assert source.routes[stream].state is RouteState.ACTIVE
+    assert out.messages == [("n2", StreamHead(stream, 1, 0, NO_PUNCTUATION, None))]
+    sender.emit(source, [(5, "s", 0.5)], 5, now=5)
+    assert isinstance(out.messages[-1][1], Batch) and out.messages[-1][1].offset == 0
+
+
+def test_sender_alone_answers_a_stranger_with_not_hosted_and_counts_it():
+    out, count = Outbox("n1", {"n2"}), counters()
+    sender = Sender({}, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False, pairs=Unpaired())
+    stream = StreamReplica(ReplicaId("cpu_a", 0), ReplicaId("load", 0), 0)
+    sender.on_resume("n2", Resume(stream, None, 0), now=0)
+    assert count["stale_requests"] == 1 and type(out.messages[0][1]).__name__ == "NotHosted"
+
+
+def test_receiver_alone_holds_while_joining_then_follows_a_head_and_acknowledges():
+    target = operator("load", 0)
+    stream = StreamReplica(ReplicaId("cpu_a", 0), target.replica, 0)
+    inbound = {stream: Inbound("n2")}
+    out, acks, emits, checks = Outbox("n1", {"n2"}), Calls(), Calls(), Calls()
+    receiver = Receiver(QUERY.schemas, {target.replica: target}, inbound, out, counters(), AllFeed(),
+                        ack=acks, emit=emits, check_port=checks, check_horizon=Calls(), adopt=Calls())
+    receiver.request(stream, inbound[stream], target)
+    assert inbound[stream].state is InboundState.HOLDING and out.messages == [("n2", Hold(stream))]
+    target.state = ReplicaState.LIVE
+    receiver.on_peer_up("n2")                          # asks again, now for the stream itself
+    assert out.messages[-1] == ("n2", Resume(stream, None, 0))
+    receiver.on_head("n2", StreamHead(stream, 7, 0, NO_PUNCTUATION, None), now=1)
+    assert inbound[stream].state is InboundState.FOLLOWING and checks == [(target, 0, 1)]
+    receiver.on_batch("n2", Batch(stream, 7, 0, [(5, "s", 0.5)], 10), now=2)
+    assert acks == [("n2", stream, 7, 2, 2)] and emits and inbound[stream].next == 2
+
+
+# -- the lifecycle --------------------------------------------------------------------------------------
+
+def test_lifecycle_alone_rebuilds_a_replica_without_peers_and_asks_for_its_inputs():
+    target = operator("load", 0, peers=("n1",))
+    hosted = {target.replica: target}
+    stream = StreamReplica(ReplicaId("cpu_a", 0), target.replica, 0)
+    inbound = {stream: Inbound("n2")}
+    out, count = Outbox("n1", {"n2"}), counters()
+    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
+                    pairs=Unpaired())
+    receiver = Receiver(QUERY.schemas, hosted, inbound, out, count, AllFeed(), ack=Calls(), emit=sender.emit,
+                        check_port=Calls(), check_horizon=Calls(), adopt=Calls())
+    lifecycle = Lifecycle(OPTIONS, hosted, inbound, out, count, sender=sender, receiver=receiver, failover=AllFeed(),
+                          pairs=Unpaired(), new_epoch=lambda now, previous=None: now, new_logic=lambda r: None,
+                          stamper_start=Calls(), release_held=Calls())
+    lifecycle.start(target, now=0)
+    assert target.state is ReplicaState.REBUILDING
+    assert [e.new for e in out.events if isinstance(e, ReplicaChanged)] == ["rebuilding"]
+    assert out.messages == [("n2", Resume(stream, None, 0))]
+
+
+def test_lifecycle_alone_asks_a_peer_for_a_snapshot_once_its_node_is_connected():
+    target = operator("load", 1)
+    hosted = {target.replica: target}
+    out, count = Outbox("n2", set()), counters()
+    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
+                    pairs=Unpaired())
+    receiver = Receiver(QUERY.schemas, hosted, {}, out, count, AllFeed(), ack=Calls(), emit=sender.emit,
+                        check_port=Calls(), check_horizon=Calls(), adopt=Calls())
+    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, receiver=receiver, failover=AllFeed(),
+                          pairs=Unpaired(), new_epoch=lambda now, previous=None: now, new_logic=lambda r: None,
+                          stamper_start=Calls(), release_held=Calls())
+    lifecycle.start(target, now=0)
+    assert target.state is ReplicaState.JOINING and out.messages == []          # its peer's node is not up
+    out.connected.add("n1")
+    lifecycle.on_peer_change("n1", now=10)
+    (node, request), = out.messages
+    assert node == "n1" and request.donor == ReplicaId("load", 0)
+
+
+# -- control ----------------------------------------------------------------------------------------------
+
+def test_control_policy_alone_takes_the_node_itself_and_the_coordinator_only():
+    stream = StreamReplica(ReplicaId("cpu_a", 0), ReplicaId("load", 0), 0)
+    inbound = {stream: Inbound("n2")}
+    policy = ControlPolicy("n1", {}, inbound, lambda s: False)
+    deploy = DeployReplica(ReplicaId("load", 0), ("n1",))
+    assert policy.refusal("n1", deploy) is None
+    assert "no coordinator" in policy.refusal("n3", deploy)
+    policy.coordinator = "n3"
+    assert policy.refusal("n3", deploy) is None
+    assert policy.refusal("n2", DisconnectStream(stream)) is None          # its other end
+    assert "whose other end is n2" in policy.refusal("n4", DisconnectStream(stream))
+
+
+def test_control_alone_refuses_what_it_cannot_apply_and_touches_nothing_else():
+    out, count = Outbox("n1", set()), counters()
+    # The collaborators a refusal never reaches are left out (None): a refusal touches nothing else.
+    control = Control(QUERY, OPTIONS, {}, {}, out, count, restarted=False, new_epoch=lambda now: now, sender=None,
+                      receiver=None, lifecycle=None, stamper=type("NoPeers", (), {"peer_stream": lambda s, x: False})(),
+                      failover=AllFeed(), pairs=Unpaired())
+    control.deploy("n1", DeployReplica(ReplicaId("nope", 0), ("n1",)), now=0)
+    control.remove("n1", RemoveReplica(ReplicaId("load", 0)), now=0)
+    control.guarded(control.deploy)("n9", DeployReplica(ReplicaId("load", 0), ("n1",)), 0)
+    assert count["refused_control"] == 3 and [type(e) for e in out.events] == [ControlRefused] * 3
+    assert control.last_refusal.startswith("node n1: DeployReplica from n9")
+
+
+# -- sources and stamping -----------------------------------------------------------------------------------
+
+def test_stamping_alone_dead_letters_an_unknown_stream_and_emits_a_live_entry_points_records():
+    source = entry("cpu_a", 0)
+    source.state, source.log.frontier = ReplicaState.LIVE, NO_PUNCTUATION
+    out, count, emits = Outbox("n1", set()), counters(), Calls()
+    seals = Calls()
+    stamping = Stamping(QUERY.streams, {source.replica: source}, out, count, emit=emits, stamp=Calls(), step=Calls(),
+                        seal=seals)
+    assert not stamping.on_source("nope", b"{}", now=0)
+    assert count["unknown_streams"] == 1 and isinstance(out.events[0], DeadLetter)
+    assert stamping.on_source("cpu_a", b'{"ts": 5, "server": "s", "load": 0.5}', now=10)
+    (hosted, records, punctuation, now), = emits
+    assert hosted is source and [r[1:] for r in records] == [("s", 0.5)] and now == 10
+    assert len(seals) == 1 and seals[0][0] is source            # its seals follow its records (none here)
+
+
+def test_stamper_alone_knows_its_peer_streams_and_counts_stale_acks():
+    options = NodeOptions(entry_modes={"cpu_a": "entry"})
+    out, count = Outbox("n1", set()), counters()
+    from replicast.engine.core.views import Voter
+    stamper = Stamper(QUERY, options, {}, out, count, 1, emit=Calls(), serve_parked=Calls(), rejoin=Calls(),
+                      voter=Voter(set(QUERY.streams), 1, count, out))
+    assert stamper.peer_stream(StreamReplica(ReplicaId("cpu_a", 0), ReplicaId("cpu_a", 1), 0))
+    assert not stamper.peer_stream(StreamReplica(ReplicaId("cpu_b", 0), ReplicaId("cpu_b", 1), 0))
+    from replicast.engine.messages import StampAck
+    stamper.on_ack("n2", StampAck("cpu_a", 0, 1, 5, 3), now=0)
+    assert count["stale_stamps"] == 1 and not stamper.any
+
+
+def test_key_seal_relay_alone_drops_seals_of_a_stream_it_does_not_follow():
+    from replicast.engine.core.key_seals import KeySealRelay
+    from replicast.engine.messages import KeySeals
+    target = operator("load", 0)
+    stream = StreamReplica(ReplicaId("cpu_a", 0), target.replica, 0)
+    emits = Calls()
+    relay = KeySealRelay({target.replica: target}, {stream: Inbound("n2")}, Outbox("n1", {"n2"}), counters(),
+                         emit=emits)
+    relay.on_seals("n2", KeySeals(stream, 7, 0, ((("s",), 5),)), now=0)      # not positioned: stale
+    assert relay.stale == 1 and relay.received == 0 and emits == []
+    source = entry("cpu_a", 0)
+    relay.emit(source, [])                                                    # nothing to seal: nothing sent
+    assert relay.out.messages == []
+
+
+# -- coordination -----------------------------------------------------------------------------------------
+
+def test_coordination_alone_elects_itself_without_peers_and_reports_to_itself():
+    servers = ("n1", "n2")
+    setup = CoordinationSetup(servers, from_query(QUERY, {name: 0 for name in (*QUERY.streams, *QUERY.applications)}),
+                              random.Random(1))
+    out, told, reports = Outbox("n1", set()), Calls(), Calls()
+
+    def report(now, load, capacity):
+        reports.append(now)
+        from replicast.placement.reports import ServerReport
+        return ServerReport("n1")
+
+    coordination = Coordination(out, setup, 0, server_report=report, set_coordinator=told)
+    assert told == [("n1",)] or told == [("n2",)]                  # n2 presumed up until the settle time
+    coordination.on_timer(setup.config.settle_us)
+    assert told[-1] == ("n1",) and coordination.statistics()["coordinating"]
+    assert reports                                                   # it reported (to itself)
