@@ -366,7 +366,7 @@ def test_sampling_a_batch_by_its_span_picks_exactly_the_records_sampled_one_by_o
     batches in time order, shuffled, going back in time, spread thinly and repeated by key."""
     import random
     rng = random.Random(n)
-    tracer = tracepoints.Tracer(None)
+    tracer = tracepoints.Tracer("n", {})
     start = 1_000_000
     for i in range(400):
         shape = i % 4
