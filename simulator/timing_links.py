@@ -1,0 +1,125 @@
+"""The timing tier's network over arrays: one-way delays frame by frame, held outages and FIFO
+links (the rules of :mod:`simulator.network`, applied to many sends at once; docs/simulator.md,
+"The timing tier")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: "Never": a row a replica does not emit (crashed, lost, or a link that never comes back).
+NEVER = np.int64(2**62)
+
+
+class Links:
+    """One-way delays of the links a deployment uses, frame by frame (int64 µs; -1 = outage), for the
+    frames ``[first, last]``; ``pairs`` are the (server, server) links needed."""
+
+    def __init__(self, trace: Any, servers: dict[str, int], origin: int, first: int, last: int,
+                 pairs: list[tuple[str, str]] | None = None):
+        self.interval = trace.interval_us
+        self.origin = origin
+        self.last_frame = trace.n_frames - 1
+        self.first = first
+        if pairs is None:
+            pairs = [(a, b) for a in servers for b in servers if a != b]
+        self.column = {pair: i for i, pair in enumerate(pairs)}
+        src = np.array([servers[a] for a, _ in pairs], np.intp)
+        dst = np.array([servers[b] for _, b in pairs], np.intp)
+        self._trace, self._pairs, self._beyond = trace, list(zip(src.tolist(), dst.tolist())), {}
+        count = last - first + 1
+        # int32 (µs up to 35 min; frame numbers): an hour of 10-s frames over 3000 links is 5 MB each
+        self.delays = np.empty((count, len(pairs)), np.int32)
+        for f in range(first, last + 1):
+            rtt = trace.frame(f)[src, dst].astype(np.float64)
+            # round(rtt * 500) as TraceStore.one_way_us and Network._frame_delays do
+            self.delays[f - first] = np.where(np.isnan(rtt), -1, np.rint(np.nan_to_num(rtt) * 500.0))
+        # Hold mode: for each frame, the first frame at or after it in which the pair is measured.
+        ahead = np.where(self.delays >= 0, np.arange(count, dtype=np.int32)[:, None], np.int32(count))
+        self.recovers = np.minimum.accumulate(ahead[::-1], axis=0)[::-1]   # == count: not in these frames
+
+    def _delay(self, column: int, frame: int) -> int:
+        """Link ``column``'s one-way delay in any frame of the trace (-1: an outage)."""
+        a, b = self._pairs[column]
+        rtt = float(self._trace.frame(frame)[a, b])
+        return -1 if rtt != rtt else round(rtt * 500.0)
+
+    def _recovery(self, column: int, frame: int) -> int:
+        """The first frame at or after ``frame`` in which link ``column`` is measured (NEVER: none)."""
+        loaded = self.first + len(self.delays)
+        if self.first <= frame < loaded:
+            found = int(self.recovers[frame - self.first, column]) + self.first
+            if found < loaded:
+                return found
+            frame = loaded
+        key = (column, frame)
+        if key not in self._beyond:          # an outage past the frames read at once: rare, scalar
+            self._beyond[key] = next((f for f in range(frame, self.last_frame + 1) if self._delay(column, f) >= 0),
+                                     int(NEVER))
+        return self._beyond[key]
+
+    def arrive(self, a: str, b: str, sent: np.ndarray) -> np.ndarray:
+        """Arrival at ``b`` of messages leaving ``a`` at ``sent`` (NEVER: not sent), FIFO on the link."""
+        column = self.column[(a, b)]
+        live = sent < NEVER
+        t = np.where(live, sent, self.origin)
+        frame = np.clip((t - self.origin) // self.interval, 0, self.last_frame)
+        relative = frame - self.first
+        inside = (relative >= 0) & (relative < len(self.delays))
+        delay = np.empty(len(t), np.int64)
+        delay[inside] = self.delays[relative[inside], column]
+        if not inside.all():                 # sent after the frames read (a long hold upstream)
+            delay[~inside] = [self._delay(column, f) for f in frame[~inside].tolist()]
+        held = delay < 0
+        arrival = t + delay
+        if held.any():
+            recover = self._recoveries(column, frame[held])
+            never = recover >= NEVER
+            recover = np.where(never, self.first, recover)
+            until = self.origin + recover * self.interval
+            arrival[held] = np.where(never, NEVER, until + self._delays_at(column, recover))
+        arrival[~live] = NEVER
+        return fifo(frame - frame.min(), arrival, int(frame.max() - frame.min()) + 1)
+
+    def _recoveries(self, column: int, frames: np.ndarray) -> np.ndarray:
+        """:meth:`_recovery` for many frames: from the table where it answers, else one by one."""
+        relative = frames - self.first
+        inside = (relative >= 0) & (relative < len(self.delays))
+        out = np.empty(len(frames), np.int64)
+        out[inside] = self.recovers[relative[inside], column].astype(np.int64) + self.first
+        redo = ~inside | (out >= self.first + len(self.delays))
+        if redo.any():
+            out[redo] = [self._recovery(column, f) for f in frames[redo].tolist()]
+        return out
+
+    def _delays_at(self, column: int, frames: np.ndarray) -> np.ndarray:
+        relative = frames - self.first
+        inside = (relative >= 0) & (relative < len(self.delays))
+        out = np.empty(len(frames), np.int64)
+        out[inside] = self.delays[relative[inside], column]
+        if not inside.all():
+            out[~inside] = [self._delay(column, f) for f in frames[~inside].tolist()]
+        return out
+
+
+def fifo(frame: np.ndarray, arrival: np.ndarray, frames: int) -> np.ndarray:
+    """Rule 2 of :mod:`simulator.network`: no message overtakes one sent earlier on its link.
+
+    Within one frame a link's arrival is a non-decreasing function of the send time (``t + d``, or
+    one recovery time for a whole held outage), so the running maximum over sends in time order is
+    ``max(arrival, the largest arrival of the sends of earlier frames)``: a maximum per frame and a
+    prefix maximum over frames, without sorting the sends.  (NEVER, a lost message, holds nothing up.)
+    """
+    if len(arrival) < 2:
+        return arrival
+    finite = arrival < NEVER
+    latest = np.full(frames, -1, np.int64)
+    np.maximum.at(latest, frame[finite], arrival[finite])
+    before = np.empty(frames, np.int64)            # the largest arrival of the frames before each one
+    before[0] = -1
+    np.maximum.accumulate(latest[:-1], out=before[1:])
+    bound = before[frame]
+    if not (finite & (bound > arrival)).any():
+        return arrival                             # nothing overtook anything (the common case)
+    return np.where(finite, np.maximum(arrival, bound), NEVER)
