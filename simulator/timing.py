@@ -51,6 +51,7 @@ from replicast.operators.record import Record
 from replicast.simulator.deploy import deploy
 from replicast.simulator.timing_content import TIMED_KINDS, Rows, TimingUnsupported, Window, windows
 from replicast.simulator.timing_links import NEVER, Links
+from replicast.simulator.timing_punctuation import Steps, frontier, release, shifted
 from replicast.simulator.timing_sink import DELIVERY_SCHEMA, Sink, arrivals, differences
 
 __all__ = ["NEVER", "TIMED_KINDS", "DELIVERY_SCHEMA", "Links", "Rows", "Sink", "TimingUnsupported", "Window",
@@ -101,61 +102,103 @@ def deployed(prepared: Any, kmax: int, deployment: str | None = None) -> Deploye
                     sorted((a, b) for a, b in pairs if a != b), upstreams)
 
 
+def punctuated(query: Any) -> set[str]:
+    """The streams whose punctuations someone waits for: the inputs of aggregates and of ordered
+    applications, and everything upstream of them (a frontier is the minimum over all inputs)."""
+    wanted = {spec.input for spec in query.applications.values() if spec.ordered}
+    wanted |= {i for spec in query.operators.values() if spec.kind == "aggregate" for i in spec.inputs}
+    for name in reversed(list(query.operators)):          # plan order: consumers after producers
+        if name in wanted:
+            wanted.update(query.operators[name].inputs)
+    return wanted
+
+
 def time_window(prepared: Any, config: Deployed, window: "Window", links: Links) -> dict[str, np.ndarray]:
     """Per application, the arrival time of each row of its input in ``window`` (NEVER: not delivered)."""
     query, placement, physical, cost, crashes = (prepared.query, config.placement, config.physical, config.cost,
                                                  config.crashes)
     rows = window.rows
+    waits = punctuated(query)
     emitted: dict[str, np.ndarray] = {}        # name -> [rows, replicas] emission times
+    marks: dict[str, list[Steps]] = {}         # name -> per replica, the punctuations it forwards
 
     def alive(server: str, t: np.ndarray) -> np.ndarray:
         crash = crashes.get(server)
         return t if crash is None else np.where(t >= crash, NEVER, t)
 
-    def hop(a: str, b: str, sent: np.ndarray) -> np.ndarray:
+    def hop(a: str, b: str, sent: np.ndarray, marked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Arrivals of rows sent at ``sent`` and punctuations at ``marked``, FIFO with each other."""
+        if marked is None:
+            marked = np.empty(0, np.int64)
         if a == b:
-            return sent
-        arrival = links.arrive(a, b, sent)
+            return sent, marked
+        arrival = links.arrive(a, b, np.concatenate((sent, marked)))
         for server in (a, b):          # in flight when either end crashed: lost with the connection
             crash = crashes.get(server)
             if crash is not None:
                 arrival = np.where(arrival >= crash, NEVER, arrival)
-        return arrival
+        return arrival[:len(sent)], arrival[len(sent):]
 
-    def ready(name: str, index: int, port: int, upstream: str) -> np.ndarray:
-        """When replica ``name#index`` has processed each row of its input ``port`` (first copy)."""
+    def ready(name: str, index: int, port: int, upstream: str) -> tuple[np.ndarray, list[Steps]]:
+        """When replica ``name#index`` has each row of its input ``port`` (first copy, before its CPU
+        cost), and the punctuations arriving from each upstream replica."""
         target = placement[name][index]
-        times = emitted[upstream]
-        best = None
+        times, steps = emitted[upstream], marks.get(upstream)
+        best, copies = None, []
         for source in config.upstreams.get((physical.replicas[name][index], port), ()):
-            at = hop(placement[upstream][source.index], target, times[:, source.index])
+            marked = steps[source.index] if steps is not None else None
+            at, mark_at = hop(placement[upstream][source.index], target, times[:, source.index],
+                              None if marked is None else marked[0])
             best = at if best is None else np.minimum(best, at)
-        return alive(target, _plus(best, cost[name]))
+            if marked is not None:
+                copies.append((mark_at, marked[1]))
+        return best, copies
 
     for stream in query.streams:
         times = np.empty((len(rows[stream].ts), len(placement[stream])), np.int64)
+        sent, values = window.punctuations[stream]
+        steps = []
         for e, server in enumerate(placement[stream]):
-            times[:, e] = alive(server, _plus(hop(window.homes[stream], server, window.published[stream]),
-                                              cost[stream]))
+            at, mark_at = hop(window.homes[stream], server, window.published[stream],
+                              sent if stream in waits else None)
+            times[:, e] = alive(server, _plus(at, cost[stream]))
+            steps.append(shifted((mark_at, values), round(cost[stream]), crashes.get(server)))
         emitted[stream] = times
+        if stream in waits:
+            marks[stream] = steps
     for name, spec in query.operators.items():
         out = rows[name]
         times = np.empty((len(out.ts), len(placement[name])), np.int64)
-        for r in range(len(placement[name])):
+        steps = []
+        for r, server in enumerate(placement[name]):
             ports = [ready(name, r, p, upstream) for p, upstream in enumerate(spec.inputs)]
+            if name in waits or spec.kind == "aggregate":
+                steps.append(shifted(frontier([copies for _, copies in ports]), round(cost[name]),
+                                     crashes.get(server)))
             if spec.kind == "union":
                 stacked = np.empty(len(out.ts), np.int64)
-                for p, at in enumerate(ports):
+                for p, (at, _) in enumerate(ports):
                     mine = out.port == p
                     stacked[mine] = at[out.parents[0][mine]]
-                times[:, r] = stacked
+                times[:, r] = _plus(stacked, cost[name])
             elif spec.kind == "join":
-                times[:, r] = np.maximum(ports[0][out.parents[0]], ports[1][out.parents[1]])
+                times[:, r] = _plus(np.maximum(ports[0][0][out.parents[0]], ports[1][0][out.parents[1]]), cost[name])
+            elif spec.kind == "aggregate":     # a window closes at the first frontier >= its end - 1
+                ordered = getattr(query.new_operator(name), "order_sensitive", False)
+                times[:, r] = release(steps[-1], out.ts if ordered else out.ts - 1)
             else:
-                times[:, r] = ports[0][out.parents[0]]
+                times[:, r] = _plus(ports[0][0][out.parents[0]], cost[name])
+            times[:, r] = alive(server, times[:, r])
         emitted[name] = times
-    return {app: ready(app, 0, 0, spec.input) for app, spec in query.applications.items()}
-
+        if name in waits:
+            marks[name] = steps
+    arrivals = {}
+    for app, spec in query.applications.items():
+        at, copies = ready(app, 0, 0, spec.input)
+        if spec.ordered:       # the application's sorter releases a row at the first punctuation >= its ts
+            at = np.maximum(at, release(frontier([copies]), rows[spec.input].ts))
+        arrivals[app] = alive(placement[app][0], _plus(at, cost[app]))
+    return arrivals
 
 
 def window_links(prepared: Any, pairs: list[tuple[str, str]], window: Window, lookahead_us: int) -> Links:
@@ -190,10 +233,6 @@ def check_supported(scenario: Any, query: Any) -> None:
         if fault.kind != "crash":
             raise TimingUnsupported(f"{where}: [[faults]] #{i} is a {fault.kind!r}; the timing tier models crashes "
                                     f"only")
-    ordered = [a for a, spec in query.applications.items() if spec.ordered]
-    if ordered:
-        raise TimingUnsupported(f"{where}: application {ordered[0]!r} is ordered (it waits for punctuations); the "
-                                f"timing tier does not time sorters")
     for name, spec in query.operators.items():
         if spec.kind not in TIMED_KINDS:
             raise TimingUnsupported(f"{query.source}: operator {name!r} is a {spec.kind}; the timing tier times "

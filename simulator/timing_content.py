@@ -8,12 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from replicast.operators.record import Record
+from replicast.operators.count_aggregate import CountWindowAggregate
+from replicast.operators.record import CLOSED, Record, canonical_bytes
 from replicast.simulator.scenario import ScenarioError
 from replicast.simulator.sources import messages, reference_records
 
 #: Operator kinds whose output rows follow from input rows without waiting for punctuations.
-TIMED_KINDS = ("union", "filter", "map", "join")
+TIMED_KINDS = ("union", "filter", "map", "join", "aggregate")
 
 
 class TimingUnsupported(ScenarioError):
@@ -57,8 +58,21 @@ def _tagged(records: list[Record]) -> list[Record]:
     return [(*r, i) for i, r in enumerate(records)]
 
 
-def operator_rows(query: Any, name: str, inputs: list[Rows]) -> Rows:
-    """``name``'s output rows from its inputs' rows, by the operator's own code, with lineage."""
+@dataclass
+class Span:
+    """What an operator's rows of one window may use: input rows with ts in ``[warm, end)``; time
+    windows close up to ``closes`` (``end − 1``, or CLOSED at the run's end); count aggregates keep
+    their operator across windows in ``kept`` (a count window may span any number of windows)."""
+
+    begin: int
+    end: int
+    closes: int
+    kept: dict[str, Any]
+
+
+def operator_rows(query: Any, name: str, inputs: list[Rows], span: Span) -> Rows:
+    """``name``'s output rows from its inputs' rows, by the operator's own code, with lineage
+    (aggregates: none, their rows are timed by the punctuations that close them)."""
     spec = query.operators[name]
     if spec.kind not in TIMED_KINDS:
         raise TimingUnsupported(f"{query.source}: operator {name!r} is a {spec.kind}; the timing tier times "
@@ -71,6 +85,8 @@ def operator_rows(query: Any, name: str, inputs: list[Rows]) -> Rows:
         row = np.concatenate([np.arange(len(rows)) for rows in inputs] or [np.empty(0, np.int64)])
         ts = np.concatenate([rows.ts for rows in inputs] or [np.empty(0, np.int64)])
         return Rows(records, ts, (row,), port)
+    if spec.kind == "aggregate":
+        return aggregate_rows(query, name, inputs[0], span)
     operator = query.new_operator(name)
     if spec.kind == "filter":
         out = operator.on_batch(0, inputs[0].tagged())
@@ -93,6 +109,22 @@ def operator_rows(query: Any, name: str, inputs: list[Rows]) -> Rows:
     return Rows(records, np.array([r[0] for r in records], np.int64), (left, right))
 
 
+def aggregate_rows(query: Any, name: str, rows: Rows, span: Span) -> Rows:
+    """An aggregate's outputs over a window: a time aggregate sees every row and closes the windows
+    that end by ``span.closes`` (Alg. 3; those before ``begin`` are partial and never delivered); a
+    count aggregate sees the rows of ``[begin, end)`` once, in the sorter's unique order (Alg. 4)."""
+    operator = span.kept.get(name) or query.new_operator(name)
+    if isinstance(operator, CountWindowAggregate):
+        span.kept[name] = operator
+        mine = [r for r, ts in zip(rows.records, rows.ts.tolist()) if span.begin <= ts < span.end]
+        out = operator.on_batch(0, sorted(mine, key=lambda r: (r[0], canonical_bytes(r))))
+    else:
+        operator.on_batch(0, rows.records)
+        out, _ = operator.on_punctuation(0, span.closes)
+    out.sort(key=lambda r: r[0])
+    return Rows(out, np.array([r[0] for r in out], np.int64), ())
+
+
 @dataclass
 class Window:
     """The content of one window of the run: rows with ts in ``[warm, end)``; deliveries are kept for
@@ -104,13 +136,37 @@ class Window:
     rows: dict[str, Rows]
     published: dict[str, np.ndarray]
     homes: dict[str, str]
+    #: per source stream, its punctuations: (send times, values), from ``warm`` to past ``end``
+    punctuations: dict[str, tuple[np.ndarray, np.ndarray]]
+    #: deliveries are kept for ts below this (``end``; the last window: every ts, CLOSED flushes)
+    until: int
 
 
 def warmup_us(query: Any) -> int:
-    """How far before a window its rows must start: the longest Join window (a pair's rows lie
-    within one window of its ``ts``, the later of the two)."""
-    windows = [query.new_operator(name).window_us for name, spec in query.operators.items() if spec.kind == "join"]
-    return max(windows, default=0) + 1
+    """How far before a window its rows must start: every Join window and time window added up (a
+    pair's rows lie within one Join window of its ``ts``; a time window's within its size; chained,
+    the spans add)."""
+    total = 0
+    for name, spec in query.operators.items():
+        operator = query.new_operator(name) if spec.kind in ("join", "aggregate") else None
+        total += getattr(operator, "window_us", 0) + getattr(operator, "size_us", 0)
+    return total + 1
+
+
+def punctuation_lookahead_us(prepared: Any) -> int:
+    """How far past a window its sources' punctuations are needed: a row near the window's end is
+    released by the next punctuation of every source (at most a punctuation interval and a period
+    later), and a window's last time windows by the one after (§IV-A)."""
+    return max((2 * (s.punctuation_us + s.period_us) for s in prepared.sources), default=0)
+
+
+def punctuations(feed: Any, carried: list, until: int) -> tuple[Any, list]:
+    """Read ``feed``'s punctuations sent before ``until`` onto ``carried`` ((sent, value) pairs)."""
+    for when, items in feed:
+        carried.extend((when, item["punctuation"]) for item in items if "punctuation" in item)
+        if when >= until:
+            break
+    return feed, carried
 
 
 def windows(prepared: Any, window_us: int) -> Any:
@@ -126,13 +182,17 @@ def windows(prepared: Any, window_us: int) -> Any:
                                     f"(entry_mode = \"source\"), got entry-stamped {source.stream!r}")
     warm = warmup_us(query)
     feeds = {s.stream: messages(s, prepared.start, prepared.end, rtt, close=False) for s in prepared.sources}
+    # the same messages again, read ahead of the records for their punctuations (CLOSED at the end)
+    marks = {s.stream: (messages(s, prepared.start, prepared.end, rtt, close=True), []) for s in prepared.sources}
+    ahead = punctuation_lookahead_us(prepared)
+    kept: dict[str, Any] = {}
     homes = {s.stream: s.server for s in prepared.sources}
     pending: dict[str, Any] = {stream: next(feed, None) for stream, feed in feeds.items()}
     carried: dict[str, tuple[list, list]] = {stream: ([], []) for stream in feeds}
     begin = prepared.start
     while begin < prepared.end:
         end = min(prepared.end, begin + window_us)
-        rows, published = {}, {}
+        rows, published, punctuated = {}, {}, {}
         for source in prepared.sources:
             stream = source.stream
             schema = query.streams[stream].schema
@@ -149,7 +209,13 @@ def windows(prepared: Any, window_us: int) -> Any:
             published[stream] = np.array(sent, np.int64)
             tail = int(np.searchsorted(ts, end - warm)) if len(ts) else 0
             carried[stream] = (records[tail:], sent[tail:])
+            feed, marked = marks[stream] = punctuations(*marks[stream], end + ahead)
+            marked[:] = [m for m in marked if m[0] >= begin - warm]
+            pairs = np.array(marked, np.int64).reshape(-1, 2)
+            punctuated[stream] = (pairs[:, 0].copy(), pairs[:, 1].copy())
+        last = end >= prepared.end
+        span = Span(begin, end, CLOSED if last else end - 1, kept)
         for name in query.operators:
-            rows[name] = operator_rows(query, name, [rows[i] for i in query.operators[name].inputs])
-        yield Window(begin - warm, begin, end, rows, published, homes)
+            rows[name] = operator_rows(query, name, [rows[i] for i in query.operators[name].inputs], span)
+        yield Window(begin - warm, begin, end, rows, published, homes, punctuated, CLOSED if last else end)
         begin = end

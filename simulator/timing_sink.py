@@ -38,7 +38,7 @@ class Sink:
         parts = []
         for app, arrival in arrivals.items():
             feed = window.rows[query.applications[app].input]
-            got = (arrival < NEVER) & (feed.ts >= window.begin) & (feed.ts < window.end)
+            got = (arrival < NEVER) & (feed.ts >= window.begin) & (feed.ts < window.until)
             if self.keep_records:
                 self.outputs.setdefault(app, []).extend(r for r, ok in zip(feed.records, got.tolist()) if ok)
             ts = feed.ts[got]
