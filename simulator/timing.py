@@ -39,7 +39,7 @@ a ``[coordinator]`` and engine modes other than replication.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,8 @@ class Deployed:
     crashes: dict[str, int]
     pairs: list[tuple[str, str]]
     upstreams: dict[tuple[Any, int], list[Any]]   # (replica, port) -> the replicas feeding it
+    #: records sent between servers so far and the sum of their one-way delays (µs), for §V-A's cost
+    sent: list = field(default_factory=lambda: [0, 0])
 
 
 def deployed(prepared: Any, kmax: int, deployment: str | None = None) -> Deployed:
@@ -121,6 +123,7 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
     waits = punctuated(query)
     emitted: dict[str, np.ndarray] = {}        # name -> [rows, replicas] emission times
     marks: dict[str, list[Steps]] = {}         # name -> per replica, the punctuations it forwards
+    tally = config.sent                        # records sent between servers, Σ one-way delay (µs)
 
     def alive(server: str, t: np.ndarray) -> np.ndarray:
         crash = crashes.get(server)
@@ -132,7 +135,7 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             marked = np.empty(0, np.int64)
         if a == b:
             return sent, marked
-        arrival = links.arrive(a, b, np.concatenate((sent, marked)))
+        arrival = links.arrive(a, b, np.concatenate((sent, marked)), tally, len(sent))
         for server in (a, b):          # in flight when either end crashed: lost with the connection
             crash = crashes.get(server)
             if crash is not None:

@@ -59,8 +59,13 @@ class Links:
                                      int(NEVER))
         return self._beyond[key]
 
-    def arrive(self, a: str, b: str, sent: np.ndarray) -> np.ndarray:
-        """Arrival at ``b`` of messages leaving ``a`` at ``sent`` (NEVER: not sent), FIFO on the link."""
+    def arrive(self, a: str, b: str, sent: np.ndarray, tally: list | None = None, records: int = 0) -> np.ndarray:
+        """Arrival at ``b`` of messages leaving ``a`` at ``sent`` (NEVER: not sent), FIFO on the link.
+        With ``tally``, the first ``records`` sends are records: their count and the sum of their
+        one-way delays at send (µs; 0 in an outage, as the recorder counts them) are added to it
+        (the network cost of §V-A is records × delay)."""
+        if not len(sent):
+            return sent.copy()
         column = self.column[(a, b)]
         live = sent < NEVER
         t = np.where(live, sent, self.origin)
@@ -72,6 +77,10 @@ class Links:
         if not inside.all():                 # sent after the frames read (a long hold upstream)
             delay[~inside] = [self._delay(column, f) for f in frame[~inside].tolist()]
         held = delay < 0
+        if tally is not None and records:
+            counted = live[:records]
+            tally[0] += int(counted.sum())
+            tally[1] += int(np.where(held[:records] | ~counted, 0, delay[:records]).sum())
         arrival = t + delay
         if held.any():
             recover = self._recoveries(column, frame[held])

@@ -82,7 +82,10 @@ class Sink:
         return {"kmax": self.config.kmax, "tier": "timing", "deployment": self.config.deployment,
                 "simulated_s": (prepared.end - prepared.start) / 1e6, "wall_s": round(self.wall, 3),
                 "delivered": totals.delivered, "per_app": dict(sorted(totals.per_app.items())),
-                "latency_ms": latency_summary(totals, self.latency_columns()), "placement": self.config.placement}
+                "latency_ms": latency_summary(totals, self.latency_columns()), "placement": self.config.placement,
+                # as the reference tier's summary: records between servers, Σ records/s × one-way ms
+                "records_sent": self.config.sent[0],
+                "network_cost": round(self.config.sent[1] / 1e3 / ((prepared.end - prepared.start) / 1e6), 3)}
 
 
 # -- checking against the reference tier -----------------------------------------------------------
