@@ -251,7 +251,8 @@ LOOKAHEAD_US = 600_000_000
 
 
 def run_configs(prepared: Any, configs: list[tuple[int, str | None]], *, out: Any = None, keep_records: bool = False,
-                window_us: int = WINDOW_US, on_window: Any = None) -> list[Sink]:
+                window_us: int = WINDOW_US, on_window: Any = None, keep: bool = True,
+                thresholds_us: tuple[int, ...] = ()) -> list[Sink]:
     """Time every ``(kmax, deployment)`` of ``configs`` over ``prepared``'s window, a window of
     ``window_us`` at a time: the content of a window is made once and timed for every configuration.
     With ``out``, each configuration's deliveries stream to ``out(kmax, deployment)/deliveries.parquet``.
@@ -260,7 +261,8 @@ def run_configs(prepared: Any, configs: list[tuple[int, str | None]], *, out: An
     for k, deployment in configs:
         wall = time.perf_counter()
         config = deployed(prepared, k, deployment)
-        sink = Sink(config, out(config.kmax, config.deployment) if out is not None else None, keep_records)
+        sink = Sink(config, out(config.kmax, config.deployment) if out is not None else None, keep_records, keep,
+                    thresholds_us)
         sink.wall += time.perf_counter() - wall
         sinks.append(sink)
     pairs = sorted({pair for sink in sinks for pair in sink.config.pairs})

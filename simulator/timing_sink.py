@@ -19,7 +19,8 @@ class Sink:
     """One configuration's deliveries: streamed to ``directory/deliveries.parquet`` (or kept, for
     tests and checks), counted in a :class:`~simulator.recorder.Totals` for the summary."""
 
-    def __init__(self, config: Any, directory: Any = None, keep_records: bool = False):
+    def __init__(self, config: Any, directory: Any = None, keep_records: bool = False, keep: bool = True,
+                 thresholds_us: tuple[int, ...] = ()):
         from replicast.simulator.recorder import Totals
 
         self.config, self.directory, self.keep_records = config, directory, keep_records
@@ -27,6 +28,11 @@ class Sink:
         self.tables: list[pa.Table] = []
         self.outputs: dict[str, list[Record]] = {}
         self.wall = 0.0
+        #: without a directory, keep the tables (False: only the counts and histogram: a month's
+        #: deliveries of 100 servers are billions of rows)
+        self.keep = keep
+        #: latency threshold (µs) -> deliveries above it, counted exactly
+        self.exceed = {t: 0 for t in thresholds_us}
         self._writer = None
         if directory is not None:
             import pyarrow.parquet as pq
@@ -47,9 +53,13 @@ class Sink:
         table = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks() \
             if parts else DELIVERY_SCHEMA.empty_table()
         self.totals.add_deliveries(table)
+        if self.exceed:
+            latency = table.column("latency_us").to_numpy()
+            for t in self.exceed:
+                self.exceed[t] += int(np.count_nonzero(latency > t))
         if self._writer is not None:
             self._writer.write_table(table.cast(DELIVERY_SCHEMA))
-        else:
+        elif self.keep:
             self.tables.append(table)
 
     def close(self) -> None:
