@@ -135,7 +135,7 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             marked = np.empty(0, np.int64)
         if a == b:
             return sent, marked
-        arrival = links.arrive(a, b, np.concatenate((sent, marked)), tally, len(sent))
+        arrival = links.arrive(a, b, np.concatenate((sent, marked)) if len(marked) else sent, tally, len(sent))
         for server in (a, b):          # in flight when either end crashed: lost with the connection
             crash = crashes.get(server)
             if crash is not None:

@@ -185,6 +185,8 @@ def windows(prepared: Any, window_us: int) -> Any:
     # the same messages again, read ahead of the records for their punctuations (CLOSED at the end)
     marks = {s.stream: (messages(s, prepared.start, prepared.end, rtt, close=True), []) for s in prepared.sources}
     ahead = punctuation_lookahead_us(prepared)
+    waits = any(spec.kind == "aggregate" for spec in query.operators.values()) or \
+        any(spec.ordered for spec in query.applications.values())
     kept: dict[str, Any] = {}
     homes = {s.stream: s.server for s in prepared.sources}
     pending: dict[str, Any] = {stream: next(feed, None) for stream, feed in feeds.items()}
@@ -209,6 +211,9 @@ def windows(prepared: Any, window_us: int) -> Any:
             published[stream] = np.array(sent, np.int64)
             tail = int(np.searchsorted(ts, end - warm)) if len(ts) else 0
             carried[stream] = (records[tail:], sent[tail:])
+            if not waits:                  # nothing waits for punctuations: none are read
+                punctuated[stream] = (np.empty(0, np.int64), np.empty(0, np.int64))
+                continue
             feed, marked = marks[stream] = punctuations(*marks[stream], end + ahead)
             marked[:] = [m for m in marked if m[0] >= begin - warm]
             pairs = np.array(marked, np.int64).reshape(-1, 2)

@@ -38,6 +38,28 @@ class Links:
         # Hold mode: for each frame, the first frame at or after it in which the pair is measured.
         ahead = np.where(self.delays >= 0, np.arange(count, dtype=np.int32)[:, None], np.int32(count))
         self.recovers = np.minimum.accumulate(ahead[::-1], axis=0)[::-1]   # == count: not in these frames
+        self._overtaking(count)
+
+    def _overtaking(self, count: int) -> None:
+        """Where FIFO can bind: per frame and link, whether a send of that frame can arrive before a
+        send of an earlier frame (bounds: a frame's sends arrive within ``[start + d, start +
+        interval + d]``, a held frame's all at its recovery).  Where it cannot — nearly everywhere —
+        :meth:`arrive` skips :func:`fifo` (the same result, without its scatter-maximum)."""
+        columns = np.arange(self.delays.shape[1])
+        start = self.origin + (self.first + np.arange(count, dtype=np.int64)) * self.interval
+        delays = self.delays.astype(np.int64)
+        recover = np.minimum(self.recovers, count - 1)
+        held_at = np.where(self.recovers < count,
+                           self.origin + (self.first + recover.astype(np.int64)) * self.interval
+                           + delays[recover, columns], NEVER)
+        held = delays < 0
+        lower = np.where(held, held_at, start[:, None] + delays)
+        upper = np.where(held, held_at, start[:, None] + self.interval + delays)
+        before = np.empty_like(upper)
+        before[0] = -1
+        np.maximum.accumulate(upper[:-1], axis=0, out=before[1:])
+        self.overtaken = lower < before
+        self.fifo_binds = self.overtaken.any(axis=0)
 
     def _delay(self, column: int, frame: int) -> int:
         """Link ``column``'s one-way delay in any frame of the trace (-1: an outage)."""
@@ -68,7 +90,8 @@ class Links:
             return sent.copy()
         column = self.column[(a, b)]
         live = sent < NEVER
-        t = np.where(live, sent, self.origin)
+        every = bool(live.all())
+        t = sent if every else np.where(live, sent, self.origin)
         frame = np.clip((t - self.origin) // self.interval, 0, self.last_frame)
         relative = frame - self.first
         inside = (relative >= 0) & (relative < len(self.delays))
@@ -88,7 +111,10 @@ class Links:
             recover = np.where(never, self.first, recover)
             until = self.origin + recover * self.interval
             arrival[held] = np.where(never, NEVER, until + self._delays_at(column, recover))
-        arrival[~live] = NEVER
+        if not every:
+            arrival[~live] = NEVER
+        if inside.all() and (not self.fifo_binds[column] or not self.overtaken[relative, column].any()):
+            return arrival                   # no send can overtake another here (_overtaking)
         return fifo(frame - frame.min(), arrival, int(frame.max() - frame.min()) + 1)
 
     def _recoveries(self, column: int, frames: np.ndarray) -> np.ndarray:
