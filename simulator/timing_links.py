@@ -41,10 +41,12 @@ class Links:
         self._overtaking(count)
 
     def _overtaking(self, count: int) -> None:
-        """Where FIFO can bind: per frame and link, whether a send of that frame can arrive before a
-        send of an earlier frame (bounds: a frame's sends arrive within ``[start + d, start +
-        interval + d]``, a held frame's all at its recovery).  Where it cannot — nearly everywhere —
-        :meth:`arrive` skips :func:`fifo` (the same result, without its scatter-maximum)."""
+        """Where FIFO can bind, per frame and link: ``risk[f, c]``, the send time in frame ``f``
+        after which a send can arrive later than some send of a later frame could (whose arrivals
+        are at least ``start + d``, or a held frame's recovery).  Within a frame arrivals only grow
+        with the send time, so when no send is past its frame's threshold — nearly always: a
+        delay falls between frames by milliseconds, frames are seconds long — :meth:`arrive`
+        skips :func:`fifo` (the same result, without its scatter-maximum)."""
         columns = np.arange(self.delays.shape[1])
         start = self.origin + (self.first + np.arange(count, dtype=np.int64)) * self.interval
         delays = self.delays.astype(np.int64)
@@ -54,12 +56,11 @@ class Links:
                            + delays[recover, columns], NEVER)
         held = delays < 0
         lower = np.where(held, held_at, start[:, None] + delays)
-        upper = np.where(held, held_at, start[:, None] + self.interval + delays)
-        before = np.empty_like(upper)
-        before[0] = -1
-        np.maximum.accumulate(upper[:-1], axis=0, out=before[1:])
-        self.overtaken = lower < before
-        self.fifo_binds = self.overtaken.any(axis=0)
+        after = np.full_like(lower, NEVER)             # the earliest arrival any later frame allows
+        after[:-1] = np.minimum.accumulate(lower[::-1], axis=0)[::-1][1:]
+        risk = np.where(held, np.where(held_at > after, -1, NEVER), after - delays)
+        # one contiguous row per link: a hop reads one link's frames
+        self.by_link, self.risk_by_link = np.ascontiguousarray(delays.T), np.ascontiguousarray(risk.T)
 
     def _delay(self, column: int, frame: int) -> int:
         """Link ``column``'s one-way delay in any frame of the trace (-1: an outage)."""
@@ -92,20 +93,34 @@ class Links:
         live = sent < NEVER
         every = bool(live.all())
         t = sent if every else np.where(live, sent, self.origin)
-        frame = np.clip((t - self.origin) // self.interval, 0, self.last_frame)
+        relative = (t - self.origin) // self.interval - self.first
+        if relative.min() >= 0 and relative.max() < len(self.delays):
+            # the common case, all sends in the frames read: per-link rows, no masks (a hop is
+            # the timing tier's inner loop: docs/simulator.md, "Speed")
+            delay = self.by_link[column][relative]
+            return self._arrive(column, t, relative, relative + self.first, delay, live, every, tally, records, True)
+        frame = np.clip(relative + self.first, 0, self.last_frame)
         relative = frame - self.first
         inside = (relative >= 0) & (relative < len(self.delays))
         delay = np.empty(len(t), np.int64)
         delay[inside] = self.delays[relative[inside], column]
         if not inside.all():                 # sent after the frames read (a long hold upstream)
             delay[~inside] = [self._delay(column, f) for f in frame[~inside].tolist()]
-        held = delay < 0
+        return self._arrive(column, t, relative, frame, delay, live, every, tally, records, False)
+
+    def _arrive(self, column: int, t: np.ndarray, relative: np.ndarray, frame: np.ndarray, delay: np.ndarray,
+                live: np.ndarray, every: bool, tally: list | None, records: int, inside: bool) -> np.ndarray:
+        held = delay < 0 if delay.min() < 0 else None
         if tally is not None and records:
-            counted = live[:records]
-            tally[0] += int(counted.sum())
-            tally[1] += int(np.where(held[:records] | ~counted, 0, delay[:records]).sum())
+            if every and held is None:
+                tally[0] += records
+                tally[1] += int(delay[:records].sum())
+            else:
+                counted = live[:records] if held is None else live[:records] & ~held[:records]
+                tally[0] += int(live[:records].sum())
+                tally[1] += int(np.where(counted, delay[:records], 0).sum())
         arrival = t + delay
-        if held.any():
+        if held is not None:
             recover = self._recoveries(column, frame[held])
             never = recover >= NEVER
             recover = np.where(never, self.first, recover)
@@ -113,8 +128,8 @@ class Links:
             arrival[held] = np.where(never, NEVER, until + self._delays_at(column, recover))
         if not every:
             arrival[~live] = NEVER
-        if inside.all() and (not self.fifo_binds[column] or not self.overtaken[relative, column].any()):
-            return arrival                   # no send can overtake another here (_overtaking)
+        if inside and not (t > self.risk_by_link[column][relative]).any():
+            return arrival                   # no send can be overtaken here (_overtaking)
         return fifo(frame - frame.min(), arrival, int(frame.max() - frame.min()) + 1)
 
     def _recoveries(self, column: int, frames: np.ndarray) -> np.ndarray:
