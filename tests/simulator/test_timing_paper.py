@@ -1,0 +1,57 @@
+"""``replicast experiment fig4 --paper-scale`` (experiments/fig4_paper.py) at a tiny scale: a
+synthetic PlanetLab-like day of 6 servers, kmax 1-2, both deployments, on the timing tier."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from replicast.experiments import fig4_paper
+from replicast.engine.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fig4_paper")
+    assert main(["experiment", "fig4", "--paper-scale", "--servers", "6", "--duration", "1d", "--kmax", "1", "--kmax", "2",
+                 "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_paper_scale_writes_the_tails_and_the_report(tiny):
+    rows = list(csv.DictReader((tiny / "fig4_paper.csv").open(encoding="utf-8")))
+    assert [(r["deployment"], r["kmax"]) for r in rows] == [("random", "1"), ("random", "2"), ("min-cost", "1"),
+                                                           ("min-cost", "2")]
+    # replication transparency: every configuration delivers the same records (held links lose none)
+    delivered = {int(r["delivered"]) for r in rows}
+    assert len(delivered) == 1 and delivered.pop() > 6 * 8640 // 2
+    # kmax 1 is the same optimal non-replicated placement for both deployments (§VI-E)
+    assert rows[0]["p999_ms"] == rows[2]["p999_ms"] and rows[0]["network_cost"] == rows[2]["network_cost"]
+    for r in rows:
+        assert float(r["p50_ms"]) <= float(r["p99_ms"]) <= float(r["p999_ms"]) <= float(r["max_ms"]) * 1.011
+        assert 0 <= float(r["p_over_16s"]) <= float(r["p_over_1s"]) <= 1
+    assert float(rows[1]["cost_ratio"]) > 1 and float(rows[3]["cost_ratio"]) > 1
+    report = (tiny / "fig4_paper.md").read_text(encoding="utf-8")
+    assert "| min-cost | 2 |" in report and "(4.78)" in report and "(5.98)" in report
+    assert "13.39 times higher network cost" in report and "kmax 2: the paper's" in report
+    ccdf = list(csv.DictReader((tiny / "fig4_paper_ccdf.csv").open(encoding="utf-8")))
+    assert {(r["deployment"], r["kmax"]) for r in ccdf} == {(r["deployment"], r["kmax"]) for r in rows}
+
+
+def test_tails_from_the_histogram_match_the_deliveries(tiny):
+    """The report's quantiles come from the histogram (within its 1.1 % bins), its P(> x) exactly."""
+    from replicast.simulator.run import Prepared
+    from replicast.simulator.timing import run_configs
+
+    scenario = fig4_paper.paper_scenario(tiny / "check", str(next((tiny / "traces").iterdir())), 6, 10, 7200.0)
+    (sink,) = run_configs(Prepared(scenario), [(2, "min-cost")], thresholds_us=fig4_paper.THRESHOLDS_US)
+    latency = sink.deliveries().column("latency_us").to_numpy()
+    got = fig4_paper.tails(sink)
+    assert got["delivered"] == len(latency) > 0
+    for name, q in (("p50_ms", 0.5), ("p99_ms", 0.99), ("p999_ms", 0.999)):
+        exact = float(np.quantile(latency, q)) / 1e3
+        assert abs(got[name] - exact) <= 0.012 * exact + 0.1, name
+    assert got["max_ms"] == round(latency.max() / 1e3, 1)
+    assert got["p_over_1s"] == np.mean(latency > 1_000_000)
