@@ -29,11 +29,18 @@ Two figures:
    3600`` for the 1-hour check).  ``--timing-only`` times the timing tier alone (long traces,
    ``--trace``), with the rate extrapolated to 30 simulated days, labelled as such.
 
+6. ``--timing-paper``: the paper-scale Fig. 4 sweep (``experiments/fig4_paper.py``: 100 servers, 10
+   applications, kmax 1-5 × random and min-cost, all ten configurations timed together) over
+   ``--duration-s`` of ``--trace`` (a ``replicast trace synth --like planetlab --nodes 100`` trace): CPU
+   seconds (process time) of the sweep and of the setup, peak RSS, and the month extrapolated from
+   the measured rate (labelled as such).
+
 Each line also gives the run's CPU time (process time: what the run itself used; on the shared
 2-core machine wall time also counts waiting for a core) and the load average after it.
 
 Run: python3 benchmarks/simulator.py [--duration-s S] [--kmax 1 2 3 4 5] [--hops N] [--trace PATH]
      [--no-network] [--items] [--segments N [--spark MASTER] [--cores C]] [--timing | --timing-only]
+     [--timing-paper --trace PATH]
 e.g. the 30-day case, measured over one simulated day:
      replicast trace synth --nodes 30 --duration 30d --out /tmp/synth30-30d
      python3 benchmarks/simulator.py --no-network --trace /tmp/synth30-30d --duration-s 86400 --kmax 3
@@ -189,7 +196,11 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2, help="cores the Spark master has, for the efficiency")
     parser.add_argument("--timing", action="store_true", help="timing tier against the reference tier (see above)")
     parser.add_argument("--timing-only", action="store_true", help="the timing tier alone, extrapolated to 30 days")
+    parser.add_argument("--timing-paper", action="store_true", help="the paper-scale Fig. 4 sweep (see above)")
     args = parser.parse_args()
+    if args.timing_paper:
+        timing_paper(args.trace, args.duration_s or 86400.0)
+        return
     if args.timing or args.timing_only:
         scenario = load_scenario(SCENARIO)
         scenario.duration_s = args.duration_s or (None if args.trace else scenario.duration_s)
@@ -231,6 +242,25 @@ def main() -> None:
         month = f"{30 * 86400 / rate / 3600:.1f} h, {30 * 86400 / cpu_rate / 3600:.1f} h"
         print(f"{k:>4} {s['wall_s']:>8.1f} {cpu:>8.1f} {s['hops']:>10} {s['messages']:>10} {s['hops_per_s']:>9} "
               f"{rate:>12.0f} {cpu_rate:>11.0f} {month:>30}  {_load()}", flush=True)
+
+
+def timing_paper(trace: str | None, seconds: float) -> None:
+    import resource
+    import tempfile
+
+    from replicast.experiments import fig4_paper
+
+    if trace is None:
+        raise SystemExit("--timing-paper needs --trace (replicast trace synth --like planetlab --nodes 100 ...)")
+    cpu = time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        result = fig4_paper.run(Path(out), trace=trace, days=seconds / 86400, progress=False)
+    total = time.process_time() - cpu
+    sweep = result["cpu_s"]
+    print(f"fig4 --paper-scale over {seconds / 3600:g} simulated h of {trace} ({result['servers']} servers, "
+          f"10 configurations): sweep {sweep:.1f} cpu s, setup {total - sweep:.1f} cpu s, wall {result['wall_s']:.1f} s, "
+          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB; a month extrapolated from this "
+          f"rate: {30 * 86400 / seconds * sweep / 60:.1f} cpu min (+ setup); load {_load()}")
 
 
 def timing_tier(prepared: Prepared, kmax: list[int], reference: bool) -> None:
