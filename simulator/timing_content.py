@@ -163,7 +163,8 @@ def punctuation_lookahead_us(prepared: Any) -> int:
 def punctuations(feed: Any, carried: list, until: int) -> tuple[Any, list]:
     """Read ``feed``'s punctuations sent before ``until`` onto ``carried`` ((sent, value) pairs)."""
     for when, items in feed:
-        carried.extend((when, item["punctuation"]) for item in items if "punctuation" in item)
+        # plain punctuations only (a key seal, {"punctuation": p, "key": …}, is refused upstream)
+        carried.extend((when, item["punctuation"]) for item in items if len(item) == 1 and "punctuation" in item)
         if when >= until:
             break
     return feed, carried
@@ -177,6 +178,10 @@ def windows(prepared: Any, window_us: int) -> Any:
         return trace.latency_ms(servers[a], servers[b], max(0, t - origin))
 
     for source in prepared.sources:
+        if getattr(source, "seal", ()):
+            raise TimingUnsupported(f"{prepared.scenario.path}: stream {source.stream!r} declares seal = "
+                                    f"{list(source.seal)}; the timing tier does not model seals per key (windows and "
+                                    f"sorters wait for the punctuation here): use the reference tier")
         if not source.stamped:
             raise TimingUnsupported(f"{prepared.scenario.path}: the timing tier needs source-stamped streams "
                                     f"(entry_mode = \"source\"), got entry-stamped {source.stream!r}")

@@ -144,3 +144,12 @@ def test_an_hour_against_the_reference_tier(scenario_path, kmax, deployment):
                                                                         reference.recorder.deliveries()))
         assert np.allclose(np.quantile(got, [0.5, 0.99, 0.999, 1]), np.quantile(expected, [0.5, 0.99, 0.999, 1]),
                            rtol=0, atol=1000), app
+
+
+def test_refuses_seals_per_key(scenario_path):
+    from replicast.simulator.timing import TimingUnsupported
+
+    prepared = prepare(scenario_path, duration_s=60)
+    prepared.sources[0].seal = ("server",)
+    with pytest.raises(TimingUnsupported, match="seal"):
+        run_timing(prepared, 2)
