@@ -22,7 +22,9 @@ them arrives, and that is a function of paths and link delays:
      duplicate filter, §IV-B) plus the per-record CPU cost of its kind (``[processing_us]``);
    * Union, Filter and Map emit a row when its input row is ready; a Join emits a pair when the
      *second* of its two rows is ready (Alg. 2: the pair is made by whichever arrives second);
-   * an application's delivery time is its input row's first arrival (+ its CPU cost).
+   * an application's delivery time is its input row's first arrival (+ its CPU cost);
+   * windows and sorters wait for punctuations (:mod:`simulator.timing_punctuation`, §IV-A/C/F): a
+     time window closes, a sorter releases, at the first arrival of the punctuation covering it.
 
 3. **Crashes** remove paths: a crashed server's replicas emit nothing from the crash on, and what is
    in flight to or from it then is lost (its connections drop, :meth:`Simulation.crash`).
@@ -31,9 +33,13 @@ What it does not model (``docs/simulator.md``, "The timing tier", has the measur
 the node's CPU as a queue (a record's cost is added, waiting behind other batches is not), FIFO
 between messages of different operators or control messages on the same link, a peer time-out that
 drops a connection in a long outage (the reference then replays after a redial), and batches
-(every record is its own message).  It refuses what it cannot time: punctuation-driven operators
-(aggregates, ordered applications), ``outage = "drop"``, restarts, cuts, congestion, spikes, bandwidth,
-a ``[coordinator]`` and engine modes other than replication.
+(every record is its own message).  It refuses what it cannot time: user-defined operators, seals
+per key, ``outage = "drop"``, restarts, cuts, congestion, spikes, bandwidth, a ``[coordinator]`` and
+engine modes other than replication.
+
+The parts: :mod:`simulator.timing_content` (rows with lineage, a window at a time),
+:mod:`simulator.timing_links` (the network over arrays), :mod:`simulator.timing_punctuation`
+(frontiers as step functions), :mod:`simulator.timing_sink` (deliveries and the comparison).
 """
 
 from __future__ import annotations
@@ -239,8 +245,7 @@ def check_supported(scenario: Any, query: Any) -> None:
     for name, spec in query.operators.items():
         if spec.kind not in TIMED_KINDS:
             raise TimingUnsupported(f"{query.source}: operator {name!r} is a {spec.kind}; the timing tier times "
-                                    f"{', '.join(TIMED_KINDS)} (its outputs wait for punctuations); use the "
-                                    f"reference tier")
+                                    f"{', '.join(TIMED_KINDS)}; use the reference tier")
 
 
 #: Default window: a simulated hour (memory holds one hour's rows and delays whatever the run's

@@ -76,8 +76,7 @@ def operator_rows(query: Any, name: str, inputs: list[Rows], span: Span) -> Rows
     spec = query.operators[name]
     if spec.kind not in TIMED_KINDS:
         raise TimingUnsupported(f"{query.source}: operator {name!r} is a {spec.kind}; the timing tier times "
-                                f"{', '.join(TIMED_KINDS)} (its outputs wait for punctuations); use the "
-                                f"reference tier")
+                                f"{', '.join(TIMED_KINDS)}; use the reference tier")
     if spec.kind == "union":
         records = [r for rows in inputs for r in rows.records]
         port = np.concatenate([np.full(len(rows), p, np.int32) for p, rows in enumerate(inputs)]
