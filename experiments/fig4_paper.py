@@ -199,12 +199,12 @@ def comparison(rows: list[dict]) -> list[str]:
                    f"max {mc['max_ms']} vs {rnd['max_ms']} ms; P(>16 s) {mc['p_over_16s']:.1e} vs "
                    f"{rnd['p_over_16s']:.1e}) at a {cost} network cost ({mc['network_cost']:.0f} vs "
                    f"{rnd['network_cost']:.0f} records/s × ms).")
-    out += ["", "Where this differs from the paper, the causes are known: the trace is synthetic (the shipped "
-            "PlanetLab frames' static structure with the Seattle trace's dynamics, docs/traces.md), not the "
-            "paper's month of PlanetLab all-pairs pings, so its outages and spikes — which make the tails — come "
-            "at the Seattle trace's rates; the timing tier holds a link through an outage (TCP "
-            "retransmission) where the paper's simulator may have dropped it; and the timing tier does not "
-            "model CPU queues or control traffic (docs/simulator.md, \"The timing tier\")."]
+    out += ["", "Where this differs from the paper, what is known to differ in the setup: the trace (unless "
+            "--trace names another) is synthetic — the shipped PlanetLab frames' static structure with the Seattle "
+            "trace's dynamics (docs/traces.md), outages drawn per pair — not the paper's month of PlanetLab "
+            "all-pairs pings, and its outages and spikes make the tails; the timing tier holds a link through an "
+            "outage (TCP retransmission), so a delivery comes late rather than never; and it does not model CPU "
+            "queues or control traffic (docs/simulator.md, \"The timing tier\")."]
     return out
 
 
