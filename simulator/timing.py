@@ -236,6 +236,9 @@ def check_supported(scenario: Any, query: Any) -> None:
                                 f"links only (a dropped connection is replayed from acks: use the reference tier)")
     if scenario.bandwidth_mbps:
         raise TimingUnsupported(f"{where}: [network] bandwidth_mbps is not modelled by the timing tier")
+    if getattr(scenario, "clocks", None):
+        raise TimingUnsupported(f"{where}: [clocks.{next(iter(scenario.clocks))}]: the timing tier runs every server "
+                                f"on the true time; per-server clocks need the reference tier")
     if scenario.coordinator is not None:
         raise TimingUnsupported(f"{where}: a [coordinator] changes replicas during the run; use the reference tier")
     for i, fault in enumerate(scenario.faults, start=1):

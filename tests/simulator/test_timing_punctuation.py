@@ -153,3 +153,13 @@ def test_refuses_seals_per_key(scenario_path):
     prepared.sources[0].seal = ("server",)
     with pytest.raises(TimingUnsupported, match="seal"):
         run_timing(prepared, 2)
+
+
+def test_refuses_per_server_clocks(scenario_path):
+    from replicast.simulator.clocks import ClockSpec
+    from replicast.simulator.timing import TimingUnsupported
+
+    prepared = prepare(scenario_path, duration_s=60)
+    prepared.scenario.clocks = {next(iter(prepared.servers)): ClockSpec()}
+    with pytest.raises(TimingUnsupported, match="clocks"):
+        run_timing(prepared, 2)
