@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("scenario", nargs="?", type=Path, default=None, help="scenario file (default: sim-fig1)")
     parser.add_argument("--kmax", type=int, action="append", metavar="K",
                         help="degree of replication to run (repeatable; default: the scenario's list)")
-    parser.add_argument("--out", type=Path, help="output directory (default: out/simulate/<scenario name>)")
+    parser.add_argument("--out", type=_output, help="output directory (default: out/simulate/<scenario name>); "
+                        "with --spark also a URL every worker reaches (file:///shared/out, s3://bucket/out)")
     parser.add_argument("--duration-s", type=float, metavar="S", help="simulate S seconds of the trace "
                         "(default: the scenario's duration_s, else the whole trace)")
     parser.add_argument("--check", action="store_true",
@@ -69,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--spark", nargs="?", const="local[*]", metavar="MASTER",
                         help="run the kmax values, deployments and segments as Spark tasks on MASTER (default "
                              "local[*]; e.g. spark://host:7077) and summarise the dataset with PySpark")
+    parser.add_argument("--spark-python", metavar="PATH",
+                        help="the Python the Spark workers run (spark.pyspark.python; default: this interpreter's "
+                             "path); replicast and what its tasks import are shipped to it")
     parser.add_argument("--tier", choices=("reference", "timing"), default="reference",
                         help="reference (default): the node cores process every message; timing: only the delivery "
                              "times of the reference content, over arrays (simulator/timing.py; docs/simulator.md, "
@@ -126,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
     out = args.out or Path("out") / "simulate" / scenario.name
+    if isinstance(out, str) and args.spark is None:
+        raise ReplicastError(f"--out {out}: only a Spark sweep (--spark) writes to a URL other than file://; "
+                             f"give a directory")
     if args.tier == "timing":
         if args.segments is not None or args.spark is not None or args.check:
             raise ReplicastError("--tier timing runs whole windows in this process; drop --segments, --spark and "
@@ -184,30 +191,36 @@ def run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> int:
     """kmax × deployment × segment tasks, locally or on Spark, into one dataset under ``out``."""
     import shutil
+    import tempfile
 
     from replicast.simulator import sweep, sweep_local
     from replicast.simulator.run import Prepared
+    from replicast.simulator.spark_files import Location, local_trace
 
     segments = args.segments or 1
     scenario = sweep.portable(scenario)
     if args.warmup_s is not None and args.warmup_s < 0:
         raise ReplicastError(f"--warmup-s must not be negative, got {args.warmup_s}")
-    prepared = Prepared(scenario)
+    prepared = Prepared(local_trace(scenario))      # tasks fetch a trace URL themselves
+    dataset = Location.of(out)
+    if isinstance(out, str):         # an object store: summary and plots made here, then uploaded
+        out = Path(tempfile.mkdtemp(prefix="replicast-summary-"))
     deployments = tuple(dict.fromkeys(args.deployment or [scenario.deployment]))
     warmup = None if args.warmup_s is None else round(args.warmup_s * 1e6)
     tasks, warmup = sweep.plan_tasks(prepared, scenario.kmax, deployments, segments, warmup)
     span = (prepared.end - prepared.start) / 1e6
     for table in sweep.TABLES:
-        shutil.rmtree(out / table, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+        dataset.child(table).remove()
+    dataset.make()
     log.info("scenario %s: %d servers of trace %s, %.0f s simulated, kmax %s, %s deployment, %d segment(s) with "
              "%.0f s warmup: %d tasks %s", scenario.name, len(prepared.servers), scenario.trace, span,
              ", ".join(map(str, scenario.kmax)), "/".join(deployments), segments, warmup / 1e6, len(tasks),
              f"on Spark {args.spark}" if args.spark else "in local worker processes")
     if args.spark:
         from replicast.simulator import spark as on_spark
-        summaries = on_spark.run_tasks(args.spark, scenario, tasks, out, progress=not args.no_progress)
-        runs, histograms = on_spark.summarise(args.spark, out, summaries, scenario, span)
+        summaries = on_spark.run_tasks(args.spark, scenario, tasks, dataset, progress=not args.no_progress,
+                                       python=args.spark_python)
+        runs, histograms = on_spark.summarise(args.spark, dataset, summaries, scenario, span)
     else:
         jobs = min(args.jobs or _cpus(), len(tasks))
         summaries = sweep_local.run_local(scenario, tasks, out, jobs, progress=not args.no_progress)
@@ -216,8 +229,22 @@ def _sweep(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> in
     title = (f"{scenario.name}: {len(prepared.servers)} servers, trace {scenario.trace}, "
              f"{'/'.join(deployments)} deployment")
     png = sweep_local.write_outputs(out, path, runs, histograms, title)
+    if dataset.local_path is None:
+        for name in ("summary.json", png.name):
+            dataset.upload(out / name, name)
+        out, png = dataset.uri, f"{dataset.uri}/{png.name}"
     sweep_local.print_runs(runs, out, png)
     return 0
+
+
+def _output(text: str) -> Path | str:
+    """``--out``: a directory (a ``file://`` URL is one), or another filesystem's URL as it is."""
+    from replicast.simulator.spark_files import Location, is_url
+
+    if not is_url(text):
+        return Path(text)
+    here = Location.of(text).local_path
+    return text if here is None else here
 
 
 def _timing(args: argparse.Namespace, scenario: Any, path: Path, out: Path) -> int:

@@ -2,10 +2,12 @@
 
 Every ``(kmax, deployment, segment)`` is one Spark task of one job (one partition each), so Spark
 places them on its executors' cores and re-runs none: a simulation that fails fails the sweep
-with its own error (``spark.task.maxFailures = 1``).  A task opens the same trace files and
-streams its partition of the dataset to ``OUT`` itself — so on a real cluster the trace, the
-scenario and ``OUT`` must be on storage every worker sees at the same path (NFS, a shared mount),
-and replicast installed on every worker (docs/simulator.md, "On a Spark cluster").  The driver
+with its own error (``spark.task.maxFailures = 1``).  Executors need only Java and a Python of the
+driver's version: replicast and what its tasks import are shipped to them
+(:mod:`simulator.spark_ship`), the scenario's query and event files go with the job
+(``SparkContext.addFile``), and a task reads the trace and writes its partition of the dataset
+through pyarrow's filesystems (:mod:`simulator.spark_files`: a shared path, ``file://`` or an
+object store), so nothing big goes through Spark (docs/simulator.md, "On Spark").  The driver
 shows one progress bar in finished tasks, read from Spark's status tracker, and then summarises
 the dataset with PySpark: counts, sums and the latency histogram as Spark aggregates, and the
 exact quantiles from the few values in the histogram bins that hold them
@@ -14,6 +16,7 @@ exact quantiles from the few values in the histogram bins that hold them
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,26 +24,33 @@ from typing import Any
 import numpy as np
 
 from replicast.simulator import latency
-from replicast.simulator.sweep import Task, run_entry, run_task
+from replicast.simulator.spark_files import Location, local_trace
+from replicast.simulator.sweep import TABLES, Task, run_entry, run_task
 
 
-def session(master: str):
-    """A SparkSession for the sweep; executors run this interpreter, which has replicast installed."""
+def session(master: str, python: str | None = None):
+    """A SparkSession for the sweep whose executors run ``python`` (default: this interpreter's
+    path) with replicast and what its tasks import shipped to them (:mod:`simulator.spark_ship`)."""
+    from replicast.simulator.spark_ship import executor_config
     from replicast.traces.jobs.session import spark_session
 
     return spark_session(master, app_name="replicast-simulate", driver_memory="1g", config={
         "spark.task.maxFailures": "1",
         "spark.python.worker.reuse": "true",        # a worker keeps its Prepared trace between tasks
+        **executor_config(master, python),
     })
 
 
-def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Path, *, progress: bool) -> list[dict[str, Any]]:
-    """Run every task on ``master``; their summaries in task order."""
+def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Location, *, progress: bool,
+              python: str | None = None) -> list[dict[str, Any]]:
+    """Run every task on ``master`` (executors running ``python``) into the dataset at ``out``;
+    their summaries in task order."""
     from tqdm import tqdm
 
-    spark = session(master)
+    spark = session(master, python)
     context = spark.sparkContext
-    out = Path(out).resolve()
+    for path in _input_files(scenario):
+        context.addFile(str(path))
     group = f"replicast-simulate-{id(tasks)}"
     rdd = context.parallelize(list(enumerate(tasks)), len(tasks))
     results: dict[str, Any] = {}
@@ -50,7 +60,7 @@ def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Path, *, progr
             # The job group is a property of the submitting thread (PySpark's pinned threads),
             # so it is set here, where the job is submitted, for the tracker to find the job.
             context.setJobGroup(group, f"replicast simulate: {len(tasks)} tasks")
-            results["value"] = rdd.map(lambda item: (item[0], run_task(scenario, item[1], out))).collect()
+            results["value"] = rdd.map(lambda item: (item[0], _run_here(scenario, item[1], out))).collect()
         except BaseException as error:      # re-raised in the caller's thread
             results["error"] = error
 
@@ -73,6 +83,37 @@ def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Path, *, progr
     return [summary for _, summary in sorted(results["value"], key=lambda item: item[0])]
 
 
+def _run_here(scenario: Any, task: Task, out: Location) -> dict[str, Any]:
+    """One task on an executor: the trace and input files on this machine, the simulation into a
+    scratch directory, its partition of the dataset uploaded to ``out``."""
+    scenario = _inputs_here(local_trace(scenario))
+    with tempfile.TemporaryDirectory(prefix="replicast-task-") as scratch:
+        summary = run_task(scenario, task, Path(scratch))
+        for table in TABLES:
+            out.upload(Path(scratch) / table / task.partition() / "part-0.parquet", table, task.partition(),
+                       "part-0.parquet")
+    return summary
+
+
+def _input_files(scenario: Any) -> list[Path]:
+    """The scenario's own files a task reads: its query and its sources' event files."""
+    return [Path(scenario.query_path), *(Path(s.events) for s in scenario.sources if s.events is not None)]
+
+
+def _inputs_here(scenario: Any) -> Any:
+    """``scenario`` with each input file this machine lacks at the driver's path replaced by the
+    copy Spark fetched (``SparkContext.addFile``; files of one sweep have distinct names)."""
+    from dataclasses import replace
+
+    from pyspark import SparkFiles
+
+    def here(path: Path) -> Path:
+        return path if path.is_file() else Path(SparkFiles.get(path.name))
+
+    sources = [replace(s, events=here(Path(s.events))) if s.events is not None else s for s in scenario.sources]
+    return replace(scenario, query_path=here(Path(scenario.query_path)), sources=sources)
+
+
 def _readable(error: BaseException) -> BaseException:
     """A task's ReplicastError (a scenario mistake) as itself, not a Py4J trace."""
     from replicast.operators.errors import ReplicastError
@@ -85,16 +126,15 @@ def _readable(error: BaseException) -> BaseException:
     return error
 
 
-def summarise(master: str, out: Path, summaries: list[dict[str, Any]], scenario: Any,
+def summarise(master: str, out: Location, summaries: list[dict[str, Any]], scenario: Any,
               span_s: float) -> tuple[list[dict[str, Any]], list[latency.Histogram]]:
-    """One summary per ``(kmax, deployment)``, computed by PySpark from the dataset in ``out``
+    """One summary per ``(kmax, deployment)``, computed by PySpark from the dataset at ``out``
     (the tasks' own summaries give only the event-loop figures: hops, messages, wall time)."""
     from pyspark.sql import functions as F
 
     spark = session(master)
-    out = Path(out).resolve()
-    deliveries = spark.read.parquet(str(out / "deliveries"))
-    bandwidth = spark.read.parquet(str(out / "bandwidth"))
+    deliveries = spark.read.parquet(out.child("deliveries").for_spark())
+    bandwidth = spark.read.parquet(out.child("bandwidth").for_spark())
     keys = ["kmax", "deployment"]
     counts = {(r.kmax, r.deployment): r for r in deliveries.groupBy(*keys).agg(
         F.sum("latency_us").alias("total"), F.max("latency_us").alias("max")).collect()}

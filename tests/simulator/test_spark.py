@@ -1,9 +1,10 @@
 """``replicast simulate --spark``: the sweep's tasks on Spark (local mode, and a real standalone
-master and worker on loopback) write the same dataset and summary as local worker processes."""
+master and worker on loopback whose Python has neither replicast nor its requirements) write the
+same dataset and summary as local worker processes."""
 
+import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,9 +23,11 @@ SWEEP = ["--duration-s", "600", "--kmax", "2", "--segments", "2", "--warmup-s", 
 pytestmark = pytest.mark.spark
 
 
-def simulate(out: Path, *extra: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "replicast.engine.cli", "simulate", str(SCENARIO), *SWEEP, "--out", str(out),
-                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
+def simulate(out: Path, *extra: str, destination: str | None = None) -> dict:
+    """Run the sweep into ``out`` (named on the command line as ``destination``, default its path)."""
+    done = subprocess.run([sys.executable, "-m", "replicast.engine.cli", "simulate", str(SCENARIO), *SWEEP,
+                           "--out", destination or str(out), *extra], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "summary.json").read_text())
 
@@ -33,6 +36,11 @@ def dataset_rows(out: Path) -> list:
     table = ds.dataset(out / "deliveries", format="parquet", partitioning="hive").to_table()
     return sorted(zip(*(table.column(c).cast("string").to_pylist() for c in
                         ("kmax", "deployment", "segment", "app", "ts", "arrival", "path"))))
+
+
+def dataset_digest(out: Path) -> str:
+    """A hash of every delivery of the dataset, in a canonical order."""
+    return hashlib.sha256(repr(dataset_rows(out)).encode()).hexdigest()
 
 
 def same_summaries(a: dict, b: dict) -> None:
@@ -56,12 +64,6 @@ def test_spark_local_mode_writes_the_local_sweep(local_sweep, tmp_path):
     assert (tmp_path / "latency.png").stat().st_size > 10_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for(path: Path, text: str, process: subprocess.Popen, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -72,13 +74,29 @@ def _wait_for(path: Path, text: str, process: subprocess.Popen, seconds: float) 
     raise AssertionError(f"no {text!r} in {path} after {seconds} s:\n{path.read_text(errors='replace')[-2000:]}")
 
 
-def test_a_standalone_master_and_worker_on_loopback_run_the_sweep(local_sweep, tmp_path):
+@pytest.fixture
+def bare_python(tmp_path) -> Path:
+    """A fresh venv's Python without replicast, msgpack, numpy or pyarrow: what a Spark worker
+    that has only Java and a Python runs."""
+    venv = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    for module in ("replicast", "msgpack", "numpy", "pyarrow", "simpy", "sortedcontainers"):
+        missing = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, cwd=tmp_path)
+        assert missing.returncode != 0, f"the bare venv imports {module}"
+    return python
+
+
+def test_a_standalone_master_and_worker_on_loopback_run_the_sweep(local_sweep, tmp_path, bare_python):
     """A real Spark standalone cluster (master + one 2-core worker, started with spark-class from
-    the pyspark install) runs the sweep; its dataset and summary are the local ones."""
+    the pyspark install) whose executors run a bare Python runs the sweep with replicast shipped to
+    them; its dataset (a file:// URL) and summary are the local ones."""
     import pyspark
 
+    from replicast.experiments.ports import free_loopback_ports
+
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port = _free_port()
+    port, master_ui, worker_ui = free_loopback_ports(3)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path),
            "SPARK_WORKER_DIR": str(tmp_path / "work")}
     logs = {name: tmp_path / f"{name}.log" for name in ("master", "worker")}
@@ -87,21 +105,25 @@ def test_a_standalone_master_and_worker_on_loopback_run_the_sweep(local_sweep, t
         with open(logs["master"], "w") as log:
             processes.append(subprocess.Popen(
                 [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                 "--webui-port", str(_free_port())], env=env, stdout=log, stderr=subprocess.STDOUT))
+                 "--webui-port", str(master_ui)], env=env, stdout=log, stderr=subprocess.STDOUT))
         _wait_for(logs["master"], "I have been elected leader", processes[0], 120)
         master = f"spark://127.0.0.1:{port}"
         with open(logs["worker"], "w") as log:
             processes.append(subprocess.Popen(
                 [str(spark_class), "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
-                 "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port())],
+                 "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui)],
                 env=env, stdout=log, stderr=subprocess.STDOUT))
         _wait_for(logs["master"], "Registering worker", processes[0], 120)
         out = tmp_path / "out"
-        summary = simulate(out, "--spark", master)
+        trace = ROOT / "traces" / "data" / "seattle"           # the scenario's "seattle", by URL
+        summary = simulate(out, "--spark", master, "--spark-python", str(bare_python), "--trace", trace.as_uri(),
+                           "--duration-s", "600", destination=out.as_uri())
         same_summaries(summary, local_sweep[1])
-        assert dataset_rows(out) == dataset_rows(local_sweep[0])
+        assert dataset_digest(out) == dataset_digest(local_sweep[0])
         assert "Launching executor" in logs["master"].read_text() or "Asked to launch executor" in \
             logs["worker"].read_text()
+        # The tasks ran in the bare Python, from the shipped archive.
+        assert list((tmp_path / "work").glob("app-*/*/replicast_env/replicast/simulator/sweep.py"))
     finally:
         for process in reversed(processes):
             process.terminate()

@@ -84,6 +84,9 @@ def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "replicast-tr
     )
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
+    # PySpark takes the workers' interpreter from PYSPARK_PYTHON alone (SparkContext.pythonExec);
+    # spark.pyspark.python reaches only sessions that spark-submit launches.
+    os.environ["PYSPARK_PYTHON"] = (config or {}).get("spark.pyspark.python", sys.executable)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)
