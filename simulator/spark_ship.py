@@ -16,7 +16,6 @@ different version").
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -117,9 +116,9 @@ def environment_key(distributions: list[metadata.Distribution]) -> str:
     digest.update(f"{sys.implementation.cache_tag} {platform.machine()} {sys.platform}".encode())
     for dist in distributions:
         digest.update(f"{dist.metadata['Name']}=={dist.version}\n".encode())
-    checkout = editable_checkout()
+    checkout = source_checkout()
     if checkout is None:
-        digest.update(metadata.version("replicast").encode())
+        digest.update(installed_replicast().version.encode())
     else:
         for path in sorted(_source_files(checkout)):
             stat = path.stat()
@@ -127,26 +126,33 @@ def environment_key(distributions: list[metadata.Distribution]) -> str:
     return digest.hexdigest()[:16]
 
 
-def editable_checkout() -> Path | None:
-    """The checkout replicast is installed from in development mode (``pip install -e``), else
-    None (PEP 610's ``direct_url.json``)."""
-    text = metadata.distribution("replicast").read_text("direct_url.json")
-    if not text:
-        return None
-    info = json.loads(text)
-    if not info.get("dir_info", {}).get("editable") or not info.get("url", "").startswith("file://"):
-        return None
-    from urllib.parse import unquote, urlparse
+def source_checkout() -> Path | None:
+    """The source tree replicast is imported from (``pip install -e``, or run from the checkout),
+    else None: an installed distribution."""
+    import replicast
 
-    return Path(unquote(urlparse(info["url"]).path))
+    root = Path(replicast.__file__).resolve().parents[1]
+    return root if (root / "setup.cfg").is_file() and (root / "simulator").is_dir() else None
+
+
+def installed_replicast() -> metadata.Distribution:
+    """The installed distribution that holds the ``replicast`` package imported here (not a
+    ``replicast.egg-info`` of a source tree that happens to be on ``sys.path``)."""
+    import replicast
+
+    here = Path(replicast.__file__).resolve()
+    for dist in metadata.distributions(name="replicast"):
+        if Path(dist.locate_file("replicast/__init__.py")).resolve() == here:
+            return dist
+    raise ReplicastError(f"--spark cannot ship replicast: no installed distribution lists {here}")
 
 
 def install_replicast(site: Path, scratch: Path) -> None:
-    """Replicast into ``site``: a wheel built from an editable checkout (``pip wheel``, no
+    """Replicast into ``site``: a wheel built from its source tree (``pip wheel``, no
     dependencies), or the installed distribution's own files."""
-    checkout = editable_checkout()
+    checkout = source_checkout()
     if checkout is None:
-        copy_distribution(metadata.distribution("replicast"), site)
+        copy_distribution(installed_replicast(), site)
         return
     wheels = scratch / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
