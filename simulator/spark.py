@@ -16,6 +16,9 @@ exact quantiles from the few values in the histogram bins that hold them
 
 from __future__ import annotations
 
+import logging
+import socket
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -26,6 +29,8 @@ import numpy as np
 from replicast.simulator import latency
 from replicast.simulator.spark_files import Location, local_trace
 from replicast.simulator.sweep import TABLES, Task, run_entry, run_task
+
+log = logging.getLogger("replicast.simulate.spark")   # shown with the sweep's own log lines
 
 
 def session(master: str, python: str | None = None):
@@ -80,6 +85,8 @@ def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Location, *, p
         if "error" in results:
             raise _readable(results["error"])
         bar.update(len(tasks) - bar.n)
+    executors = sorted({summary.pop("_executor") for _, summary in results["value"]})
+    log.info("%d tasks ran on %s", len(tasks), ", ".join(executors))
     return [summary for _, summary in sorted(results["value"], key=lambda item: item[0])]
 
 
@@ -92,6 +99,7 @@ def _run_here(scenario: Any, task: Task, out: Location) -> dict[str, Any]:
         for table in TABLES:
             out.upload(Path(scratch) / table / task.partition() / "part-0.parquet", table, task.partition(),
                        "part-0.parquet")
+    summary["_executor"] = f"{socket.gethostname()}:{sys.executable}"
     return summary
 
 

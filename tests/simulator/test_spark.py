@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -24,11 +23,13 @@ pytestmark = pytest.mark.spark
 
 
 def simulate(out: Path, *extra: str, destination: str | None = None) -> dict:
-    """Run the sweep into ``out`` (named on the command line as ``destination``, default its path)."""
+    """Run the sweep into ``out`` (named on the command line as ``destination``, default its path);
+    its summary, and its log in ``out/stderr.log``.  The driver binds to loopback, as the cluster."""
     done = subprocess.run([sys.executable, "-m", "replicast.engine.cli", "simulate", str(SCENARIO), *SWEEP,
                            "--out", destination or str(out), *extra], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert done.returncode == 0, done.stderr[-3000:]
+    (out / "stderr.log").write_text(done.stderr)
     return json.loads((out / "summary.json").read_text())
 
 
@@ -64,16 +65,6 @@ def test_spark_local_mode_writes_the_local_sweep(local_sweep, tmp_path):
     assert (tmp_path / "latency.png").stat().st_size > 10_000
 
 
-def _wait_for(path: Path, text: str, process: subprocess.Popen, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.is_file() and text in path.read_text(errors="replace"):
-            return
-        assert process.poll() is None, path.read_text(errors="replace")[-2000:]
-        time.sleep(0.5)
-    raise AssertionError(f"no {text!r} in {path} after {seconds} s:\n{path.read_text(errors='replace')[-2000:]}")
-
-
 @pytest.fixture
 def bare_python(tmp_path) -> Path:
     """A fresh venv's Python without replicast, msgpack, numpy or pyarrow: what a Spark worker
@@ -90,45 +81,18 @@ def bare_python(tmp_path) -> Path:
 def test_a_standalone_master_and_worker_on_loopback_run_the_sweep(local_sweep, tmp_path, bare_python):
     """A real Spark standalone cluster (master + one 2-core worker, started with spark-class from
     the pyspark install) whose executors run a bare Python runs the sweep with replicast shipped to
-    them; its dataset (a file:// URL) and summary are the local ones."""
-    import pyspark
-
+    them, the trace and the dataset named by file:// URLs; its dataset and summary are the local ones."""
     from replicast.experiments.ports import free_loopback_ports
+    from replicast.simulator.spark_standalone import standalone_cluster
 
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, master_ui, worker_ui = free_loopback_ports(3)
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path),
-           "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    logs = {name: tmp_path / f"{name}.log" for name in ("master", "worker")}
-    processes = []
-    try:
-        with open(logs["master"], "w") as log:
-            processes.append(subprocess.Popen(
-                [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                 "--webui-port", str(master_ui)], env=env, stdout=log, stderr=subprocess.STDOUT))
-        _wait_for(logs["master"], "I have been elected leader", processes[0], 120)
-        master = f"spark://127.0.0.1:{port}"
-        with open(logs["worker"], "w") as log:
-            processes.append(subprocess.Popen(
-                [str(spark_class), "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
-                 "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui)],
-                env=env, stdout=log, stderr=subprocess.STDOUT))
-        _wait_for(logs["master"], "Registering worker", processes[0], 120)
+    cluster = tmp_path / "cluster"
+    with standalone_cluster(cluster, free_loopback_ports(3), workers=1, cores=2) as master:
         out = tmp_path / "out"
         trace = ROOT / "traces" / "data" / "seattle"           # the scenario's "seattle", by URL
         summary = simulate(out, "--spark", master, "--spark-python", str(bare_python), "--trace", trace.as_uri(),
                            "--duration-s", "600", destination=out.as_uri())
-        same_summaries(summary, local_sweep[1])
-        assert dataset_digest(out) == dataset_digest(local_sweep[0])
-        assert "Launching executor" in logs["master"].read_text() or "Asked to launch executor" in \
-            logs["worker"].read_text()
-        # The tasks ran in the bare Python, from the shipped archive.
-        assert list((tmp_path / "work").glob("app-*/*/replicast_env/replicast/simulator/sweep.py"))
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    same_summaries(summary, local_sweep[1])
+    assert dataset_digest(out) == dataset_digest(local_sweep[0])
+    # The tasks ran in the bare Python, from the archive Spark unpacked in the worker's executor.
+    assert f":{bare_python}" in (out / "stderr.log").read_text()
+    assert list((cluster / "work").glob("app-*/*/replicast_env/replicast/simulator/sweep.py"))
