@@ -53,11 +53,12 @@ class Location:
 
     @property
     def local_path(self) -> Path | None:
-        """The path on this machine's disk for a ``file://`` location, else None."""
-        from pyarrow import fs
+        """The path on this machine's disk for a ``file://`` location, else None (without opening
+        the filesystem: an object store's would ask the network)."""
+        from urllib.parse import unquote, urlparse
 
-        filesystem, path = self.open()
-        return Path(path) if isinstance(filesystem, fs.LocalFileSystem) else None
+        parts = urlparse(self.uri)
+        return Path(unquote(parts.path)) if parts.scheme == "file" else None
 
     def child(self, *parts: str) -> "Location":
         return Location("/".join([self.uri, *parts]))

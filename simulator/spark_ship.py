@@ -155,8 +155,12 @@ def install_replicast(site: Path, scratch: Path) -> None:
         copy_distribution(installed_replicast(), site)
         return
     wheels = scratch / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheels), str(checkout)], capture_output=True, text=True)
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(checkout)]
+    # With this environment's setuptools and wheel if it has them (no download), else pip's own
+    # isolated build environment (pyproject.toml's build requirements, from the package index).
+    built = subprocess.run([*command, "--no-build-isolation"], capture_output=True, text=True)
+    if built.returncode != 0:
+        built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
         raise ReplicastError(f"--spark: building the replicast wheel from {checkout} failed: "
                              f"{(built.stderr.strip().splitlines() or ['no output'])[-1]}")
