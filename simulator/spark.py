@@ -21,6 +21,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Location, *, p
             results["error"] = error
 
     worker = threading.Thread(target=collect, daemon=True)
+    started = time.perf_counter()
     worker.start()
     tracker = context.statusTracker()
     with tqdm(total=len(tasks), unit="task", desc="spark tasks", disable=not progress) as bar:
@@ -86,7 +88,7 @@ def run_tasks(master: str, scenario: Any, tasks: list[Task], out: Location, *, p
             raise _readable(results["error"])
         bar.update(len(tasks) - bar.n)
     executors = sorted({summary.pop("_executor") for _, summary in results["value"]})
-    log.info("%d tasks ran on %s", len(tasks), ", ".join(executors))
+    log.info("%d tasks ran in %.1f s on %s", len(tasks), time.perf_counter() - started, ", ".join(executors))
     return [summary for _, summary in sorted(results["value"], key=lambda item: item[0])]
 
 
