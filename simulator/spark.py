@@ -106,8 +106,18 @@ def _run_here(scenario: Any, task: Task, out: Location) -> dict[str, Any]:
 
 
 def _input_files(scenario: Any) -> list[Path]:
-    """The scenario's own files a task reads: its query and its sources' event files."""
-    return [Path(scenario.query_path), *(Path(s.events) for s in scenario.sources if s.events is not None)]
+    """The scenario's own files a task reads: its query and its sources' event files (Spark fetches
+    files by name, so two of one name in different folders are refused)."""
+    from collections import Counter
+
+    from replicast.operators.errors import ReplicastError
+
+    files = [Path(scenario.query_path), *(Path(s.events) for s in scenario.sources if s.events is not None)]
+    twice = [name for name, n in Counter(f.name for f in set(files)).items() if n > 1]
+    if twice:
+        raise ReplicastError(f"{scenario.path}: --spark ships the query and event files by name, and "
+                             f"{twice[0]!r} names several of them; rename one")
+    return sorted(set(files))
 
 
 def _inputs_here(scenario: Any) -> Any:

@@ -111,7 +111,8 @@ def closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
 
 def environment_key(distributions: list[metadata.Distribution]) -> str:
     """A digest of what the archive holds: the interpreter's ABI and platform, each
-    distribution's name and version, and replicast's source files (size and modification time)."""
+    distribution's name and version, and replicast's source files (size and modification time), with
+    setup.cfg (its version and package data)."""
     digest = hashlib.sha256()
     digest.update(f"{sys.implementation.cache_tag} {platform.machine()} {sys.platform}".encode())
     for dist in distributions:
@@ -120,7 +121,7 @@ def environment_key(distributions: list[metadata.Distribution]) -> str:
     if checkout is None:
         digest.update(installed_replicast().version.encode())
     else:
-        for path in sorted(_source_files(checkout)):
+        for path in sorted({checkout / "setup.cfg", *_source_files(checkout)}):
             stat = path.stat()
             digest.update(f"{path.relative_to(checkout)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
@@ -190,13 +191,20 @@ def copy_distribution(dist: metadata.Distribution, site: Path) -> None:
 
 
 def _source_files(checkout: Path):
-    """The files of a checkout a wheel may hold (not its VCS, venvs, builds or outputs)."""
-    for folder, dirs, files in os.walk(checkout):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in {"build", "dist", "out", "__pycache__"}
-                   and not d.endswith(".egg-info")]
-        for name in files:
-            if not name.endswith(".pyc"):
-                yield Path(folder) / name
+    """The files of the checkout's package folders (``package_dir`` in its setup.cfg): what the
+    wheel is built from, so docs or tests edited do not make a new archive."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(checkout / "setup.cfg")
+    folders = {line.split("=", 1)[1].strip().split("/")[0]
+               for line in config.get("options", "package_dir", fallback="").splitlines() if "=" in line}
+    for top in sorted(folders):
+        for folder, dirs, files in os.walk(checkout / top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if not name.endswith(".pyc"):
+                    yield Path(folder) / name
 
 
 def _without_bytecode(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
