@@ -156,7 +156,8 @@ def install_replicast(site: Path, scratch: Path) -> None:
         copy_distribution(installed_replicast(), site)
         return
     wheels = scratch / "wheels"
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(checkout)]
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+               str(_build_tree(checkout, scratch))]
     # With this environment's setuptools and wheel if it has them (no download), else pip's own
     # isolated build environment (pyproject.toml's build requirements, from the package index).
     built = subprocess.run([*command, "--no-build-isolation"], capture_output=True, text=True)
@@ -190,21 +191,38 @@ def copy_distribution(dist: metadata.Distribution, site: Path) -> None:
             shutil.copy2(source, target)
 
 
-def _source_files(checkout: Path):
-    """The files of the checkout's package folders (``package_dir`` in its setup.cfg): what the
-    wheel is built from, so docs or tests edited do not make a new archive."""
+def _package_folders(checkout: Path) -> list[str]:
+    """The checkout's top-level folders that hold packages (``package_dir`` in its setup.cfg)."""
     import configparser
 
     config = configparser.ConfigParser()
     config.read(checkout / "setup.cfg")
-    folders = {line.split("=", 1)[1].strip().split("/")[0]
-               for line in config.get("options", "package_dir", fallback="").splitlines() if "=" in line}
-    for top in sorted(folders):
+    return sorted({line.split("=", 1)[1].strip().split("/")[0]
+                   for line in config.get("options", "package_dir", fallback="").splitlines() if "=" in line})
+
+
+def _source_files(checkout: Path):
+    """The files of the checkout's package folders: what the wheel is built from, so docs or
+    tests edited do not make a new archive."""
+    for top in _package_folders(checkout):
         for folder, dirs, files in os.walk(checkout / top):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             for name in files:
                 if not name.endswith(".pyc"):
                     yield Path(folder) / name
+
+
+def _build_tree(checkout: Path, scratch: Path) -> Path:
+    """A copy of what the wheel is built from — the package folders and the top-level build files
+    — so the build writes nothing into the checkout and no stale ``build/`` enters the wheel."""
+    tree = scratch / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for top in _package_folders(checkout):
+        shutil.copytree(checkout / top, tree / top, ignore=ignore)
+    for name in ("setup.cfg", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
+        if (checkout / name).is_file():
+            shutil.copy2(checkout / name, tree / name)
+    return tree
 
 
 def _without_bytecode(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
