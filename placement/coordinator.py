@@ -51,7 +51,7 @@ from replicast.placement.deployment import min_cost
 from replicast.placement.errors import PlacementError
 from replicast.placement.gc import GCConfig, collect
 from replicast.placement.measurements import Measurements
-from replicast.placement.model import Deployment, Workload, connect
+from replicast.placement.model import Deployment, Workload
 from replicast.placement.objective import LatencyObjective, Objective, repair
 from replicast.placement.reports import ServerReport
 from replicast.placement.revival import Collected, allowed_servers, apply, revive, sink_revivals
@@ -205,20 +205,18 @@ class CoordinatorCore:
             self.deployment = view
             self.counters["adopted"] += 1
             return
+        # Further replicas of pinned entry points and applications (a pin to several servers,
+        # docs/placement.md) run where the nodes put them; Alg. 5 wires them like replica 0 (§III) and
+        # counts their stream replicas in every operator replica's cost (§V-A).
+        extra = {r: s for r, s in view.hosts.items() if r.name in workload.pinned and r.index > 0}
         try:
-            deployment = min_cost(self.network(), workload, self.config.deploy, refined=self.config.refined)
+            deployment = min_cost(self.network(), workload, self.config.deploy, refined=self.config.refined,
+                                  pinned_replicas=extra)
         except PlacementError as error:
             self.counters["deploy_failures"] += 1
             self.last_error = str(error)
             self._settle_at, self._early = now + self.config.settle_us, False     # retry after settling again
             return
-        # Alg. 5 places replica 0 of each pinned entry point and application; further replicas (a pin to
-        # several servers, docs/placement.md) run where the nodes put them, wired like any replica (§III).
-        extra = sorted(r for r in view.hosts if r.name in workload.pinned and r not in deployment.hosts)
-        for replica in extra:
-            deployment.add_replica(replica, view.hosts[replica])
-        for replica in extra:
-            connect(deployment, workload, replica)
         # Entry points and applications already running where the workload pins them stay as they are.
         before = Deployment({r: s for r, s in view.hosts.items() if deployment.hosts.get(r) == s},
                             [s for s in view.streams if s in deployment.streams])

@@ -18,7 +18,7 @@ candidate is an error naming the operator and the constraint, never a silent ski
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -67,15 +67,22 @@ def deploy_phase(deployment: Deployment, network: Network, workload: Workload, c
 
 
 def min_cost(network: Network, workload: Workload, config: DeployConfig, *,
-             start: Deployment | None = None, refined: bool = True) -> Deployment:
+             start: Deployment | None = None, refined: bool = True,
+             pinned_replicas: Mapping[ReplicaId, int] | None = None) -> Deployment:
     """Alg. 5: ``kmax`` replicas of every operator, each where it adds the least network cost.
 
     With ``refined`` (the default) single replicas then move while that lowers the cost
-    (:mod:`placement.refine`); ``refined=False`` is the paper's Alg. 5 alone.
+    (:mod:`placement.refine`); ``refined=False`` is the paper's Alg. 5 alone.  ``pinned_replicas``:
+    further replicas of pinned entry points and applications (a pin to several servers, replica
+    ``i ≥ 1`` on its server), deployed and wired before the phases, so that ``cost_s(in(o) ∪ out(o))``
+    of every operator replica counts their stream replicas too.
     """
     def cheapest(name: str, allowed: np.ndarray, deployment: Deployment) -> int:
         price = placement_cost(name, deployment, network, workload)
         return int(np.argmin(np.where(allowed, price, np.inf)))          # line 9; ties: lowest index
+    if pinned_replicas:
+        start = start.copy() if start is not None else initial_placement(network, workload, config.alpha)
+        _add_pinned(start, workload, pinned_replicas)
     deployment = _phases(network, workload, config, start, cheapest)
     if refined:
         refine(deployment, network, workload, config)
@@ -88,6 +95,18 @@ def random_deployment(network: Network, workload: Workload, config: DeployConfig
     def any_candidate(name: str, allowed: np.ndarray, deployment: Deployment) -> int:
         return int(rng.choice(np.flatnonzero(allowed).tolist()))
     return _phases(network, workload, config, start, any_candidate)
+
+
+def _add_pinned(deployment: Deployment, workload: Workload, pinned_replicas: Mapping[ReplicaId, int]) -> None:
+    """Deploy the further replicas of pinned names where they are pinned, wired like replica 0 (§III)."""
+    for replica, server in sorted(pinned_replicas.items()):
+        if replica.name not in workload.pinned:
+            raise PlacementError(f"{replica}: only entry points and applications are pinned, "
+                                 f"'{replica.name}' is neither")
+        if replica not in deployment.hosts:
+            deployment.add_replica(replica, server)
+    for replica in sorted(pinned_replicas):
+        connect(deployment, workload, replica)          # a stream replica added twice is one (sets)
 
 
 def _phases(network: Network, workload: Workload, config: DeployConfig, start: Deployment | None,

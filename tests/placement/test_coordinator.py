@@ -238,8 +238,8 @@ def test_rates_are_measured_from_output_counters(kmax):
 def test_a_coordinator_deploys_operators_around_the_entry_points_and_applications_nodes_run(entry_servers):
     """Nodes run their pinned entry points and applications from their own configuration; the
     coordinator deploys only what is missing around them.  A pin to several servers
-    (docs/placement.md): Alg. 5 places around ``e#0`` and the coordinator wires ``e#1`` like it, so
-    every replica of ``u`` reads from both and a restarted ``e#0`` has a live peer."""
+    (docs/placement.md): Alg. 5 places around ``e#0`` and ``e#1``, wired alike, so every replica of
+    ``u`` reads from both and a restarted ``e#0`` has a live peer."""
     cluster = Cluster()
     for i, server in enumerate(entry_servers):
         cluster.hosted[server].add(ReplicaId("e", i))

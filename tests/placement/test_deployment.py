@@ -181,3 +181,25 @@ def test_min_cost_beats_random_on_the_seattle_trace(seattle_frames):
             found.append(theirs / ours)
     for key, found in ratios.items():
         assert min(found) > 1 and np.median(found) > 1.3, (key, found)
+
+
+def test_further_replicas_of_a_pinned_entry_point_count_in_alg5s_cost():
+    """An entry point pinned to two servers (docs/placement.md, a pin to several servers): Alg. 5 must
+    count the stream replicas from both when it places the operator, not only replica 0's."""
+    network = line_network([0, 10, 20, 100])
+    workload = chain(0, 3)                               # e#0 on s0, the application on s3
+    config = DeployConfig(kmax=1, dmin_ms=0)
+    second = {ReplicaId("e", 1): 3}                     # e#1 on s3, beside the application
+    placed = min_cost(network, workload, config, start=pinned_deployment(workload), refined=False,
+                      pinned_replicas=second)
+    # cost_s = lat(s0, s) + lat(s3, s) + lat(s, s3): s0 200, s1 190, s2 180, s3 100
+    assert placed.servers_of("o") == [3]
+    assert placed.servers_of("e") == [0, 3]
+    assert {s.source for s in placed.in_streams(ReplicaId("o", 0))} == {ReplicaId("e", 0), ReplicaId("e", 1)}
+    assert total_cost(placed, network, workload) == 100
+    # Replica 0 alone sees every server at 100 and takes s0 (ties: lowest index); e#1 wired afterwards
+    # costs 200 in all — what the coordinator deployed before.
+    alone = min_cost(network, workload, config, start=pinned_deployment(workload), refined=False)
+    assert alone.servers_of("o") == [0]
+    with pytest.raises(PlacementError, match="'o' is neither"):
+        min_cost(network, workload, config, start=pinned_deployment(workload), pinned_replicas={ReplicaId("o", 1): 2})
