@@ -34,6 +34,11 @@ Rules of this module (as the node core's):
    (:mod:`placement.tolerance`); the server is up again, so putting back what it ran restores it.
    A server silent for ``expiry_us`` left the view (rule 4): then only revival brings back what it
    hosted, and on its return only its routes (of pinned replicas the view takes back) are restored.
+8. A coordinator decides nothing while at most half of the servers report to it (``no_quorum``):
+   a partial partition can make a group of servers that lost the coordinator's server elect another
+   one while the rest keep the first; the minority's coordinator sees only its group's part of the
+   deployment, and would deploy a second one or collect against a partial view.  Servers down for
+   good count against the quorum, so a cluster that lost half its servers is left as it runs.
 """
 
 from __future__ import annotations
@@ -127,12 +132,29 @@ class CoordinatorCore:
         self.counters["reports"] += 1
         self.counters["bad_values"] += self.measurements.add(report, now=now)
         self._reports[report.server] = (report, now)
-        if self.deployment is not None:
+        if self.deployment is not None and self.quorum():
             self._reconcile(report, now)
+
+    def quorum(self) -> bool:
+        """Rule 8: whether more than half of the servers report to this coordinator (recently enough
+        not to have expired)."""
+        return 2 * len(self._reports) > len(self.servers)
 
     def handle_timer(self, *, now: int) -> None:
         """Do whatever is due at ``now``; then drain :meth:`decisions_to_send`."""
         self._expire(now)
+        if not self.quorum():
+            self.counters["no_quorum"] += 1
+            if self.deployment is None:
+                self._settle_at = max(self._settle_at, now + self.config.settle_us)
+            else:                                    # what falls due is skipped, not run later at once
+                if now >= self._next_utility:
+                    self._next_utility = now + self.config.utility_period_us
+                if now >= self._next_gc:
+                    self._next_gc = now + self.config.gc_period_us
+                if now >= self._next_revival:
+                    self._next_revival = now + self.config.revival_period_us
+            return
         if self.deployment is None:
             if now >= self._settle_at or self._ready_early():
                 self._start(now)

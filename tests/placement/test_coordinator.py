@@ -317,3 +317,40 @@ def test_sink_replicas_must_fit_kmax():
     from replicast.placement.errors import PlacementError
     with pytest.raises(PlacementError, match="sink_replicas: expected an integer from 1 to kmax = 2, got 3"):
         DeployConfig(kmax=2, sink_replicas=3)
+
+
+def test_a_coordinator_reported_to_by_a_minority_decides_nothing():
+    """Rule 8: a partial partition cut s0 off from s1 and s2, which elected s1; s1's coordinator hears
+    only from its group (3 of 6 servers).  Without a quorum it deployed a whole second deployment
+    around the pinned replicas its group showed (the hunt's split schedules: 59 `initial` decisions
+    from the minority's coordinator); now it waits, and decides once the others report to it."""
+    cluster = Cluster()
+    cluster.hosted["s0"].add(ReplicaId("e", 0))
+    cluster.hosted["s5"].add(ReplicaId("a", 0))
+    cluster.silent |= {"s0", "s3", "s4"}                         # they report to the other coordinator
+    core = CoordinatorCore(workload(), SERVERS, now=0, rng=random.Random(1), config=config())
+    for t in (10, 61, 100, 150):
+        assert step(core, cluster, t * SEC) == []
+    assert core.deployment is None and core.counters["no_quorum"] > 0
+    cluster.silent.clear()                                      # the partition healed
+    decided = [d for t in (160, 230) for d in step(core, cluster, t * SEC)]
+    assert core.deployment is not None and decided
+    cluster.deployment_matches(core)
+
+
+def test_a_deployed_coordinator_that_loses_its_quorum_collects_and_revives_nothing():
+    """The same run as test_garbage_collection_removes_the_least_useful_and_keeps_kmin, but half the
+    servers stop reporting (they elected another coordinator) before the first GC round (70 s)."""
+    core, cluster, _ = started(gc=GCConfig(kmin=2, theta=0.0))
+    cluster.silent |= {"s3", "s4", "s5"}
+    decisions = []
+    for t in range(20, 200, 10):
+        cluster.run(10)
+        decisions += step(core, cluster, t * SEC)
+    assert decisions == [] and core.counters["no_quorum"] > 0
+    assert core.next_timer() > 190 * SEC                         # skipped, not pending
+    cluster.silent.clear()                                       # healed: the view follows the reports again
+    for t in range(200, 400, 10):
+        cluster.run(10)
+        decisions += step(core, cluster, t * SEC)
+    assert any(d.reason == "gc" for d in decisions)

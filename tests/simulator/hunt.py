@@ -18,6 +18,11 @@ and applications only (θ = 0: nothing is re-created), so the generator
 * cuts at most one link at a time, lets the cut heal before the next fault, and cuts only while
   fewer than ``kmin − 1`` servers have crashed: a cut is a failure too, and ``kmin − 1`` failures at
   once is the promise (docs/placement.md, "The fault-tolerance invariant");
+* splits the coordinator's server off from a group of servers that includes the next smallest name
+  (every link between them cut at once, healed together): the group elects that server and the rest
+  keep the old coordinator, so two coordinators decide at once (a partial partition).  From the
+  group's side the old coordinator's server is down, so a split counts as a failure like a cut, and
+  the next fault waits until it healed;
 * adds congestion (a few seconds more on a link) anywhere and at any time: not a failure.
 
 A few seeds run in CI (``tests/simulator/test_coordinator_hunt.py``); hundreds by a command::
@@ -110,8 +115,9 @@ def schedule(seed: int) -> Schedule:
     faults: list[Fault] = []
     t = FIRST_FAULT_S + rng.uniform(0, 20)
     crashed: list[str] = []                      # their operator replicas are gone for good, restarted or not
+    back_at: dict[str, float] = {}               # a crashed server is up again from then (inf: never)
     while t < LAST_FAULT_S:
-        kind = rng.choice(("crash", "crash-restart", "coordinator", "cut", "congest", "congest"))
+        kind = rng.choice(("crash", "crash-restart", "coordinator", "cut", "split", "congest", "congest"))
         if kind in ("crash", "crash-restart", "coordinator") and len(crashed) < kmin - 1:
             alive = [s for s in servers if s not in crashed]
             victim = min(alive) if kind == "coordinator" else rng.choice([s for s in free if s in alive])
@@ -120,14 +126,23 @@ def schedule(seed: int) -> Schedule:
                 continue
             faults.append(Fault("crash", (victim,), round(t * S)))
             crashed.append(victim)
+            back_at[victim] = float("inf")
             if kind == "crash-restart":
                 back = t + rng.uniform(5, 40)
                 faults.append(Fault("restart", (victim,), round(back * S)))
+                back_at[victim] = back
             t += rng.uniform(20, 60)
         elif kind == "cut" and len(crashed) + 1 <= kmin - 1:
             a, b = rng.sample(servers, 2)
             length = rng.uniform(5, 40)
             faults.append(Fault("cut", (a, b), round(t * S), round((t + length) * S)))
+            t += length + rng.uniform(5, 30)
+        elif kind == "split" and len(crashed) + 1 <= kmin - 1:
+            up = sorted(s for s in servers if back_at.get(s, 0) <= t)
+            coordinator, successor = up[0], up[1]      # the one elected now, and the next smallest name
+            group = [successor, *rng.sample(up[2:], rng.randint(0, 3))]
+            length = rng.uniform(5, 40)
+            faults.extend(Fault("cut", (coordinator, g), round(t * S), round((t + length) * S)) for g in group)
             t += length + rng.uniform(5, 30)
         elif kind == "congest":
             a, b = rng.sample(servers, 2)
@@ -138,6 +153,20 @@ def schedule(seed: int) -> Schedule:
         else:
             t += rng.uniform(5, 20)
     return Schedule(seed, kmax, kmin, tuple(faults))
+
+
+def cut_groups(plan: Schedule) -> list[tuple[Fault, ...]]:
+    """The schedule's cuts, those of one split together (same span, one common end), in time order."""
+    groups: dict[tuple[int, int], list[Fault]] = {}
+    for f in plan.faults:
+        if f.kind == "cut":
+            groups.setdefault((f.from_us, f.to_us), []).append(f)
+    return [tuple(g) for _, g in sorted(groups.items())]
+
+
+def is_split(group: tuple[Fault, ...]) -> bool:
+    """Whether a cut group is a split: one server cut from a group of servers at once (two coordinators)."""
+    return len(group) > 1 and len(set.intersection(*(set(f.target) for f in group))) == 1
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ one-copy replay of its inputs."""
 
 import pytest
 
-from tests.simulator.hunt import COORDINATOR, base_scenario, operator_servers, pinned_servers, run_schedule, schedule
+from tests.simulator.hunt import (COORDINATOR, base_scenario, cut_groups, is_split, operator_servers, pinned_servers,
+                                  run_schedule, schedule)
 
 #: Seeds chosen to cover each kind of fault (their schedules are printed on failure):
 #: 3 — two cuts, congestion, then a crash (kmax 2); 8 — the coordinator's server crashes and restarts;
@@ -37,9 +38,10 @@ def test_every_schedule_keeps_one_live_replica_of_every_operator():
         crashed = [f.target[0] for f in plan.faults if f.kind == "crash"]
         assert len(set(crashed)) == len(crashed) <= plan.kmin - 1, plan.describe()
         assert not set(crashed) & pinned and set(crashed) <= set(operator_servers(plan.kmax)), plan.describe()
-        cuts = [f for f in plan.faults if f.kind == "cut"]
-        for a, b in zip(cuts, cuts[1:]):
-            assert a.to_us <= b.from_us, plan.describe()
-        for cut in cuts:
-            before = [f for f in plan.faults if f.kind == "crash" and f.from_us <= cut.to_us]
+        groups = cut_groups(plan)
+        assert all(len(g) == 1 or is_split(g) for g in groups), plan.describe()
+        for a, b in zip(groups, groups[1:]):
+            assert a[0].to_us <= b[0].from_us, plan.describe()
+        for group in groups:
+            before = [f for f in plan.faults if f.kind == "crash" and f.from_us <= group[0].to_us]
             assert len(before) + 1 <= plan.kmin - 1, plan.describe()
