@@ -178,6 +178,7 @@ class Outcome:
     delivered: int
     decisions: dict
     wall_s: float
+    deciders: tuple[str, ...] = ()          # the servers whose coordinator sent decisions
 
 
 def equals_reference(prepared, result) -> tuple[int, int]:
@@ -199,8 +200,10 @@ def run_schedule(plan: Schedule) -> Outcome:
     started = time.perf_counter()
     result = run(prepared, plan.kmax, keep_records=True)
     missing, extra = equals_reference(prepared, result)
+    coordinator = result.summary.get("coordinator", {})
     return Outcome(plan, missing == extra == 0, missing, extra, result.summary["delivered"],
-                   result.summary.get("coordinator", {}).get("decisions", {}), time.perf_counter() - started)
+                   coordinator.get("decisions", {}), time.perf_counter() - started,
+                   tuple(sorted({entry[4] for entry in coordinator.get("timeline", [])})))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,9 @@ from tests.simulator.hunt import (COORDINATOR, base_scenario, cut_groups, is_spl
                                   run_schedule, schedule)
 
 #: Seeds chosen to cover each kind of fault (their schedules are printed on failure):
-#: 3 — two cuts, congestion, then a crash (kmax 2); 8 — the coordinator's server crashes and restarts;
-#: 24 — kmax 3, kmin 2 (GC removes operator replicas), a crash-restart that makes revival reconnect.
+#: 3 — a split (the coordinator's server cut off from four servers, seattle-11 among them), two cuts,
+#: congestion (kmax 2); 8 — the coordinator's server crashes and restarts; 24 — kmax 3, kmin 2 (GC
+#: removes operator replicas), a crash-restart that makes revival reconnect.
 SEEDS = (3, 8, 24)
 
 
@@ -21,11 +22,25 @@ def test_a_random_fault_schedule_delivers_exactly_the_reference(seed):
     assert outcome.decisions.get("gc:disconnect", 0) > 0             # the coordinator was at work
 
 
+def test_a_split_leaves_the_minoritys_coordinator_without_decisions():
+    """Seed 3's split: seattle-11 and three more servers lose seattle-10 for 26 s and elect seattle-11.
+    Without a quorum rule its coordinator deployed a second whole deployment around its group's
+    pinned replicas (59 `initial` decisions at 67 s); now only seattle-10 decides (rule 8 of
+    placement/coordinator.py), and the output is exact."""
+    plan = schedule(3)
+    assert any(is_split(g) and {"seattle-10", "seattle-11"} <= set(g[0].target) for g in cut_groups(plan))
+    outcome = run_schedule(plan)
+    assert outcome.exact, outcome
+    assert outcome.deciders == ("seattle-10",), outcome.deciders
+    assert not any(k.startswith("initial") for k in outcome.decisions), outcome.decisions
+
+
 def test_the_seeds_cover_every_kind_of_fault():
     kinds = {f.kind for seed in SEEDS for f in schedule(seed).faults}
     assert kinds == {"crash", "restart", "cut", "congest"}
     assert any(f.kind == "crash" and f.target == (COORDINATOR,) for seed in SEEDS for f in schedule(seed).faults)
     assert any(schedule(seed).kmin < schedule(seed).kmax for seed in SEEDS)
+    assert any(is_split(g) for seed in SEEDS for g in cut_groups(schedule(seed)))
 
 
 def test_every_schedule_keeps_one_live_replica_of_every_operator():
