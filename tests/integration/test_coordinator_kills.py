@@ -5,9 +5,13 @@ has happened (checked in the coordinator's log), is killed with SIGKILL, restart
 says, and — once the coordinator has restored what it ran there — killed with SIGKILL for good.
 Every application must receive exactly ``replay``'s reference and close.
 
-``app`` runs the three applications (one replica each, pinned) and is the coordinator (the smallest
-name): it is killed and restarted only — killing it for good loses the applications, which no
-placement can help (the hunt's rule: every operator keeps one live replica).
+``app`` is the coordinator (the smallest name) and runs the three applications, pinned there with one
+replica each: killing it loses applications with no live replica, beyond what any placement promises
+(the hunt's rule: every operator keeps one live replica; docs/lifecycle.md, "No live peer").  Its
+run therefore pins every application to ``app`` and ``n1`` (two sink replicas, as ``make_cluster_fig1.py
+--sink-replicas 2``) and counts each published record once by its output id, as ``replicast consume``
+does (docs/consume.md): the coordinator's crash, restart and crash for good are then tested like
+every other node's.
 
 One run per node (the two kills in one run), about two minutes each: the sweep is marked slow.
 """
@@ -117,13 +121,17 @@ class Plan:
             self.restarted.wait(10)
 
 
-async def drive(broker_port: int, servers: list[str], plan: Plan) -> tuple[dict, dict]:
+async def drive(broker_port: int, servers: list[str], plan: Plan, sink_replicas: int) -> tuple[dict, dict]:
     published = {f"{kind}_{s}": [] for s in servers for kind in ("cpu", "ping")}
     arrivals: dict[str, list] = {}
     closed: set[str] = set()
+    seen: set[str] = set()
 
     def on_items(app: str, items: list[dict]) -> None:
-        arrivals.setdefault(app, []).extend(i for i in items if "ts" in i)
+        records = [i for i in items if "ts" in i]
+        if sink_replicas > 1:          # each record once by its output id (docs/consume.md)
+            records = [i for i in records if i["@id"] not in seen and not seen.add(i["@id"])]
+        arrivals.setdefault(app, []).extend(records)
         closed.update(app for i in items if i.get("punctuation") == CLOSED)
     async with aiomqtt.Client("127.0.0.1", broker_port, identifier="test-sub") as sub, \
             aiomqtt.Client("127.0.0.1", broker_port, identifier="test-pub") as pub:
@@ -146,6 +154,16 @@ async def drive(broker_port: int, servers: list[str], plan: Plan) -> tuple[dict,
     return published, arrivals
 
 
+def two_sinks(text: str, applications, out_dir) -> str:
+    """The cluster file with every application pinned to ``app`` and ``n1``, one output file per node."""
+    for app in applications:
+        pin, pins = f'{app} = "app"', f'{app} = ["app", "n1"]'
+        out, outs = f'file = "{out_dir}/{app}.jsonl"', f'file = "{out_dir}/{app}-{{node}}.jsonl"'
+        assert pin in text and out in text, app
+        text = text.replace(pin, pins).replace(out, outs)
+    return text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", ["app", "n1", "n2", "n3", "n4", "n5", "n6"])
 def test_each_node_killed_and_restarted_then_killed_for_good_with_the_coordinator(tmp_path, victim):
@@ -154,13 +172,16 @@ def test_each_node_killed_and_restarted_then_killed_for_good_with_the_coordinato
     with mosquitto(tmp_path) as broker_port:
         ports = free_ports(14)
         cluster_file = tmp_path / "cluster.toml"
-        cluster_file.write_text(fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS,
-                                                  min_cost=True))
+        text = fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS, min_cost=True)
+        sink_replicas = 2 if victim == "app" else 1
+        if sink_replicas > 1:
+            text = two_sinks(text, make.APPLICATIONS, tmp_path / "out")
+        cluster_file.write_text(text)
         run_dir = tmp_path / "run"
         with cluster(cluster_file, run_dir) as processes:
-            plan = Plan(run_dir, cluster_file, victim, processes, for_good=victim != "app")
+            plan = Plan(run_dir, cluster_file, victim, processes, for_good=True)
             try:
-                published, arrivals = asyncio.run(drive(broker_port, make.SERVERS, plan))
+                published, arrivals = asyncio.run(drive(broker_port, make.SERVERS, plan, sink_replicas))
             finally:
                 plan.stop()
     print(f"{victim}: GC decisions before the kill {plan.gc_before_kill}, restore decisions {plan.restores}, "

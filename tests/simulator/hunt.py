@@ -29,6 +29,14 @@ A few seeds run in CI (``tests/simulator/test_coordinator_hunt.py``); hundreds b
 
     python3 -m tests.simulator.hunt --seeds 300            # seeds 0-299; prints each failing schedule
     python3 -m tests.simulator.hunt --seed 17 -v           # one seed, its schedule and its outcome
+    python3 -m tests.simulator.hunt --setup sim-fig1 --seeds 100   # examples/sim-fig1-placement.toml
+
+Two setups (``--setup``): ``fig1`` (above; the Fig. 1 query has time and count windows) and
+``sim-fig1``: ``examples/sim-fig1-placement.toml`` (30 servers, a source of each kind on every
+server, punctuations every minute, GC every 5 minutes) at kmax 3 / kmin 2 for its first 15 minutes,
+entry points replicated like operators (otherwise every server holds the only replica of two
+streams and no crash would keep the rule), faults from 320 s (after the first GC round) with four
+times the lengths and gaps.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from replicast.simulator.run import Prepared, run
 from replicast.simulator.scenario import Fault, load_scenario
 
 DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 S = 1_000_000
 #: Sources move off ``seattle-10`` so that the coordinator (the smallest name) is not pinned: it may crash.
 SOURCES = ("seattle-2", "seattle-5", "seattle-20")
@@ -56,103 +65,151 @@ FIRST_FAULT_S, LAST_FAULT_S = 40, 230
 
 
 @dataclass(frozen=True)
+class Setup:
+    """Where the schedules run: a scenario, the coordinator's settings, and the time scale of faults."""
+
+    name: str
+    path: Path
+    kmax: tuple[int, ...]                 # drawn per seed
+    kmin: int | None                      # None: drawn per seed in 2 … kmax
+    coordinator: dict
+    first_fault_s: float
+    last_fault_s: float
+    scale: float = 1.0                    # fault lengths and gaps, against the Fig. 1 setup's
+    move_sources: bool = False            # sources off the coordinator's server (SOURCES)
+    overrides: dict | None = None         # scenario fields replaced (duration_s, entry_replicas …)
+
+
+#: The Fig. 1 query (time and count windows) on 16 Seattle servers, punctuations every 2 s.
+FIG1 = Setup("fig1", DATA / "placement.toml", (2, 3), None,
+             {"report_ms": 2000, "utility_period_s": 10, "gc_period_s": 30, "theta": 0, "settle_s": 10,
+              "revival_threshold_s": 10, "compare_static": False}, FIRST_FAULT_S, LAST_FAULT_S, move_sources=True)
+#: examples/sim-fig1-placement.toml (30 servers, sources on every one, punctuations every minute, GC
+#: every 5 min) at kmax 3 / kmin 2, its first 15 minutes; entry points replicated like operators
+#: (``entry_replicas = "kmax"``) so that a server may crash without taking the only replica of a stream.
+SIM_FIG1 = Setup("sim-fig1", EXAMPLES / "sim-fig1-placement.toml", (3,), 2,
+                 {"report_ms": 10000, "utility_period_s": 30, "gc_period_s": 300, "theta": 0, "settle_s": 30,
+                  "expiry_s": 60, "revival_threshold_s": 10, "compare_static": False}, 320, 800, scale=4.0,
+                 overrides={"duration_s": 900, "entry_replicas": "kmax"})
+SETUPS = {setup.name: setup for setup in (FIG1, SIM_FIG1)}
+
+
+@dataclass(frozen=True)
 class Schedule:
     seed: int
     kmax: int
     kmin: int
     faults: tuple[Fault, ...]
+    setup: str = "fig1"
 
     def describe(self) -> str:
         def one(f: Fault) -> str:
             span = f"{f.from_us / S:g} s" if f.to_us is None else f"{f.from_us / S:g}-{f.to_us / S:g} s"
             extra = f" +{f.value:g} ms" if f.kind == "congest" else ""
             return f"{f.kind} {'-'.join(f.target)} {span}{extra}"
-        return f"seed {self.seed}: kmax {self.kmax}, kmin {self.kmin}: " + ("; ".join(map(one, self.faults)) or "no fault")
+        where = "" if self.setup == "fig1" else f"{self.setup}, "
+        return (f"seed {self.seed}: {where}kmax {self.kmax}, kmin {self.kmin}: "
+                + ("; ".join(map(one, self.faults)) or "no fault"))
 
 
 @functools.cache
-def _scenario():
-    return load_scenario(DATA / "placement.toml")
+def _scenario(setup: str = "fig1"):
+    return load_scenario(SETUPS[setup].path)
 
 
-def base_scenario(kmax: int, kmin: int):
-    scenario = replace(_scenario(), faults=[])
-    sources = [replace(s, servers=(SOURCES[i % 3],)) for i, s in enumerate(scenario.sources)]
-    coordinator = parse_coordinator({"report_ms": 2000, "utility_period_s": 10, "gc_period_s": 30, "theta": 0,
-                                     "kmin": kmin, "settle_s": 10, "revival_threshold_s": 10,
-                                     "compare_static": False}, "hunt")
-    return replace(scenario, sources=sources, coordinator=coordinator, kmax=(kmax,))
+def base_scenario(kmax: int, kmin: int, setup: str = "fig1"):
+    spec = SETUPS[setup]
+    scenario = replace(_scenario(setup), faults=[], **(spec.overrides or {}))
+    if spec.move_sources:
+        scenario = replace(scenario, sources=[replace(s, servers=(SOURCES[i % 3],))
+                                              for i, s in enumerate(scenario.sources)])
+    coordinator = parse_coordinator({**spec.coordinator, "kmin": kmin}, "hunt")
+    return replace(scenario, coordinator=coordinator, kmax=(kmax,))
 
 
-def pinned_servers(scenario) -> set[str]:
-    apps = scenario.applications if isinstance(scenario.applications, dict) else {}
-    return {*SOURCES, *apps.values()}
+def pinned_servers(scenario, setup: str = "fig1") -> set[str]:
+    """Servers a crash may not hit: those of a node with a single replica (entry points unless
+    replicated, applications)."""
+    if setup == "fig1":
+        apps = scenario.applications if isinstance(scenario.applications, dict) else {}
+        return {*SOURCES, *apps.values()}
+    return set(_placed(scenario.kmax[0], setup)[1])
 
 
 @functools.cache
-def all_servers() -> list[str]:
-    return sorted(Prepared(base_scenario(2, 2)).servers)
+def all_servers(setup: str = "fig1") -> list[str]:
+    return sorted(Prepared(base_scenario(2, 2, setup)).servers)
 
 
 @functools.cache
-def operator_servers(kmax: int) -> tuple[str, ...]:
-    """Servers Alg. 5 gives operator replicas at ``kmax`` (a 10-s run's placement): a crash elsewhere
-    tests nothing."""
-    scenario = replace(base_scenario(kmax, 2), duration_s=10, drain_s=5, coordinator=None)
+def _placed(kmax: int, setup: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(servers Alg. 5 gives operator replicas at ``kmax``, servers of single-replica nodes), from a
+    10-s run's placement."""
+    scenario = replace(base_scenario(kmax, 2, setup), duration_s=10, drain_s=5, coordinator=None)
     prepared = Prepared(scenario)
     placement = run(prepared, kmax).summary["placement"]
-    return tuple(sorted({s for name, servers in placement.items() if name in prepared.query.operators
-                         for s in servers}))
+    operators = {s for name, servers in placement.items() if name in prepared.query.operators for s in servers}
+    single = {s for name, servers in placement.items() if name not in prepared.query.operators and len(servers) == 1
+              for s in servers}
+    return tuple(sorted(operators)), tuple(sorted(single))
 
 
-def schedule(seed: int) -> Schedule:
+def operator_servers(kmax: int, setup: str = "fig1") -> tuple[str, ...]:
+    """Servers Alg. 5 gives operator replicas at ``kmax`` (a 10-s run's placement): a crash elsewhere
+    tests nothing."""
+    return _placed(kmax, setup)[0]
+
+
+def schedule(seed: int, setup: str = "fig1") -> Schedule:
     """The seeded fault schedule (module docstring: the rule it keeps)."""
+    spec = SETUPS[setup]
     rng = random.Random(seed)
-    kmax = rng.choice((2, 3))
-    kmin = rng.randint(2, kmax)
-    servers = all_servers()
-    free = [s for s in operator_servers(kmax) if s not in pinned_servers(base_scenario(kmax, kmin))]
+    kmax = rng.choice(spec.kmax)
+    kmin = rng.randint(2, kmax) if spec.kmin is None else spec.kmin
+    servers = all_servers(setup)
+    free = [s for s in operator_servers(kmax, setup) if s not in pinned_servers(base_scenario(kmax, kmin, setup), setup)]
+    k = spec.scale
     faults: list[Fault] = []
-    t = FIRST_FAULT_S + rng.uniform(0, 20)
+    t = spec.first_fault_s + k * rng.uniform(0, 20)
     crashed: list[str] = []                      # their operator replicas are gone for good, restarted or not
     back_at: dict[str, float] = {}               # a crashed server is up again from then (inf: never)
-    while t < LAST_FAULT_S:
+    while t < spec.last_fault_s:
         kind = rng.choice(("crash", "crash-restart", "coordinator", "cut", "split", "congest", "congest"))
         if kind in ("crash", "crash-restart", "coordinator") and len(crashed) < kmin - 1:
             alive = [s for s in servers if s not in crashed]
             victim = min(alive) if kind == "coordinator" else rng.choice([s for s in free if s in alive])
             if victim not in free:               # the coordinator's server runs an entry point or application
-                t += rng.uniform(5, 20)
+                t += k * rng.uniform(5, 20)
                 continue
             faults.append(Fault("crash", (victim,), round(t * S)))
             crashed.append(victim)
             back_at[victim] = float("inf")
             if kind == "crash-restart":
-                back = t + rng.uniform(5, 40)
+                back = t + k * rng.uniform(5, 40)
                 faults.append(Fault("restart", (victim,), round(back * S)))
                 back_at[victim] = back
-            t += rng.uniform(20, 60)
+            t += k * rng.uniform(20, 60)
         elif kind == "cut" and len(crashed) + 1 <= kmin - 1:
             a, b = rng.sample(servers, 2)
-            length = rng.uniform(5, 40)
+            length = k * rng.uniform(5, 40)
             faults.append(Fault("cut", (a, b), round(t * S), round((t + length) * S)))
-            t += length + rng.uniform(5, 30)
+            t += length + k * rng.uniform(5, 30)
         elif kind == "split" and len(crashed) + 1 <= kmin - 1:
             up = sorted(s for s in servers if back_at.get(s, 0) <= t)
             coordinator, successor = up[0], up[1]      # the one elected now, and the next smallest name
             group = [successor, *rng.sample(up[2:], rng.randint(0, 3))]
-            length = rng.uniform(5, 40)
+            length = k * rng.uniform(5, 40)
             faults.extend(Fault("cut", (coordinator, g), round(t * S), round((t + length) * S)) for g in group)
-            t += length + rng.uniform(5, 30)
+            t += length + k * rng.uniform(5, 30)
         elif kind == "congest":
             a, b = rng.sample(servers, 2)
-            length = rng.uniform(5, 60)
+            length = k * rng.uniform(5, 60)
             faults.append(Fault("congest", (a, b), round(t * S), round((t + length) * S),
                                 rng.choice((500.0, 2000.0, 5000.0))))
-            t += rng.uniform(5, 30)
+            t += k * rng.uniform(5, 30)
         else:
-            t += rng.uniform(5, 20)
-    return Schedule(seed, kmax, kmin, tuple(faults))
+            t += k * rng.uniform(5, 20)
+    return Schedule(seed, kmax, kmin, tuple(faults), setup)
 
 
 def cut_groups(plan: Schedule) -> list[tuple[Fault, ...]]:
@@ -194,7 +251,7 @@ def equals_reference(prepared, result) -> tuple[int, int]:
 
 
 def run_schedule(plan: Schedule) -> Outcome:
-    scenario = base_scenario(plan.kmax, plan.kmin)
+    scenario = base_scenario(plan.kmax, plan.kmin, plan.setup)
     scenario.faults.extend(plan.faults)
     prepared = Prepared(scenario)
     started = time.perf_counter()
@@ -211,12 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
     parser.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--seed", type=int, help="run this one seed only")
+    parser.add_argument("--setup", choices=sorted(SETUPS), default="fig1",
+                        help="fig1: the Fig. 1 query on 16 servers (default); sim-fig1: "
+                             "examples/sim-fig1-placement.toml at kmax 3 / kmin 2")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every schedule, not only failures")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failures = 0
     for seed in seeds:
-        outcome = run_schedule(schedule(seed))
+        outcome = run_schedule(schedule(seed, args.setup))
         if not outcome.exact or args.verbose:
             print(f"{'ok  ' if outcome.exact else 'FAIL'} {outcome.schedule.describe()} -> delivered "
                   f"{outcome.delivered}, missing {outcome.missing}, extra {outcome.extra}, decisions "
