@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -202,6 +203,19 @@ async def collect_outputs(sub, on_items, applications: int = 1) -> None:
             closed.add(app)
             if len(closed) == applications:
                 return
+
+
+async def close_streams_and_collect(pub, published: dict[str, list], collector, closed: set[str],
+                                    arrivals: dict[str, list], timeout: float = 90) -> None:
+    """Publish CLOSED on every stream of ``published``, then wait for ``collector`` (a task running
+    :func:`collect_outputs`); a timeout names the applications that closed and the records so far."""
+    for stream in published:
+        await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": CLOSED}), qos=1)
+    try:
+        await asyncio.wait_for(collector, timeout)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"only {sorted(closed)} closed within {timeout:g} s; "
+                             f"records: { {a: len(r) for a, r in arrivals.items()} }") from None
 
 
 def kill(process: dict) -> None:

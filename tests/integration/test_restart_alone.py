@@ -25,8 +25,9 @@ import pytest
 
 from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, collect_outputs, fig1_cluster_toml,
-                                       free_ports, kill, make_cluster_module, mosquitto, publish_fig1_round)
+from tests.integration.helpers import (ROOT, assert_fig1_reference, close_streams_and_collect, cluster,
+                                       collect_outputs, fig1_cluster_toml, free_ports, kill, make_cluster_module,
+                                       mosquitto, publish_fig1_round)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -61,13 +62,7 @@ async def drive(broker_port: int, servers: list[str], actions) -> tuple[dict, di
             actions(tick)
             await publish_fig1_round(pub, servers, tick, published)
             await asyncio.sleep(TICK_S)
-        for stream in published:
-            await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": CLOSED}), qos=1)
-        try:
-            await asyncio.wait_for(collector, 90)
-        except asyncio.TimeoutError:
-            raise AssertionError(f"only {sorted(closed)} closed within 90 s; "
-                                 f"records: { {a: len(r) for a, r in arrivals.items()} }")
+        await close_streams_and_collect(pub, published, collector, closed, arrivals)
     return published, arrivals
 
 
