@@ -1,5 +1,6 @@
 """A few seeds of the random fault-schedule hunt with the coordinator on (tests/simulator/hunt.py);
-hundreds with ``python3 -m tests.simulator.hunt --seeds 300``.  Each schedule must deliver exactly the
+hundreds with ``python3 -m tests.simulator.hunt --seeds 300`` (``--setup sim-fig1`` for
+examples/sim-fig1-placement.toml).  Each schedule must deliver exactly the
 one-copy replay of its inputs."""
 
 import pytest
@@ -20,6 +21,19 @@ def test_a_random_fault_schedule_delivers_exactly_the_reference(seed):
     assert outcome.exact, (f"{outcome.schedule.describe()}: missing {outcome.missing}, extra {outcome.extra}, "
                            f"decisions {outcome.decisions}")
     assert outcome.decisions.get("gc:disconnect", 0) > 0             # the coordinator was at work
+
+
+@pytest.mark.slow
+def test_a_sim_fig1_placement_schedule_delivers_exactly_the_reference():
+    """The hunt on examples/sim-fig1-placement.toml at kmax 3 / kmin 2 (30 servers, 15 minutes; about
+    80 s of CPU): seed 0 cuts a link, congests another, and crashes and restarts a server after GC
+    removed operator replicas."""
+    plan = schedule(0, "sim-fig1")
+    assert {f.kind for f in plan.faults} == {"cut", "congest", "crash", "restart"}, plan.describe()
+    outcome = run_schedule(plan)
+    assert outcome.exact, (f"{outcome.schedule.describe()}: missing {outcome.missing}, extra {outcome.extra}, "
+                           f"decisions {outcome.decisions}")
+    assert outcome.decisions.get("gc:remove", 0) > 0
 
 
 def test_a_split_leaves_the_minoritys_coordinator_without_decisions():
