@@ -1,7 +1,8 @@
 """What the coordinator decides, as plain values: one decision per node control message.
 
-Each decision maps one-to-one onto a control message of :mod:`engine.messages`, sent to the nodes in
-its :attr:`nodes`:
+Each decision maps one-to-one onto a node control message, sent to the nodes in its :attr:`nodes`;
+the engine builds that message (:func:`engine.decision_messages.control_message`), so placement
+never imports the engine (``tests/test_layering.py``):
 
 ====================  =====================================================  =========================
 decision              message                                                sent to
@@ -12,7 +13,7 @@ decision              message                                                sen
 :class:`Disconnect`   ``DisconnectStream(stream)``                           both ends
 ====================  =====================================================  =========================
 
-:meth:`as_message` builds that message.  Servers are names here (the deployment's indices resolved).  ``peers`` lists the server of every
+Servers are names here (the deployment's indices resolved).  ``peers`` lists the server of every
 replica of the same logical node by index, ``""`` where an index is not deployed.  ``reason`` says
 which algorithm asked (``initial``, ``gc``, ``revival``), for logs.
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.model import Deployment
 
@@ -46,16 +46,10 @@ class Deploy(_OnServer):
     peers: tuple[str, ...] = ()
     reason: str = ""
 
-    def as_message(self) -> DeployReplica:
-        return DeployReplica(self.replica, self.peers)
-
 
 @dataclass(frozen=True)
 class Remove(_OnServer):
     reason: str = ""
-
-    def as_message(self) -> RemoveReplica:
-        return RemoveReplica(self.replica)
 
 
 @dataclass(frozen=True)
@@ -77,14 +71,12 @@ class _OnStream:
 
 @dataclass(frozen=True)
 class Connect(_OnStream):
-    def as_message(self) -> ConnectStream:
-        return ConnectStream(self.stream, self.source_server, self.target_server)
+    """Stream replica ``stream`` runs from ``source_server`` to ``target_server``."""
 
 
 @dataclass(frozen=True)
 class Disconnect(_OnStream):
-    def as_message(self) -> DisconnectStream:
-        return DisconnectStream(self.stream)
+    """Stream replica ``stream`` stops."""
 
 
 Decision = Deploy | Remove | Connect | Disconnect

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import Decided
+from replicast.engine.decision_messages import control_message
 from replicast.engine.messages import Report
 from replicast.placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
 from replicast.placement.model import Workload
@@ -146,7 +147,7 @@ class Coordination:
 
     def _send(self, decision) -> None:
         """Rule 2: a decision as its control message to each node it names (the one place control is sent)."""
-        message = decision.as_message()
+        message = control_message(decision)
         self.counters[f"decisions_{decision.reason}"] += 1
         self.out.event(Decided(decision))
         for node in decision.nodes:

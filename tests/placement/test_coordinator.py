@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 
+from replicast.engine.decision_messages import control_message
 from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.constraints import DeployConfig
@@ -37,7 +38,7 @@ class Cluster:
 
     def apply(self, decisions):
         for d in decisions:
-            message = d.as_message()
+            message = control_message(d)
             for node in d.nodes:
                 self.messages.append((node, message))
             if isinstance(d, Deploy):

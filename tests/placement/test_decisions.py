@@ -2,6 +2,7 @@
 
 import pytest
 
+from replicast.engine.decision_messages import control_message
 from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.decisions import Connect, Deploy, Disconnect, Remove, changes
@@ -28,7 +29,7 @@ def test_changes_in_apply_order_with_peers_by_index():
         Connect(StreamReplica(E, O2, 0), "s0", "s1", "test"),
         Connect(StreamReplica(O2, A, 0), "s1", "s3", "test"),
     ]
-    assert [d.as_message() for d in got] == [
+    assert [control_message(d) for d in got] == [
         DisconnectStream(StreamReplica(E, O0, 0)), DisconnectStream(StreamReplica(O0, A, 0)), RemoveReplica(O0),
         DeployReplica(O2, ("", "s2", "s1")), ConnectStream(StreamReplica(E, O2, 0), "s0", "s1"),
         ConnectStream(StreamReplica(O2, A, 0), "s1", "s3")]
