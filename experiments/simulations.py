@@ -78,7 +78,7 @@ def simulate(scenario: Any, runs_dir: Path, scale: Scale, variant: str = "") -> 
     """Run ``scenario`` at each of its kmax values not already in ``runs_dir``; kmax → its run
     directory ``runs_dir/<deployment>[-<variant>]-<digest>/k<K>``: experiments simulating the same
     scenario share it (``variant`` only makes the name readable)."""
-    from replicast.simulator.cli import simulate_runs
+    from replicast.simulator.runs import simulate_runs
     from replicast.simulator.run import Prepared
 
     name = scenario.deployment + (f"-{variant}" if variant else "")

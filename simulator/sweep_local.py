@@ -1,18 +1,16 @@
-"""Run a sweep's tasks (:mod:`simulator.sweep`) in local worker processes, and write its outputs.
+"""Run a sweep's tasks (:mod:`simulator.sweep`) in local worker processes.
 
 One progress bar counts the simulated seconds of all tasks together (a month in 30 segments is
 30 tasks of a day each); workers report through a Manager queue after each slice of their event
-loop, as ``replicast simulate`` does for kmax runs.  The outputs of a sweep, local or on Spark:
-the dataset (``deliveries/``, ``bandwidth/``), ``summary.json`` and ``latency.png``.
+loop, as :mod:`simulator.runs` does for kmax runs.  :func:`curve_sample` turns a merged histogram
+into the sample ``replicast simulate`` plots (:mod:`experiments.simulate_cli` writes a sweep's
+``summary.json`` and ``latency.png``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import queue
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ def run_local(scenario: Any, tasks: list[Task], out: Path, jobs: int, progress: 
     from tqdm import tqdm
 
     total = sum(round((t.segment.stop - t.segment.warm) / 1e6) for t in tasks)
-    context = multiprocessing.get_context("spawn")    # see simulator.cli._in_workers
+    context = multiprocessing.get_context("spawn")    # see simulator.runs._in_workers
     done: dict[int, int] = {}
     with context.Manager() as manager, ProcessPoolExecutor(jobs, mp_context=context) as pool, \
             tqdm(total=total, unit="sim s", desc=f"{len(tasks)} tasks", disable=not progress) as bar:
@@ -67,23 +65,6 @@ def _work(scenario: Any, task: Task, out: Path, index: int, reports: Any) -> dic
     return run_task(scenario, task, out, on_progress=lambda done_s, _total: reports.put((index, min(done_s, total))))
 
 
-def write_outputs(out: Path, scenario_path: Path, runs: list[dict[str, Any]], histograms: list[latency.Histogram],
-                  title: str) -> Path:
-    """``summary.json`` (with bandwidth and cost ratios per deployment against its smallest kmax)
-    and ``latency.png``; returns the plot's path."""
-    from replicast.experiments.latency import plot_ccdf
-
-    for run in runs:
-        base = min((r for r in runs if r["deployment"] == run["deployment"]), key=lambda r: r["kmax"])
-        run["bandwidth_ratio"] = _ratio(run["records_sent"], base["records_sent"])
-        run["cost_ratio"] = _ratio(run["network_cost"], base["network_cost"])
-    (out / "summary.json").write_text(json.dumps({"scenario": str(scenario_path), "runs": runs}, indent=2) + "\n",
-                                      encoding="utf-8")
-    labels = [(f"kmax = {r['kmax']} {r['deployment']} ({r['bandwidth_ratio']:.2f}x, {r['cost_ratio']:.2f}x)",
-               curve_sample(h)) for r, h in zip(runs, histograms)]
-    return plot_ccdf(labels, out / "latency.png", title)
-
-
 def curve_sample(histogram: latency.Histogram, points: int = 200_000) -> np.ndarray:
     """Latencies at ``points`` evenly spaced ranks, read off the histogram (each at its bin's
     upper edge): a sample whose P(latency > x) curve is the histogram's, for plotting."""
@@ -94,19 +75,3 @@ def curve_sample(histogram: latency.Histogram, points: int = 200_000) -> np.ndar
     ranks = np.linspace(0, n - 1, min(points, int(n))).astype(np.int64)
     bins = np.searchsorted(np.cumsum(counts), ranks, side="right")
     return 2.0 ** (bins / latency.PER_OCTAVE)
-
-
-def print_runs(runs: list[dict[str, Any]], out: Path, png: Path) -> None:
-    for s in runs:
-        q = s["latency_ms"]
-        print(f"kmax={s['kmax']} {s['deployment']}: {s['delivered']} records in {s['segments']} segment(s), latency "
-              f"p50 {q['p50']} ms, p99 {q['p99']} ms, max {q['max']} ms; bandwidth {s['bandwidth_ratio']:.2f}x, "
-              f"cost {s['cost_ratio']:.2f}x; {s['wall_s']:.1f} s of task time")
-    print(f"wrote {out}/ (deliveries/ and bandwidth/: Parquet partitioned by kmax, deployment, segment; "
-          f"summary.json) and {png}")
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-
-
-def _ratio(value: float, base: float) -> float:
-    return round(value / base, 3) if base else float("nan")
