@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replicast.engine.node import NodeOptions  # noqa: E402
-from replicast.operators.query_file import load_query  # noqa: E402
+from replicast.engine.query_file import load_query  # noqa: E402
 from replicast.simulator.driver import Observer, Simulation  # noqa: E402
 from replicast.simulator.network import FixedDelays  # noqa: E402
 

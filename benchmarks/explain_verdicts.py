@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from replicast.engine.explain_check import check_verdict  # noqa: E402
+from replicast.engine.query_file import load_query  # noqa: E402
 from replicast.operators.coordination import analyse  # noqa: E402
-from replicast.operators.query_file import load_query  # noqa: E402
 
 CORPUS = ROOT / "tests" / "operators" / "data" / "explain"
 

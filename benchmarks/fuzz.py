@@ -50,8 +50,8 @@ from tqdm import tqdm  # noqa: E402
 
 from replicast.engine.entry import EntryPoint, decode_payload  # noqa: E402
 from replicast.engine.node import Delivered, NodeCore, configure  # noqa: E402
+from replicast.engine.query_file import parse_query  # noqa: E402
 from replicast.engine.wire import MAX_FRAME, FrameDecoder, WireError, decode  # noqa: E402
-from replicast.operators.query_file import parse_query  # noqa: E402
 from replicast.operators.record import CLOSED  # noqa: E402
 from tests.integration.helpers import CPU_FILTER_QUERY, accept_as, free_ports, sealed, wait_port  # noqa: E402
 from tests.wire_strategies import frames, payloads  # noqa: E402

@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 from replicast.engine.core.configure import configure  # noqa: E402
 from replicast.engine.messages import Batch, Snapshot, SnapshotRequest, StreamHead  # noqa: E402
 from replicast.engine.node import NodeCore, ReplicaState  # noqa: E402
+from replicast.engine.query_file import load_query  # noqa: E402
 from replicast.engine.wire import FrameDecoder, decode, encode  # noqa: E402
 from replicast.operators.base import NO_PUNCTUATION  # noqa: E402
 from replicast.operators.plan import ReplicaId  # noqa: E402
-from replicast.operators.query_file import load_query  # noqa: E402
 
 T0 = 1_700_000_000_000_000          # µs: the records' time base
 AGGREGATE_QUERY = """

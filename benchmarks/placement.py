@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from replicast.operators.query_file import load_query  # noqa: E402
+from replicast.engine.query_file import load_query  # noqa: E402
 from replicast.placement.constraints import DeployConfig  # noqa: E402
 from replicast.placement.coordinates import fit  # noqa: E402
 from replicast.placement.cost import total_cost  # noqa: E402

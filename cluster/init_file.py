@@ -17,7 +17,7 @@ import tomli_w
 
 from replicast.cluster.processes import ClusterError
 from replicast.engine.cluster_config import parse_cluster
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 
 
 def parse_host(text: str) -> dict:

@@ -26,11 +26,12 @@ from replicast.engine.handshake import MAX_NAME
 from replicast.engine.mqtt_config import BrokerAddress, MqttSettings, parse_broker_url, parse_mqtt
 from replicast.engine.node import NodeOptions
 from replicast.engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
+from replicast.engine.query_file import load_query
 from replicast.engine.source_protocol import SourceLimits, parse_source_limits
-from replicast.operators.config_file import convert, read_toml
+from replicast.engine.toml_file import read_toml
+from replicast.operators.config_file import convert
 from replicast.operators.errors import ReplicastError
 from replicast.operators.query import Query
-from replicast.operators.query_file import load_query
 
 
 class ClusterConfigError(ReplicastError):

@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from replicast.operators.coordination import analyse
-    from replicast.operators.query_file import load_query
+    from replicast.engine.query_file import load_query
 
     if args.kmax < 1 or args.verify < 0 or args.punctuation_ms <= 0:
         raise ReplicastError("--kmax must be >= 1, --verify >= 0 and --punctuation-ms > 0")

@@ -66,11 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from replicast.operators.query_file import load_query
+    from replicast.engine.query_file import load_query
     from replicast.placement import cost
     from replicast.placement.constraints import DeployConfig
     from replicast.placement.deployment import min_cost, random_deployment
-    from replicast.placement.draw import draw
+    from replicast.engine.place_draw import draw
     from replicast.placement.from_trace import network_from_frames
     from replicast.placement.optimal import optimal
     from replicast.placement.workload import from_query
@@ -132,7 +132,7 @@ def _pins(query, names: list[str], pins: list[str], rng: random.Random) -> dict[
 def _rates(path: Path | None) -> dict[str, float]:
     if path is None:
         return {}
-    from replicast.operators.config_file import read_toml
+    from replicast.engine.toml_file import read_toml
 
     return dict(read_toml(path))
 

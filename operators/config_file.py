@@ -1,15 +1,14 @@
-"""Reading TOML configuration files with errors a person can act on.
+"""Typed tables and keys of configuration documents, with errors a person can act on.
 
-Query files, cluster files and scenarios all read TOML and check typed tables; these functions do it
-once, each caller passing its own error class so messages keep naming the right kind of file.
-:func:`convert` checks a whole table against a msgspec Struct; :func:`typed_key` one key.
+Query files, cluster files and scenarios all check typed tables of parsed TOML; these functions do
+it once, each caller passing its own error class so messages keep naming the right kind of file.
+:func:`convert` checks a whole table against a msgspec Struct; :func:`typed_key` one key.  Reading
+the files is the drivers' (:func:`engine.toml_file.read_toml`): this module is pure.
 """
 
 from __future__ import annotations
 
 import re
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,20 +17,6 @@ from replicast.operators.errors import ReplicastError
 from replicast.operators.validation import Failure, locate, shorten
 
 MISSING: Any = ...
-
-
-def read_toml(path: str | Path, what: str, error: type[ReplicastError]) -> dict:
-    """The TOML document at ``path``; ``error("<path>: cannot read <what>: …" / "invalid TOML: …")``."""
-    path = Path(path)
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as problem:
-        raise error(f"{path}: cannot read {what}: {problem.strerror}") from None
-    except UnicodeDecodeError as problem:
-        raise error(f"{path}: the {what} is not UTF-8 text (byte {problem.start}: "
-                    f"{problem.object[problem.start:problem.start + 4]!r})") from None
-    except tomllib.TOMLDecodeError as problem:
-        raise error(f"{path}: invalid TOML: {problem}") from None
 
 
 def typed_key(doc: dict, key: str, kind: type | tuple, where: str, default: Any = MISSING, *,
@@ -55,7 +40,7 @@ def typed_key(doc: dict, key: str, kind: type | tuple, where: str, default: Any 
 
 def convert(doc: Any, schema: type, where: str, *, error: type[ReplicastError] = ReplicastError,
             named_by: str | None = None) -> Any:
-    """``doc`` (a table read by :func:`read_toml`) as an instance of the msgspec Struct ``schema``: every
+    """``doc`` (a table read by :func:`engine.toml_file.read_toml`) as an instance of the msgspec Struct ``schema``: every
     key's type and range checked by msgspec, one table after another.  A mistake is one line naming the
     file, the table and the key, and the value: ``c.toml: [[nodes]] #2: 'port' should be int, got 'x'``.
 

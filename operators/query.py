@@ -1,7 +1,7 @@
 """The logical query: a DAG of source streams, operators and applications.
 
 Built either with :class:`QueryBuilder` in Python or from a TOML file
-(:mod:`operators.query_file`); both produce the same :class:`Query`.  Building checks names,
+(:mod:`engine.query_file`); both produce the same :class:`Query`.  Building checks names,
 wiring and every operator's parameters against its inputs' schemas, and infers every output
 schema, so a query that builds will run.
 
@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import graphlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from replicast.operators.base import Operator
 from replicast.operators.compile import KINDS as BUILT_IN, Compiled, compile_join
 from replicast.operators.errors import QueryError
 from replicast.operators.record import FIELD_TYPES, Schema
-from replicast.operators.user import compile_python
+from replicast.operators.user import compile_python, refuse_import
 
 KINDS = {**BUILT_IN, "python": compile_python}
+#: Turns a python operator's ``class = "module:Class"`` into the class, given the error location.
+ClassImporter = Callable[[str, str], type[Operator]]
 #: Values of an operator's optional ``coordination`` key (docs/explain.md).
 COORDINATION_CHOICES = ("auto", "none")
 
@@ -106,8 +108,12 @@ class Query:
 class QueryBuilder:
     """Builds a :class:`Query` step by step; :meth:`build` checks and compiles it."""
 
-    def __init__(self, source: str = "<query>"):
+    def __init__(self, source: str = "<query>", *, import_class: ClassImporter = refuse_import):
+        """``import_class`` resolves the ``class`` of a python operator given as an import path: the
+        query file loader passes its importer (:func:`engine.query_file.import_operator_class`);
+        code that builds a query in Python passes the class itself and needs none."""
         self.source = source
+        self._import_class = import_class
         self._streams: list[StreamSpec] = []
         self._operators: list[OperatorSpec] = []
         self._applications: list[ApplicationSpec] = []
@@ -193,7 +199,10 @@ class QueryBuilder:
             if op.kind == "join":
                 compiled[op.name] = compile_join(op.name, op.params, inputs, where, list(op.inputs))
             else:
-                compiled[op.name] = KINDS[op.kind](op.name, op.params, inputs, where)
+                params = op.params
+                if op.kind == "python" and isinstance(params.get("class"), str):
+                    params = {**params, "class": self._import_class(params["class"], where)}
+                compiled[op.name] = KINDS[op.kind](op.name, params, inputs, where)
             schemas[op.name] = compiled[op.name].schema
         return Query({s.name: s for s in self._streams}, {o.name: o for o in order},
                      {a.name: a for a in self._applications}, schemas, compiled, self.source)

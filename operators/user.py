@@ -10,13 +10,14 @@ taken to be ``OW_*``, the most severe annotation: coordination analysis then sor
 where it can and says where that is not enough.
 
 Replica consistency of the operator under its declaration is the user's to check, with
-:func:`operators.testing.check_replica_consistency` (DESIGN.md §5).  Importing the class is the
-only thing this module does beyond checking values: the module is the user's code.
+:func:`operators.testing.check_replica_consistency` (DESIGN.md §5).  This module is pure: it takes
+the class itself.  Importing the user's module for a ``"module:Class"`` string is I/O, done by the
+query file loader (:func:`engine.query_file.import_operator_class`), which hands its importer to
+:class:`~operators.query.QueryBuilder`.
 """
 
 from __future__ import annotations
 
-import importlib
 from functools import partial
 from typing import Any, Mapping
 
@@ -27,23 +28,21 @@ from replicast.operators.errors import QueryError
 from replicast.operators.record import FIELD_TYPES, Schema
 
 
-def load_class(path: Any, where: str) -> type[Operator]:
-    """The class named ``"module:Class"``; a clear error if it is not an importable Operator subclass."""
-    if not isinstance(path, str) or path.count(":") != 1:
-        raise QueryError(f"{where} (class): expected \"package.module:Class\", got {path!r}")
-    module_name, class_name = path.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise QueryError(f"{where} (class): cannot import module {module_name!r}: {error}") from None
-    cls = getattr(module, class_name, None)
-    if not isinstance(cls, type) or not issubclass(cls, Operator):
-        raise QueryError(f"{where} (class): {path!r} is not a subclass of replicast.operators.base.Operator")
-    return cls
+def operator_class(value: Any, where: str) -> type[Operator]:
+    """``value`` checked to be a subclass of :class:`~operators.base.Operator`."""
+    if not isinstance(value, type) or not issubclass(value, Operator):
+        raise QueryError(f"{where} (class): expected \"package.module:Class\", got {value!r}")
+    return value
+
+
+def refuse_import(path: str, where: str) -> type[Operator]:
+    """The importer of a builder given none: pure code passes the class itself, not its import path."""
+    raise QueryError(f"{where} (class): {path!r} names a module to import; load the query with "
+                     f"replicast.engine.query_file (which imports it) or give the class itself")
 
 
 def compile_python(name: str, params: Mapping, inputs: list[Schema], where: str) -> Compiled:
-    cls = load_class(params.get("class"), where)
+    cls = operator_class(params.get("class"), where)
     args = params.get("args", {})
     if not isinstance(args, Mapping):
         raise QueryError(f"{where} (args): expected a table of keyword arguments, got {args!r}")

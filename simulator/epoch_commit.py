@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from replicast.engine.node import NodeOptions
+from replicast.engine.query_file import parse_query
 from replicast.operators.query import Query
-from replicast.operators.query_file import parse_query
 from replicast.simulator.driver import Observer, Simulation
 from replicast.simulator.network import FixedDelays
 

@@ -19,15 +19,15 @@ import pyarrow.parquet as pq
 from replicast.engine.node import Mode, shape
 from replicast.engine.events import read_events
 from replicast.engine.node import NodeOptions
-from replicast.operators.query import Query
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from replicast.operators.plan import ReplicaId
+from replicast.operators.query import Query
 from replicast.operators.record import Record
 from replicast.simulator.deploy import deploy
 from replicast.simulator.driver import Simulation
+from replicast.simulator.latency import quantiles
 from replicast.simulator.network import Processing
 from replicast.simulator.recorder import Recorder
-from replicast.simulator.latency import quantiles
 from replicast.simulator.scenario import Scenario, ScenarioError
 from replicast.simulator.segments import Segment
 from replicast.simulator.sources import Source, messages, payload, reference_records

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from replicast.engine.node import MODES as ENGINE_MODES, Mode, parse_mode
 from replicast.engine.entry import MODES
-from replicast.operators.config_file import read_toml, typed_key
+from replicast.engine.toml_file import read_toml
+from replicast.operators.config_file import typed_key
 from replicast.operators.errors import ReplicastError
 from replicast.simulator.clocks import ClockSpec
 from replicast.simulator.network import OUTAGE_MODES

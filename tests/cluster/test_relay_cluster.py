@@ -21,8 +21,8 @@ from collections import Counter
 import aiomqtt
 from prometheus_client.parser import text_string_to_metric_families
 
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY, collect_outputs, free_ports, replicast
 from replicast.traces.store import TraceStore

@@ -29,8 +29,8 @@ import pytest
 import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from replicast.traces.store import TraceStore
 from tests.cluster.sshd_hosts import processes_under, replicast, sshd_hosts, wheel  # noqa: F401  (a fixture)

@@ -14,7 +14,7 @@ import pytest
 from replicast.engine.core.states import StamperRole
 from replicast.engine.entry import EntryPoint
 from replicast.engine.node import NodeOptions
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from tests.engine.memnet import MemoryNetwork
 
 QUERY = load_query(Path(__file__).resolve().parents[2] / "examples/entry-stamped-query.toml")

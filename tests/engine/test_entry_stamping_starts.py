@@ -11,8 +11,8 @@ import pytest
 
 from replicast.engine.core.states import CandidacyPhase, StamperRole
 from replicast.engine.messages import ViewDecided
+from replicast.engine.query_file import parse_query
 from replicast.engine.wire import decode
-from replicast.operators.query_file import parse_query
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_entry_stamping import (OPTIONS, PLACE, QUERY, close, delivered, network, publish, settle,
                                              stamper_of)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from replicast.engine.node import DeadLetter, Delivered, NodeCore, configure
+from replicast.engine.query_file import parse_query
 from replicast.engine.wire import MAX_FRAME, FrameDecoder, WireError, decode
-from replicast.operators.query_file import parse_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import CPU_FILTER_QUERY
 from tests.wire_strategies import frames, payloads

@@ -14,10 +14,10 @@ import pytest
 
 from replicast.engine.events import read_events
 from replicast.engine.node import NodeOptions, ReplicaChanged, ReplicaState, StreamCutOff
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
 from replicast.operators.plan import ReplicaId
 from replicast.operators.query import QueryBuilder
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 from tests.engine.test_node import source_messages

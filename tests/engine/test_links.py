@@ -6,8 +6,8 @@ from pathlib import Path
 
 from replicast.engine.messages import Ack, Heartbeat
 from replicast.engine.node import NodeCore, NodeOptions
+from replicast.engine.query_file import load_query
 from replicast.operators.plan import ReplicaId, StreamReplica
-from replicast.operators.query_file import load_query
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY = load_query(ROOT / "examples/fig1.toml")

@@ -10,11 +10,11 @@ import pytest
 from replicast.engine.events import read_events
 from replicast.engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics, StreamHead
 from replicast.engine.node import DeadLetter, NodeCore, NodeOptions, ProtocolError, ReplicaState, configure
-from replicast.operators.base import NO_PUNCTUATION
-from replicast.engine.wire import PackedRecords, decode, encode
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
+from replicast.engine.wire import PackedRecords, decode, encode
+from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 

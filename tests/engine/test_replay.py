@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from replicast.engine.events import read_events
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay, scheduled_replay, source_batches, source_messages
 from replicast.operators.errors import InputError
 from replicast.operators.query import QueryBuilder
-from replicast.operators.query_file import load_query
 from tests.operators.strategies import TRICKY_FLOATS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import aiomqtt
 
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.brokers import Broker
 from tests.integration.helpers import cluster, collect_outputs, free_ports, metric, wait_for

@@ -20,8 +20,8 @@ from collections import Counter
 import aiomqtt
 import pytest
 
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import (ROOT, cluster, collect_outputs, fig1_cluster_toml, free_ports, kill,
                                        make_cluster_module, mosquitto, publish_fig1_round, without_output_id)

@@ -20,8 +20,8 @@ from collections import Counter
 
 import aiomqtt
 
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import ROOT, cluster, free_ports, kill, metric, mosquitto, two_node_cluster, wait_for
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import aiomqtt
 
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import (ROOT, assert_fig1_reference, cluster, fig1_cluster_toml, free_ports, kill,
                                        make_cluster_module, metric, mosquitto, publish_fig1_round, wait_for)

@@ -17,8 +17,8 @@ from collections import Counter
 
 import aiomqtt
 
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import cluster, collect_outputs, free_ports, kill, metric, mosquitto, wait_for
 

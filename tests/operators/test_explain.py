@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from replicast.engine.query_file import load_query, parse_query
 from replicast.examples import example_path
 from replicast.operators.blazes import Label, compatible
 from replicast.operators.coordination import Coordination, analyse
 from replicast.operators.coordination_cost import first_arrivals, waits
 from replicast.operators.errors import QueryError
 from replicast.operators.plan import ReplicaId, plan
-from replicast.operators.query_file import load_query, parse_query
 
 CORPUS = sorted((Path(__file__).parent / "data" / "explain").glob("*.toml"))
 

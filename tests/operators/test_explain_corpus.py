@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from replicast.engine.explain_check import check_verdict, sample_streams
+from replicast.engine.query_file import load_query, parse_query
 from replicast.engine.replay import replay, scheduled_replay
 from replicast.engine.replay_cli import compare
 from replicast.operators.blazes import Path as BlazesPath
 from replicast.operators.coordination import Coordination, analyse
-from replicast.operators.query_file import load_query, parse_query
 
 CORPUS = sorted((Path(__file__).parent / "data" / "explain").glob("*.toml"))
 AGREEING_SEEDS = 20

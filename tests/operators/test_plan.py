@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from replicast.engine.query_file import load_query
 from replicast.operators.plan import ReplicaId, plan
-from replicast.operators.query_file import load_query
 
 FIG1 = Path(__file__).resolve().parents[2] / "examples" / "fig1.toml"
 

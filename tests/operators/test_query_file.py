@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from replicast.engine.query_file import load_query, parse_query
 from replicast.operators.errors import QueryError
 from replicast.operators.query import QueryBuilder
-from replicast.operators.query_file import load_query, parse_query
 
 ROOT = Path(__file__).resolve().parents[2]
 

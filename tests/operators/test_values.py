@@ -9,11 +9,11 @@ import math
 import msgpack
 import pytest
 
+from replicast.engine.query_file import parse_query
 from replicast.operators.aggregate import TimeWindowAggregate
 from replicast.operators.count_aggregate import CountWindowAggregate
 from replicast.operators.errors import InputError
 from replicast.operators.expressions import FieldRef, compile_expression
-from replicast.operators.query_file import parse_query
 from replicast.operators.record import Schema, make_record
 from replicast.operators.summaries import Summary
 

@@ -154,7 +154,7 @@ def test_optimal_matches_brute_force_and_bounds_the_heuristics(data):
 
 
 def seattle_instance(frames, seed, n_servers=40):
-    from replicast.operators.query_file import load_query
+    from replicast.engine.query_file import load_query
     from replicast.placement.from_trace import network_from_frames
     from replicast.placement.workload import from_query
 

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from replicast.engine.node import NodeOptions
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from replicast.simulator.driver import Observer, Simulation
 from replicast.simulator.network import FixedDelays
 

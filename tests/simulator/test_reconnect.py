@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from replicast.simulator.driver import Simulation
 from replicast.simulator.network import FixedDelays
 

@@ -26,8 +26,8 @@ from replicast.engine.aio.driver import NodeDriver
 from replicast.engine.cluster_config import ClusterConfig, NodeSpec
 from replicast.engine.events import read_events
 from replicast.engine.node import NodeOptions
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from replicast.simulator.driver import Observer, Simulation
 from replicast.simulator.network import FixedDelays

@@ -20,10 +20,13 @@
 The loader only translates tables into :class:`~operators.query.QueryBuilder` calls, so a file and
 the equivalent Python build the same :class:`~operators.query.Query`.  Which keys a table may hold is
 its msgspec schema (:class:`QueryFile`, one per operator kind); the values are the builder's to check.
+It does what the pure builder may not (DESIGN.md §3): reads the file, and imports the module a
+``kind = "python"`` operator names (:func:`import_operator_class`).
 """
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 from pathlib import Path
 from typing import Any, Mapping
@@ -31,9 +34,12 @@ from typing import Any, Mapping
 import msgspec
 from msgspec import UNSET
 
-from replicast.operators.config_file import convert, read_toml
+from replicast.engine.toml_file import read_toml
+from replicast.operators.base import Operator
+from replicast.operators.config_file import convert
 from replicast.operators.errors import QueryError
 from replicast.operators.query import Query, QueryBuilder
+
 
 class _Table(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A table of a query file: its keys checked here, its values by :class:`~operators.query.QueryBuilder`
@@ -136,7 +142,7 @@ def parse_query(text: str, source: str = "<query>") -> Query:
 def build_query(document: Mapping[str, Any], source: str = "<query>") -> Query:
     """The query described by an already-parsed TOML document."""
     file = convert(document, QueryFile, source, error=QueryError)
-    builder = QueryBuilder(source)
+    builder = QueryBuilder(source, import_class=import_operator_class)
     for table in file.streams:
         builder.stream(table.name, table.fields, seal=table.seal)
     for i, table in enumerate(file.operators, start=1):
@@ -153,3 +159,19 @@ def build_query(document: Mapping[str, Any], source: str = "<query>") -> Query:
     for table in file.applications:
         builder.application(table.name, table.input, ordered=table.ordered)
     return builder.build()
+
+
+def import_operator_class(path: str, where: str) -> type[Operator]:
+    """The class named ``"module:Class"`` (``kind = "python"``, docs/queries.md); a clear error if it
+    is not an importable :class:`~operators.base.Operator` subclass."""
+    if path.count(":") != 1:
+        raise QueryError(f"{where} (class): expected \"package.module:Class\", got {path!r}")
+    module_name, class_name = path.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise QueryError(f"{where} (class): cannot import module {module_name!r}: {error}") from None
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type) or not issubclass(cls, Operator):
+        raise QueryError(f"{where} (class): {path!r} is not a subclass of replicast.operators.base.Operator")
+    return cls
