@@ -189,8 +189,7 @@ class OperatorReplica:
 
     def restore(self, state: dict[str, Any]) -> None:
         self.operator.restore(state["operator"])
-        for f, s in zip(self.filters, state["filters"]):
-            f.restore(s)
+        self.filters = [DuplicateFilter.from_snapshot(s, min_run=f.min_run) for f, s in zip(self.filters, state["filters"])]
         if self.sorters is not None:
             for sorter, s in zip(self.sorters, state["sorters"]):
                 sorter.restore(s)

@@ -118,7 +118,7 @@ def test_a_filter_grown_to_one_replica_takes_the_single_replica_path_and_stays_e
     single-replica path (no record hashed), and a second one exact counts."""
     f = DuplicateFilter(0)
     only = f.add_replica()
-    assert f._recent == []                                           # single-replica mode
+    assert f._single is not None and f._single.recent == []          # single-replica mode
     assert f.on_batch(only, [(1, "a"), (1, "a"), (2, "b")]) == [(1, "a"), (1, "a"), (2, "b")]
     assert not f._slots
     assert f.on_punctuation(only, 1) == 1 and f.on_batch(only, [(1, "z")]) == []
@@ -130,8 +130,7 @@ def test_a_filter_grown_to_one_replica_takes_the_single_replica_path_and_stays_e
 def test_snapshot_restore_continues_identically():
     f = DuplicateFilter(2)
     f.on_batch(0, [(1, "a"), (3, "c")])
-    g = DuplicateFilter(1)
-    g.restore(f.snapshot())
+    g = DuplicateFilter.from_snapshot(f.snapshot())
     assert g.on_batch(1, [(1, "a"), (2, "b")]) == f.on_batch(1, [(1, "a"), (2, "b")]) == [(2, "b")]
 
 
@@ -146,8 +145,7 @@ def test_a_snapshot_of_a_port_with_more_than_64_stream_replicas_crosses_the_wire
     for i in range(81):
         f.on_batch(i, [(1, "a"), (2, "b")])
     message = Snapshot(ReplicaId("x", 0), ReplicaId("x", 1), {"filter": f.snapshot()})
-    g = DuplicateFilter(1)
-    g.restore(decode(encode(message)[4:]).state["filter"])
+    g = DuplicateFilter.from_snapshot(decode(encode(message)[4:]).state["filter"])
     assert g.counts(80) == f.counts(80) == {(1, "a"): 1, (2, "b"): 1}
     assert g.on_batch(5, [(2, "b"), (3, "c")]) == f.on_batch(5, [(2, "b"), (3, "c")]) == [(2, "b"), (3, "c")]
 
