@@ -3,7 +3,7 @@
     python3 benchmarks/compare.py                          # 1 000 000 records per workload, 3 rounds
     python3 benchmarks/compare.py --records 100000 --rounds 1    # a quick look
 
-Three workloads (issue 12), each on the same records for both engines, in one process:
+Three workloads (docs/performance.md), each on the same records for both engines, in one process:
 
 * ``filter+map``: ``v % 3 != 0``, then ``(ts, k, 2·v + 1)``;
 * ``window``: a 1 s tumbling window per key computing ``count()`` and ``sum(v)``;
@@ -23,7 +23,7 @@ against driving the same operators directly, on the same workloads, and must giv
 
 Rounds alternate the engines (replicast, Bytewax, replay, …); each figure is the best CPU time of
 this process (``time.process_time``: other work on the shared machine moves it less than wall time)
-over the rounds, and ratios are taken within the run.  Targets (issue 12): join ≥ 1.0× Bytewax's
+over the rounds, and ratios are taken within the run.  Targets (docs/performance.md): join ≥ 1.0× Bytewax's
 throughput, window ≥ 5×, filter+map ≥ 2.5×; replay within 2× of the operators.
 """
 

@@ -1,4 +1,4 @@
-"""What entry stamping that never stamps twice costs in latency (issue 11 item 7; docs/node.md).
+"""What entry stamping that never stamps twice costs in latency (docs/node.md).
 
 A stamped segment leaves the entry point only once every member of the stream's view holds it
 (engine/core/stamper.py rule 2): one round trip between the entry replicas.  This runs the

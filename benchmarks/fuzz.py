@@ -1,4 +1,4 @@
-"""Fuzz the node at scale (issue 11): hostile wire frames into NodeCore and into a live cluster over
+"""Fuzz the node at scale (docs/performance.md): hostile wire frames into NodeCore and into a live cluster over
 TCP, hostile MQTT payloads into a live entry point; reports crashes, silent streams and every
 rejection counter.  The strategies are the tests' (tests/wire_strategies.py, Hypothesis).
 

@@ -1,4 +1,4 @@
-"""Replica lifecycle costs (issue 10 §7): snapshot size and time, and restart to live over real TCP.
+"""Replica lifecycle costs (docs/lifecycle.md): snapshot size and time, and restart to live over real TCP.
 
 Two states, each held by both replicas of one operator:
 * ``aggregate`` — a time-window aggregate (count and sum per key) with 10,000 open groups;

@@ -1,5 +1,5 @@
 """Instructions per distinct record on a node's data path, counted by callgrind: a measure of the
-node's own work that the other processes of a shared machine do not move (issue 12).
+node's own work that the other processes of a shared machine do not move (docs/performance.md).
 
     python3 benchmarks/node_instructions.py                     # ceiling's receiver, k = 1, 2, 3; 50 000 records
     python3 benchmarks/node_instructions.py --records 20000 --k 3

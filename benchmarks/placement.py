@@ -6,7 +6,7 @@
 0. Coordinates: median relative RTT error of Vivaldi on the shipped Seattle trace (99 nodes, 688
    frames replayed for 3000 rounds) with Serf's constants, with the 25-sample latency filter
    ``replicast place`` uses, and fitted on the per-pair medians instead of the noisy frames.
-1. Scale (issue 13 targets): 100 servers x 20 operators x kmax 5 (<= 1 s) and 1,000 servers x 50
+1. Scale (targets in docs/performance.md): 100 servers x 20 operators x kmax 5 (<= 1 s) and 1,000 servers x 50
    operators x kmax 5 (<= 10 s).  Servers are a synthetic network calibrated on the shipped Seattle
    trace (``traces.synth.base_matrix``), the query a random DAG (10 sources, operators with one or two
    inputs, an application on every sink).  Timed, best of ``--repeat``: Vivaldi coordinates from the

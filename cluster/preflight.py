@@ -1,4 +1,4 @@
-"""Checks ``cluster up`` makes before starting anything (issue 11, item 9).
+"""Checks ``cluster up`` makes before starting anything (docs/cluster.md).
 
 Every port a local cluster will listen on — each node's ``port``, ``metrics_port`` and
 ``source_port``, and the embedded broker's — must be in 1–65535, used once per address, and free

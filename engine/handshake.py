@@ -13,8 +13,8 @@ the other *accepts*)::
 Each proof covers both names and both nonces in role order, so it is valid for one connection
 only (replay needs the other side's fresh nonce), cannot be reflected (the roles differ and a node
 accepts a dial only from a name that sorts before its own), and the acceptor proves nothing to
-anyone who has not proved first — the reflection oracle of issue 11 (a node answering any Hello
-with a proof) is gone.
+anyone who has not proved first — the reflection oracle (a node answering any Hello with a proof; docs/node.md)
+is gone.
 
 **Frames after the handshake** carry a 16-byte tag: ``GMAC(K_dir, nonce = seq, body)`` — AES-256-GCM
 with the frame as associated data and nothing to encrypt — with a key per direction derived from

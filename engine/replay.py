@@ -1,4 +1,4 @@
-"""Replicated replay: runs a query's whole physical replica graph in one process (issue 2 §6).
+"""Replicated replay: runs a query's whole physical replica graph in one process (DESIGN.md §6a; docs/replay.md).
 
 This is the proof harness for replication transparency (§III): the same source records are fed
 to ``k`` replicas of every entry point and operator, every stream replica is a FIFO channel with
@@ -22,7 +22,7 @@ node hosts; only this scheduler is specific to replay.
 With one replica and no crash (the reference run) there is nothing adversarial to schedule, so
 :func:`replay` runs the plan straight through instead (:class:`_StraightThrough`): each source
 sends one batch per punctuation interval, and every batch goes depth-first through the plan the
-moment it is emitted — no per-record messages, delays or heap (issue 12: the scheduled reference
+moment it is emitted — no per-record messages, delays or heap (docs/performance.md: the scheduled reference
 run was 25–70× slower than the operators).  That is one particular schedule with zero delays, so
 by replication transparency its output is the scheduled run's: the same multiset per application,
 and the same list for ordered ones (``tests/engine/test_replay.py`` checks it against

@@ -39,7 +39,6 @@ class Distinct(Operator):
 
     kind = "distinct"
     label = "CW"
-    stateful = True
 
     def __init__(self):
         super().__init__(1)
@@ -66,7 +65,6 @@ class Rises(Operator):
     kind = "rises"
     label = "OW"
     gate = ("server",)
-    stateful = True
 
     def __init__(self):
         super().__init__(1)
@@ -86,7 +84,6 @@ class EveryNth(Operator):
     """Every ``n``-th record received (a sampler that declares no annotation)."""
 
     kind = "every_nth"
-    stateful = True
 
     def __init__(self, n: int = 3):
         super().__init__(1)
@@ -108,7 +105,6 @@ class LatestLoad(Operator):
     kind = "latest_load"
     label = "OR"
     gate = ("dst",)
-    stateful = True
 
     def __init__(self):
         super().__init__(2)
@@ -129,7 +125,6 @@ class IntervalPeak(Operator):
     kind = "interval_peak"
     label = "OW"
     gate = ("window",)
-    stateful = True
 
     def __init__(self, interval_ms: int = 1000):
         super().__init__(1)

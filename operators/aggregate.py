@@ -30,8 +30,6 @@ from replicast.operators.summaries import Summary, group_key_function, summarise
 
 class TimeWindowAggregate(Operator):
     kind = "aggregate"
-    complete_input_required = True
-    stateful = True
 
     def __init__(self, size_us: int, slide_us: int, group_by: tuple[int, ...], summaries: tuple[Summary, ...]):
         super().__init__(1)

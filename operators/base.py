@@ -13,12 +13,8 @@ the *frontier* is the minimum over ports of the largest punctuation seen there. 
 to the frontier advancing in :meth:`Operator.on_frontier` (windows close there) and to a single
 port's punctuation in :meth:`Operator.on_port_punctuation` (join buffers are pruned there).
 
-Declared properties: ``order_sensitive`` (needs sorted input, §IV-C; where replicas actually sort
-is the coordination analysis's verdict, from each operator's Blazes annotation: docs/explain.md),
-``stateful``, ``partition_key``, and
-``complete_input_required``: each output summarises *every* input record of a window, so a replica
-that missed part of its input would emit wrong records.  A Join is stateful but not such an
-operator: each of its outputs is one correct pair, whatever it missed.
+Declared property: ``order_sensitive`` (needs sorted input, §IV-C; where replicas actually sort
+is the coordination analysis's verdict, from each operator's Blazes annotation: docs/explain.md).
 
 Rebuilding without a live peer (``docs/lifecycle.md``): a replica whose every peer is lost starts
 empty from what upstream logs still hold.  Each port *adopts* a frontier (:meth:`Operator.adopt`):
@@ -42,9 +38,6 @@ class Operator:
 
     kind: ClassVar[str] = "operator"
     order_sensitive: ClassVar[bool] = False
-    stateful: ClassVar[bool] = False
-    complete_input_required: ClassVar[bool] = False
-    partition_key: tuple[str, ...] | None = None
 
     def __init__(self, n_inputs: int = 1):
         self.n_inputs = n_inputs

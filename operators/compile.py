@@ -129,7 +129,7 @@ def compile_join(name: str, params: Mapping, inputs: list[Schema], where: str, i
     keys = split_join_keys(on, scope)
     if keys is None:
         return Compiled(partial(Join, window_us, predicate), schema, unkeyed)
-    # Equalities between the sides become buffer keys; only the rest is evaluated per pair (issue 12).
+    # Equalities between the sides become buffer keys; only the rest is evaluated per pair (Alg. 2).
     residual = None if keys.residual is None else \
         compile_expression(keys.residual, scope, where=f"{where} (on)", arity=2).function
     factory = partial(KeyedJoin, window_us, (key_getter(keys.left), key_getter(keys.right)), residual)

@@ -19,9 +19,7 @@ from replicast.operators.summaries import Summary, group_key_function, summarise
 
 class CountWindowAggregate(Operator):
     kind = "aggregate"
-    complete_input_required = True
     order_sensitive = True
-    stateful = True
 
     def __init__(self, size: int, slide: int, group_by: tuple[int, ...], summaries: tuple[Summary, ...]):
         super().__init__(1)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from replicast.operators.errors import QueryError
+from replicast.operators.record import normalise
 
 FUNCTIONS: dict[str, Callable] = {"abs": abs, "min": min, "max": max, "round": round}
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
@@ -31,7 +32,7 @@ def finite_float(value: object) -> float:
     ``max(1, 0.5)`` is typed float but returns the int 1, so the value is converted; ``-0.0`` and
     non-finite values would break bit-exact replica consistency (see :mod:`operators.record`).
     """
-    result = float(value) + 0.0
+    result = normalise(float(value))
     if result - result == 0.0:          # false for inf and nan
         return result
     raise ArithmeticError(f"non-finite result {result}")
@@ -209,7 +210,7 @@ def compile_selection(source: str, scope: Scope, *, where: str) -> Callable[[lis
     """A function of a list of records returning those for which ``source`` is true, in order.
 
     The expression is inlined in one list comprehension, so a batch costs no Python call per
-    record (a third less than ``filter`` with a compiled predicate; issue 12).  It raises on the
+    record (a third less than ``filter`` with a compiled predicate; docs/performance.md).  It raises on the
     first record whose evaluation fails: callers then evaluate record by record to count errors.
 
     >>> from operators.expressions import FieldRef, compile_selection
@@ -252,7 +253,7 @@ def compile_tuples(parts: list[tuple[ast.AST, str]], width: int) -> Callable[[li
     """A function of a list of records of ``width`` fields (``ts`` included) returning the tuple of
     ``parts`` (trees over ``_r0``) for each, in order: :func:`compile_tuple` inlined in one list
     comprehension that unpacks each record into locals, so a batch costs no Python call and no
-    indexing per record (a quarter less than ``map`` over the compiled function; issue 12).  It
+    indexing per record (a quarter less than ``map`` over the compiled function; docs/performance.md).  It
     raises on the first record whose evaluation fails: callers then evaluate record by record (with
     :func:`compile_tuple`'s function) to count errors."""
     fields = [f"_f{i}" for i in range(width)]

@@ -31,7 +31,6 @@ _by_ts = itemgetter(0)
 
 class Join(Operator):
     kind = "join"
-    stateful = True
 
     def __init__(self, window_us: int, predicate: Callable[[Record, Record], object] | None = None):
         super().__init__(2)

@@ -1,4 +1,4 @@
-"""Finds the equalities between a join's two sides in its ``on`` expression (issue 12).
+"""Finds the equalities between a join's two sides in its ``on`` expression (§IV-E; docs/performance.md).
 
 ``on = "a.k == b.k and a.v < b.v"`` is the conjunction of an equality between a left field and a
 right field and a *residual* predicate.  Every output pair satisfies all such equalities, so a join

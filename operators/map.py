@@ -24,7 +24,7 @@ class Map(Operator):
         :func:`operators.compile.compile_map`; :func:`operators.expressions.compile_tuple` makes
         computed float fields exact and finite and checks computed ints fit 64 bits).  Built whole
         by one call, the output record is one tuple allocation: about a fifth faster than adding
-        ``ts`` to a tuple of fields (issue 12).  ``apply(records)``, if given, maps a whole batch
+        ``ts`` to a tuple of fields (docs/performance.md).  ``apply(records)``, if given, maps a whole batch
         at once (:func:`operators.expressions.compile_tuples`: no Python call per record)."""
         super().__init__(1)
         self.function = function

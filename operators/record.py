@@ -136,7 +136,7 @@ def make_record(schema: Schema, ts: Any, values: dict[str, Any], where: str) -> 
         if kind == "float":
             if not math.isfinite(value):
                 raise InputError(f"{where}: field {name!r} must be a finite float, got {short_repr(values[name])}")
-            value += 0.0
+            value = normalise(value)
         fields.append(value)
     return (ts, *fields)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Callable
 
-from replicast.operators.record import INT_MAX, INT_MIN, Record
+from replicast.operators.record import INT_MAX, INT_MIN, Record, normalise
 
 FUNCTIONS = ("count", "sum", "avg", "min", "max")
 #: Below this, a sum of n values each under _SAFE / n in magnitude cannot overflow.
@@ -54,19 +54,19 @@ class Summary:
         if self.field_type != "float":
             total = sum(values)
             if self.function == "avg":
-                return total / len(values) + 0.0
+                return normalise(total / len(values))
             if not INT_MIN <= total <= INT_MAX:
                 raise ArithmeticError(f"sum() of {len(values)} ints does not fit in 64 bits")
             return total
         if max(map(abs, values)) < _SAFE / len(values):   # no partial sum can leave the float range
             total = math.fsum(values)
-            return (total if self.function == "sum" else total / len(values)) + 0.0
+            return normalise(total if self.function == "sum" else total / len(values))
         else:                  # one could (whether fsum raises depends on the order): exactly
             exact = sum(map(Fraction, values), Fraction(0))
             if self.function == "avg":
                 exact /= len(values)
             try:
-                return float(exact) + 0.0
+                return normalise(float(exact))
             except OverflowError:
                 raise ArithmeticError(f"{self.function}() of {len(values)} floats is beyond the float range") from None
 

@@ -1,4 +1,4 @@
-"""What a simulation run records: deliveries, bandwidth and network cost (issue 5 §4, §V-A).
+"""What a simulation run records: deliveries, bandwidth and network cost (DESIGN.md §8, §V-A).
 
 * ``deliveries.parquet`` — one row per record delivered to an application: ``app, ts, arrival,
   latency_us`` (§VI-B: arrival − ts) and ``path``: the replicas the record came through on the

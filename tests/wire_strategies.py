@@ -1,4 +1,4 @@
-"""Hypothesis strategies for hostile wire frames and MQTT payloads (issue 11, fuzz suite).
+"""Hypothesis strategies for hostile wire frames and MQTT payloads (fuzz suite, docs/node.md).
 
 Used by ``tests/engine/test_fuzz.py`` (a bounded sample in CI) and ``benchmarks/fuzz.py``
 (≥ 10^5 frames, ≥ 10^4 payloads).  A frame here is whole bytes as a peer would send them:

@@ -1,6 +1,6 @@
 """Statistics of a trace, and the synthetic-generator parameters fitted from them.
 
-The statistics the generator must reproduce (issue 4, within 10 %), all over off-diagonal samples:
+The statistics the generator must reproduce (docs/traces.md, within 10 %), all over off-diagonal samples:
 ``median``, ``p90``, ``p99`` (nearest rank), ``outage_rate`` (missing / all samples) and
 ``frame_corr`` (Pearson correlation of log RTT between consecutive frames, over pairs valid in both;
 logs because one 90 s spike would otherwise dominate a plain correlation).

@@ -1,5 +1,5 @@
 """Bad cluster files, events files and traces give one line naming file, field and value, before
-anything starts (issue 11, item 9) — never a traceback, never silently accepted."""
+anything starts (STYLE.md rule 5, docs/node.md) — never a traceback, never silently accepted."""
 
 from __future__ import annotations
 

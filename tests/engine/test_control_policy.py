@@ -1,6 +1,6 @@
 """Control messages come from the node itself or the cluster's coordinator (engine/core/control_policy.py).
 
-The attack of issue 11's first pass: a member of the cluster (it has the secret) connects a stream
+The attack the control policy stops (docs/node.md): a member of the cluster (it has the secret) connects a stream
 replica of its own into a replica hosted here, then sends batches, which were delivered."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Entry-stamped mode never gives one source event two timestamps (issue 11 item 7; docs/node.md,
+"""Entry-stamped mode never gives one source event two timestamps (docs/node.md,
 "Entry-stamped mode").
 
 Each test publishes distinct events (``load`` = a counter) to every entry replica, as MQTT does,

@@ -1,4 +1,4 @@
-"""Fuzzing the node's inputs (issue 11): Hypothesis-generated wire frames into FrameDecoder,
+"""Fuzzing the node's inputs (docs/node.md): Hypothesis-generated wire frames into FrameDecoder,
 decode and a real NodeCore; hostile MQTT payloads into its entry point.  Only WireError may come
 out of decoding; nothing may come out of the core; and afterwards the core still delivers a
 genuine stream from start to CLOSED (it was not silenced).  ``benchmarks/fuzz.py`` runs the same

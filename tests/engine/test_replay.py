@@ -106,7 +106,7 @@ def test_replicated_replay_with_crashes_equals_the_reference(data):
 @settings(max_examples=150)
 @given(st.data())
 def test_the_straight_through_reference_equals_the_scheduled_run_with_one_replica(data):
-    """``replay(replicas=1)`` skips the schedule (issue 12); its output must be the scheduled run's."""
+    """``replay(replicas=1)`` skips the schedule (docs/replay.md); its output must be the scheduled run's."""
     query = data.draw(random_queries())
     streams = data.draw(random_inputs(query))
     punctuation_us = data.draw(st.sampled_from([250_000, 333_333, 1_000_000]))

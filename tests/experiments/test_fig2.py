@@ -1,5 +1,5 @@
 """``replicast experiment fig2`` in tiny configurations, in the simulator and on real TCP clusters
-(issue 14, item 6): every mode delivers the same records, replication is never later than no
+(docs/experiments.md, Fig. 2): every mode delivers the same records, replication is never later than no
 replication for the same record, and after W's crash ``none`` stops, ``failover`` pauses for about
 its failure detector's time and ``replication`` does not pause."""
 

@@ -1,7 +1,7 @@
 """Issue 3 acceptance: a 7-process loopback cluster (6 servers, k=2, applications on 'app') runs the
 Fig. 1 query while one server is SIGKILLed; every application's output equals `replay`'s reference
 on the recorded input, and no application sees a gap longer than its normal one.  The same cluster
-in modes ``failover`` and ``synchronization`` (engine/core/modes.py, issue 14) gives the same output,
+in modes ``failover`` and ``synchronization`` (engine/core/modes.py, docs/modes.md) gives the same output,
 after a pause of about its failure detector's time: the alerts' path goes through the victim (in
 synchronization, through the primary of the Join's pair, whose backup takes over).
 

@@ -1,4 +1,4 @@
-"""Entry-stamped mode over real TCP: the link between the two entry replicas is cut (issue 11 item 7).
+"""Entry-stamped mode over real TCP: the link between the two entry replicas is cut (docs/node.md).
 
 Nodes ``a`` and ``b`` each host a replica of the entry-stamped stream ``cpu``; ``c`` hosts the filter
 and the application (a file).  ``a`` dials ``b`` through a proxy in this process, which the test

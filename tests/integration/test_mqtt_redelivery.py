@@ -1,4 +1,4 @@
-"""QoS-1 redelivery is not a second occurrence (issue 11, item 8): a real mosquitto, a real node,
+"""QoS-1 redelivery is not a second occurrence (docs/node.md): a real mosquitto, a real node,
 and between them a proxy that loses the node's PUBACK for one message and breaks the connection, so
 mosquitto delivers that message again (DUP set, same packet id) when the node reconnects.  The
 record must be delivered once; the same payload published again as a new message is a second

@@ -1,4 +1,4 @@
-"""A node that reports ready is processing (issue 11): ``replicast_ready`` follows what the node
+"""A node that reports ready is processing (docs/node.md): ``replicast_ready`` follows what the node
 can do, not only what it could once.
 
 * A real broker process is killed under a running node and started again on the same port: the

@@ -1,4 +1,4 @@
-"""Attacks on the node links by someone without the secret (issue 11, items 1–2): two real node
+"""Attacks on the node links by someone without the secret (docs/node.md, the handshake): two real node
 processes, a real broker, and an attacker in this process.
 
 * **Reflection**: the attacker poses as ``a`` to ``b`` and as ``b`` to ``a``, passing each node's

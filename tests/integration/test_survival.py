@@ -1,5 +1,5 @@
-"""A node never dies or goes silent from what a peer, a source or a sink does (issue 11, items 3–4
-and 9's dead letters): real node processes and a real broker; the test plays the other peer.
+"""A node never dies or goes silent from what a peer, a source or a sink does (docs/node.md,
+dead letters included): real node processes and a real broker; the test plays the other peer.
 
 * a 1,000-deep msgpack payload (it made the dead-letter path raise RecursionError inside the MQTT
   task, which died: input stopped for good while the node said "ready");

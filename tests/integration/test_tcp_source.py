@@ -1,4 +1,4 @@
-"""Records enter through a TCP source connection (issue 3 item 2), and 'cluster up' notices a source
+"""Records enter through a TCP source connection (§II-B, docs/node.md), and 'cluster up' notices a source
 that dies at start.  Real node processes, real sockets."""
 
 from __future__ import annotations

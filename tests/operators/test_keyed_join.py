@@ -1,4 +1,4 @@
-"""KeyedJoin — the Join of §IV-E (Alg. 2) with buffers indexed by the equi-join key (issue 12)."""
+"""KeyedJoin — the Join of §IV-E (Alg. 2) with buffers indexed by the equi-join key (docs/performance.md)."""
 
 from collections import Counter
 

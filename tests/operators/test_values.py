@@ -1,4 +1,4 @@
-"""Finite values that overflow, ints wider than 64 bits, and the type of ``**`` (issue 11, item 5):
+"""Finite values that overflow, ints wider than 64 bits, and the type of ``**`` (docs/architecture.md):
 each is a deterministic evaluation error — the same records dropped and counted on every replica —
 never an exception that escapes an operator, and never a record the wire cannot encode."""
 

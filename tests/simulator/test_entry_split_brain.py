@@ -1,5 +1,5 @@
 """Entry-stamped mode in the simulator: the link between the two entry replicas is cut for four
-seconds while a source keeps publishing to both (issue 11 item 7's split brain).  Every event must
+seconds while a source keeps publishing to both (docs/node.md's split brain).  Every event must
 reach the application once, with one timestamp; before the fix each event published during the
 cut was delivered twice."""
 

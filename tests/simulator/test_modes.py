@@ -1,4 +1,4 @@
-"""The engine modes in the simulator (issue 14, Fig. 2 in miniature): every mode delivers the same
+"""The engine modes in the simulator (docs/modes.md, Fig. 2 in miniature): every mode delivers the same
 records as the one-process reference; replication is never slower than no replication for the same
 record; after a crash ``none`` stops, ``failover`` pauses for about its failure detector's time, and
 ``replication`` does not pause.

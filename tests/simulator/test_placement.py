@@ -1,4 +1,4 @@
-"""Placement in simulations on the shipped Seattle trace (§V, issue 13): min-cost against random
+"""Placement in simulations on the shipped Seattle trace (§V, docs/placement.md): min-cost against random
 deployment, garbage collection during a run, and revival through a cut link.  The coordinator runs on
 the elected server; its reports and decisions cross the simulated network like every other message."""
 

@@ -1,4 +1,4 @@
-"""One small scenario on both runtimes (issue 5): the asyncio/TCP driver on loopback with fixed link
+"""One small scenario on both runtimes (DESIGN.md §3, §VI-A): the asyncio/TCP driver on loopback with fixed link
 delays, and the simulator with the same delays, give every application the same output — and the
 same as the one-process replay reference.
 

@@ -65,7 +65,7 @@ def test_csv_ingests_with_one_command_and_summarises(spark, tmp_path, capsys):
     bad.write_text("src,dst,rtt_ms\na,b,1\na,b,-1\n")
     assert main(["-q", "trace", "ingest", str(bad), "--out", str(tmp_path / "b")]) == 2
     assert f"{bad}:3: rtt_ms -1 is negative" in capsys.readouterr().err
-    latin = tmp_path / "latin1.csv"                    # issue 11: a traceback (UnicodeDecodeError) before
+    latin = tmp_path / "latin1.csv"                    # once a traceback (UnicodeDecodeError), before
     latin.write_bytes(b"src,dst,rtt_ms\na,b,1\nz\xfcrich,b,2\n")
     assert main(["-q", "trace", "ingest", str(latin), "--out", str(tmp_path / "c")]) == 2
     assert f"{latin}:3: byte b'\\xfc' at column 2 is not UTF-8; expected UTF-8 text" in capsys.readouterr().err
