@@ -20,11 +20,10 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from replicast.engine.core.modes import MODES as ENGINE_MODES, Mode, parse_mode
 from replicast.engine.entry import MODES
 from replicast.engine.handshake import MAX_NAME
 from replicast.engine.mqtt_config import BrokerAddress, MqttSettings, parse_broker_url, parse_mqtt
-from replicast.engine.node import NodeOptions
+from replicast.engine.node import MODES as ENGINE_MODES, Mode, NodeOptions, parse_mode
 from replicast.engine.placement_config import CoordinatorSettings, coordination_setup, parse_coordinator, pinned_placement
 from replicast.engine.query_file import load_query
 from replicast.engine.source_protocol import SourceLimits, parse_source_limits

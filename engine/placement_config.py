@@ -31,7 +31,7 @@ from replicast.operators.config_file import convert
 from replicast.operators.query import Query
 
 if TYPE_CHECKING:     # numpy and scipy only when a node takes part in placement: every node imports this module
-    from replicast.engine.core.coordination import CoordinationSetup
+    from replicast.engine.node import CoordinationSetup
     from replicast.placement.constraints import DeployConfig
     from replicast.placement.coordinator import CoordinatorConfig
 
@@ -178,7 +178,7 @@ def coordination_setup(settings: CoordinatorSettings, query: Query, nodes: list[
                        placement: dict[str, list[str]], node: str) -> CoordinationSetup:
     """Node ``node``'s :class:`~engine.core.coordination.CoordinationSetup`: the cluster, the query's
     estimated workload with entry points and applications where ``placement`` runs their replica 0."""
-    from replicast.engine.core.coordination import CoordinationSetup
+    from replicast.engine.node import CoordinationSetup
     from replicast.placement.workload import from_query
     index = {name: i for i, name in enumerate(nodes)}
     pinned = {name: index[placement[name][0]] for name in (*query.streams, *query.applications)}

@@ -35,9 +35,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from replicast.engine.messages import Batch
-from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure
+from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure, placement_plan
 from replicast.engine.wire import decode, encode
-from replicast.engine.core.configure import placement_plan
 from replicast.operators.query import Query, QueryBuilder
 
 #: The operators of Table I and how each is built: (inputs, QueryBuilder.operator parameters).

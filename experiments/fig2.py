@@ -97,7 +97,7 @@ class Settings:
 
 def available_modes() -> tuple[str, ...]:
     """The paper's modes the engine runs, in the paper's order."""
-    from replicast.engine.core.modes import MODES
+    from replicast.engine.node import MODES
 
     return tuple(m for m in PAPER_ORDER if m in MODES)
 
