@@ -88,7 +88,7 @@ def source_batches(records: list[Record], punctuation_us: int,
     ``(send time, records, punctuation)``: first ``(t, [], p0)``, then each interval's records with
     the punctuation that closes the interval, sent when the source learns it (its next record), and
     the last interval's records with :data:`~operators.record.CLOSED`.  ``records`` must be in
-    timestamp order (checked at once: :func:`~engine.events.read_events` checks it too; ``stream``
+    timestamp order (checked at once: :func:`~engine.event_file.read_events` checks it too; ``stream``
     names them in the error); an interval ends at the first record at or after the next multiple of
     ``punctuation_us``, found by bisection.  The batches are cut as they are consumed, so a run
     holds one of them at a time (all of them alive made the garbage collector traverse them all

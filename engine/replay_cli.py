@@ -7,7 +7,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from replicast.engine.events import read_events, record_to_json
+from replicast.engine.event_file import read_events, record_to_json
 from replicast.engine.query_file import load_query
 from replicast.engine.replay import ReplayResult, replay
 from replicast.operators.query import Query

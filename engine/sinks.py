@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from replicast.engine.events import as_text
+from replicast.engine.event_file import as_text
 from replicast.engine.node import Delivered
 
 OUT_TOPIC = "replicast/out/{app}"

@@ -16,9 +16,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from replicast.engine.node import Mode, shape
-from replicast.engine.events import read_events
-from replicast.engine.node import NodeOptions
+from replicast.engine.event_file import read_events
+from replicast.engine.node import Mode, NodeOptions, shape
 from replicast.engine.query_file import load_query
 from replicast.operators.plan import ReplicaId
 from replicast.operators.query import Query

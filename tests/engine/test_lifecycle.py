@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from replicast.engine.events import read_events
+from replicast.engine.event_file import read_events
 from replicast.engine.node import NodeOptions, ReplicaChanged, ReplicaState, StreamCutOff
 from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replicast.engine.events import read_events
+from replicast.engine.event_file import read_events
 from replicast.engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics, StreamHead
 from replicast.engine.node import DeadLetter, NodeCore, NodeOptions, ProtocolError, ReplicaState, configure
 from replicast.engine.query_file import load_query

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replicast.engine.events import read_events
+from replicast.engine.event_file import read_events
 from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay, scheduled_replay, source_batches, source_messages
 from replicast.operators.errors import InputError

@@ -24,7 +24,7 @@ import aiomqtt
 from replicast.cluster.relay import RelayLink, RelayPlan, start_relays
 from replicast.engine.aio.driver import NodeDriver
 from replicast.engine.cluster_config import ClusterConfig, NodeSpec
-from replicast.engine.events import read_events
+from replicast.engine.event_file import read_events
 from replicast.engine.node import NodeOptions
 from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
