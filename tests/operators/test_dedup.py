@@ -134,6 +134,27 @@ def test_snapshot_restore_continues_identically():
     assert g.on_batch(1, [(1, "a"), (2, "b")]) == f.on_batch(1, [(1, "a"), (2, "b")]) == [(2, "b")]
 
 
+def test_from_snapshot_builds_a_new_filter_in_every_representation_and_leaves_the_original_alone():
+    """Restore by construction: runs, per-record slots, repeated records, held punctuations and a
+    based replica all come back, and the filter the snapshot was taken from is not touched."""
+    f = DuplicateFilter(2, min_run=1)
+    f.on_batch(0, [(5, "r"), (6, "s")], key="run")               # a run
+    f.on_batch(1, [(7, "a"), (7, "a")])                          # per record, one record twice
+    late = f.add_replica(base=9)                                 # its punctuations wait for 9
+    assert f.on_punctuation(late, 20) is None
+    before = f.snapshot()
+    g = DuplicateFilter.from_snapshot(before, min_run=1)
+    assert g is not f and f.snapshot() == before and g.snapshot() == before
+    assert g.waiting(late) and g.base(late) == 9 and g.min_run == 1
+    for i, batch in ((0, [(7, "a"), (7, "a"), (7, "a")]), (1, [(5, "r"), (8, "b")]), (late, [(6, "s")])):
+        assert g.on_batch(i, batch) == f.on_batch(i, batch)
+    assert g.on_punctuation(0, 10) == f.on_punctuation(0, 10) == 20      # the held 20 counts at last
+    assert g.snapshot() == f.snapshot() and g.rank_counts == f.rank_counts
+    single = DuplicateFilter(1)
+    single.on_batch(0, [(1, "x"), (1, "x")])
+    assert DuplicateFilter.from_snapshot(single.snapshot()).counts(0) == {(1, "x"): 2}
+
+
 def test_a_snapshot_of_a_port_with_more_than_64_stream_replicas_crosses_the_wire():
     """Every new incarnation upstream is a stream replica more on the port: copy masks outgrow 64 bits."""
     from replicast.engine.wire import decode, encode
