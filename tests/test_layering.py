@@ -66,6 +66,7 @@ def imported(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)   # a submodule, perhaps
     return {below_root(name) for name in names if name == "replicast" or name.startswith("replicast.")}
 
 
@@ -134,8 +135,10 @@ def test_the_scan_sees_imports_inside_functions_and_type_checking_blocks(tmp_pat
     module = tmp_path / "m.py"
     module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import replicast.engine.node\n"
                       "def f():\n    from replicast.experiments.latency import plot_ccdf\n"
-                      "from replicast import __version__\nfrom replicast.consume import Consumer\n")
-    assert imported(module) == {"engine.node", "experiments.latency", "replicast", "replicast.consume"}
+                      "from replicast import __version__\nfrom replicast.consume import Consumer\n"
+                      "from replicast.engine import core\n")
+    assert imported(module) >= {"engine.node", "experiments.latency", "replicast", "replicast.consume", "engine.core"}
+    assert {unit_of(name) for name in imported(module)} == {"engine", "experiments", "version", "consume", None}
 
 
 def test_a_back_edge_is_caught():

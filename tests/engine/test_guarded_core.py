@@ -15,7 +15,7 @@ from replicast.engine.node import (CORE_TRANSITIONS, CoreFailed, CoreState, Core
 from replicast.engine.core.states import advance
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
-from replicast.operators.query_file import parse_query
+from replicast.engine.query_file import parse_query
 from tests.integration.crash_operator import crash_query
 
 

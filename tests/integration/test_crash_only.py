@@ -23,7 +23,7 @@ import psutil
 from replicast.cluster.readiness import node_ready
 from replicast.engine.node_cli import EXIT_BUG
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.crash_operator import crash_query
 from tests.integration.helpers import cluster, collect_outputs, free_ports
