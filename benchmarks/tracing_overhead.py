@@ -1,5 +1,5 @@
 """Trace-query overhead: node throughput with no query, with one query at 1/1000 sampling and at
-1/100, in the same run (docs/tracing.md; issue 24's targets: ≤ 1 % and ≤ 5 % less than none).
+1/100, in the same run (docs/tracing.md; targets: ≤ 1 % and ≤ 5 % less than none).
 
     python3 benchmarks/tracing_overhead.py                    # both measurements, k = 2
     python3 benchmarks/tracing_overhead.py --in-process --records 200000 --rounds 7   # the core alone
@@ -122,7 +122,7 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
     from replicast.engine.node import NodeCore, ReplicaState, configure
     from replicast.engine.wire import decode
     from replicast.operators.base import NO_PUNCTUATION
-    from replicast.operators.query_file import parse_query
+    from replicast.engine.query_file import parse_query
     from node import QUERY as NODE_QUERY
 
     query = parse_query(NODE_QUERY)

@@ -278,12 +278,10 @@ class DuplicateFilter:
         """``max_count[t]`` for every remembered record (those above ``max_punctuation``): how many
         of its occurrences this port passed — for an application sink, what it delivered in the
         current punctuation interval (output ids continue from there, docs/consume.md)."""
-        if self._recent is not None:                    # single-replica mode: each record passed is one
-            return dict(Counter(self._recent))
-        masks, multiple = self._masks, self._multiple
-        out = {record: multiple[record][0] if masks[s] == _MULTIPLE else 1
-               for record, s in self._slots.items() if masks[s]}
-        for run in self._runs.values():
+        if self._single is not None:                    # single-replica mode: each record passed is one
+            return dict(Counter(self._single.recent))
+        out = self._slots.passed_counts()
+        for run in self._runs.by_key.values():
             out.update(dict.fromkeys(run.records, 1))
         return out
 

@@ -168,6 +168,12 @@ class Slots:
                 out[record] = 1
         return out
 
+    def passed_counts(self) -> dict[Record, int]:
+        """``max_count[t]`` for every remembered record some replica sent."""
+        masks, multiple = self.masks, self.multiple
+        return {record: multiple[record][0] if masks[s] == MULTIPLE else 1
+                for record, s in self.slot_of.items() if masks[s]}
+
     def seed(self, j: int, counts: dict[Record, int], max_punctuation: int) -> None:
         """``count[t][j] = counts[t]`` for the records still remembered (see ``DuplicateFilter.seed``)."""
         slots, masks, multiple, k = self.slot_of, self.masks, self.multiple, self.ranks.k

@@ -9,10 +9,10 @@ import pytest
 
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import KeySeals
+from replicast.engine.query_file import parse_query
 from replicast.engine.replay import replay
 from replicast.engine.wire import WireError, decode, encode
 from replicast.operators.plan import ReplicaId, StreamReplica
-from replicast.operators.query_file import parse_query
 from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
 
@@ -147,9 +147,9 @@ def test_a_seal_ahead_of_records_the_receiver_lacks_is_dropped():
 def test_replay_carries_seals_through_replicas_and_crashes_and_checks_against_the_unsealed_reference(monkeypatch):
     from pathlib import Path
 
-    from replicast.engine.events import read_events
+    from replicast.engine.event_file import read_events
     from replicast.operators.aggregate import TimeWindowAggregate
-    from replicast.operators.query_file import load_query
+    from replicast.engine.query_file import load_query
 
     examples = Path(__file__).resolve().parents[2] / "examples"
     query = load_query(examples / "keyed-seal.toml")
@@ -205,7 +205,7 @@ def test_a_replica_that_joins_mid_stream_and_outlives_its_donor_gives_the_refere
 def test_replay_of_sealed_count_windows_releases_each_keys_sorted_prefix_and_gives_the_reference(monkeypatch):
     from pathlib import Path
 
-    from replicast.engine.events import read_events
+    from replicast.engine.event_file import read_events
     from replicast.operators.sorter import Sorter
 
     examples = Path(__file__).resolve().parents[2] / "examples"

@@ -20,8 +20,8 @@ from collections import Counter, defaultdict
 import aiomqtt
 
 from replicast.consume import Consumer
+from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import cluster, free_ports, kill, mosquitto, wait_for
 

@@ -12,8 +12,8 @@ import asyncio
 from collections import Counter, defaultdict
 
 from replicast.engine.node import NodeOptions
+from replicast.engine.query_file import parse_query
 from replicast.engine.replay import replay
-from replicast.operators.query_file import parse_query
 from replicast.simulator.driver import Simulation
 from replicast.simulator.network import FixedDelays
 from replicast.simulator.sources import Source, messages, payload
