@@ -391,6 +391,5 @@ def test_passed_counts_are_the_occurrences_passed_above_the_punctuation(records,
     f.on_punctuation(0, 1)
     expected = {r: n for r, n in passed.items() if r[0] > 1}
     assert f.passed_counts() == expected
-    g = DuplicateFilter(k)
-    g.restore(f.snapshot())
+    g = DuplicateFilter.from_snapshot(f.snapshot())
     assert g.passed_counts() == expected
