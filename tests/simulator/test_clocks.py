@@ -12,7 +12,7 @@ import pytest
 from replicast.engine.core.states import StamperRole
 from replicast.engine.core.views import VoteMemory
 from replicast.engine.node import NodeOptions
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from replicast.simulator.clocks import Clock, ClockSpec
 from replicast.simulator.driver import Observer, Simulation
 from replicast.simulator.network import FixedDelays
