@@ -28,9 +28,9 @@ from replicast.engine.core.stats import COUNTERS
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
                                        RemoveReplica, Resume, Standby, StreamHead)
+from replicast.engine.query_file import load_query
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
-from replicast.operators.query_file import load_query
 from replicast.operators.replica import OperatorReplica
 from replicast.placement.workload import from_query
 
