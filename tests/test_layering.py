@@ -28,7 +28,7 @@ LAYERS: dict[str, set[str]] = {
     "examples": {"operators"},
     "engine": {"operators", "placement", "traces"},
     "consume": {"engine", "operators"},
-    "simulator": {"engine", "operators", "placement", "traces"},
+    "simulator": {"engine", "operators", "placement", "traces", "version"},
     "experiments": {"simulator", "engine", "operators", "traces", "examples"},
     "cluster": {"engine", "operators", "traces"},
     "commands": {"version", "engine", "operators", "traces", "consume", "experiments", "cluster"},
