@@ -27,7 +27,7 @@ import time
 import aiomqtt
 import pytest
 
-from replicast.operators.query_file import load_query
+from replicast.engine.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import (ROOT, assert_fig1_reference, close_streams_and_collect, cluster,
                                        collect_outputs, fig1_cluster_toml, free_ports, kill, make_cluster_module,
