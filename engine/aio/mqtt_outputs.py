@@ -37,13 +37,11 @@ from replicast.operators.record import CLOSED
 log = logging.getLogger("replicast.node")
 
 IN_TOPIC = "replicast/in/+"
-#: A restarted sink reading its retained frontier: how long after the subscription a retained
-#: message may take to arrive, and how long it tries an unreachable broker before publishing
-#: everything (at least once, as without a frontier).  Two seconds, not less: a restarted node's event
-#: loop is busy restoring its snapshot, and a time-out that fires before the loop reads the retained
-#: message already received makes the sink publish everything again (seen at 0.5 s under load).
-FRONTIER_WAIT_S = 2.0
-FRONTIER_GIVE_UP_S = 10.0
+#: A restarted sink reading its retained frontier (:func:`~engine.aio.mqtt_session.read_retained`
+#: knows "nothing retained" from a marker, not from a time-out): how long it keeps trying a broker
+#: that cannot be reached or does not answer before publishing everything (at least once, as
+#: without a frontier).  Its output is held meanwhile.
+FRONTIER_GIVE_UP_S = 30.0
 
 
 class MqttOutputs:
@@ -155,14 +153,16 @@ class MqttOutputs:
             while True:
                 try:
                     payload = await read_retained(broker, self.config.mqtt, self.name, FRONTIER_TOPIC.format(app=app),
-                                                  wait_s=FRONTIER_WAIT_S, suffix=f"frontier-{app}")
+                                                  give_up_s=max(0.1, deadline - time.monotonic()),
+                                                  suffix=f"frontier-{app}")
                     frontiers.append(None if payload is None else parse_frontier(payload))
                     break
-                except aiomqtt.MqttError as error:
+                except (aiomqtt.MqttError, TimeoutError) as error:
                     if time.monotonic() >= deadline:
                         log.warning("cannot read %s's frontier from MQTT broker %s (%s): publishing what this "
                                     "restarted sink delivers, repeats included", app, broker.url,
-                                    shorten(str(error), 200), extra={"event": "frontier_unread", "app": app})
+                                    shorten(str(error) or type(error).__name__, 200),
+                                    extra={"event": "frontier_unread", "app": app})
                         frontiers.append(None)
                         break
                     await asyncio.sleep(backoff.next())

@@ -259,26 +259,35 @@ class BrokerSession:
 
 
 async def read_retained(broker: BrokerAddress, settings: MqttSettings, node: str, topic: str, *,
-                        wait_s: float, suffix: str = "frontier") -> bytes | None:
-    """The message retained on ``topic`` at ``broker`` (None if none arrives within ``wait_s`` of the
-    subscription's acknowledgement: a broker sends retained messages right after it).  A short clean
-    session of its own (client id ``<node's>-<suffix>``: distinct per reader, or the broker drops the
-    older connection), MQTT 3.1.1 (every broker, amqtt too);
-    raises MqttError if the broker cannot be reached."""
+                        give_up_s: float, suffix: str = "frontier") -> bytes | None:
+    """The message retained on ``topic`` at ``broker``, or None if nothing is retained there.
+
+    "Nothing retained" is known, not guessed from a time-out: once the subscription to ``topic`` is
+    acknowledged, the reader publishes a QoS-1 marker on ``<topic>/read/<client id>``, a topic it
+    has also subscribed to.  A broker sends a subscription's retained message while it handles the
+    SUBSCRIBE, before it reads the marker's PUBLISH that came later on the same connection
+    (mosquitto and amqtt both), so the marker coming back first means nothing is retained; a busy
+    node reads both in order however late it gets to them.  A short clean session of its own
+    (client id ``<node's>-<suffix>``: distinct per reader, or the broker drops the older
+    connection), MQTT 3.1.1 (every broker, amqtt too).  Raises MqttError if the broker cannot be
+    reached and TimeoutError if the marker has not come back within ``give_up_s``."""
     tls = tls_context(settings, node) if broker.tls else None
-    async with aiomqtt.Client(broker.host, broker.port, identifier=f"{settings.identifier(node)}-{suffix}",
-                              username=settings.username, password=settings.password, tls_context=tls,
-                              protocol=aiomqtt.ProtocolVersion.V311, clean_session=True, keepalive=10,
-                              timeout=10) as client:
-        await client.subscribe(topic, qos=1)
-        try:
-            async with asyncio.timeout(wait_s):
-                async for message in client.messages:
-                    if message.retain:
-                        payload = message.payload
-                        return payload if isinstance(payload, bytes) else str(payload or "").encode()
-        except TimeoutError:
-            return None
+    identifier = f"{settings.identifier(node)}-{suffix}"
+    marker = f"{topic}/read/{identifier}"
+    async with asyncio.timeout(give_up_s):
+        async with aiomqtt.Client(broker.host, broker.port, identifier=identifier,
+                                  username=settings.username, password=settings.password, tls_context=tls,
+                                  protocol=aiomqtt.ProtocolVersion.V311, clean_session=True, keepalive=10,
+                                  timeout=10) as client:
+            await client.subscribe(topic, qos=1)
+            await client.subscribe(marker, qos=1)
+            await client.publish(marker, b"", qos=1)
+            async for message in client.messages:
+                if message.topic.matches(marker):
+                    return None
+                if message.retain and message.topic.matches(topic):
+                    payload = message.payload
+                    return payload if isinstance(payload, bytes) else str(payload or "").encode()
     return None
 
 
