@@ -87,7 +87,6 @@ class Handshake:
         self.peer: str | None = None
         self._transcript = b""
         self._decoder = FrameDecoder(MAX_HANDSHAKE_FRAME, single=True)   # small frames until DONE
-        self._early: list[bytes] = []
 
     def start(self) -> bytes:
         """The first bytes of this side (the dialer speaks first)."""
@@ -99,10 +98,11 @@ class Handshake:
             raise WireError("connection closed during the handshake")
         out = []
         bodies = self._decoder.feed(data)          # one frame at a time (FrameDecoder.single)
-        while bodies and self.stage is not Stage.DONE:
+        while bodies:
             out += [encode(message) for message in self.receive(decode(bodies[0]))]
-            bodies = self._decoder.feed(b"")
-        self._early += bodies                      # a frame that came with the last one is the link's
+            # What follows the last handshake frame is the link's: link() reads it at the full
+            # frame limit (read here, at the handshake's, a peer's first large frame was refused).
+            bodies = self._decoder.feed(b"") if self.stage is not Stage.DONE else []
         return b"".join(out)
 
     def link(self) -> tuple["FrameSealer", "FrameOpener", FrameDecoder, list[bytes]]:
@@ -111,7 +111,7 @@ class Handshake:
         send, receive = self.keys()
         decoder = self._decoder
         decoder.max_frame, decoder.single = MAX_FRAME, False
-        return FrameSealer(send), FrameOpener(receive), decoder, self._early + decoder.feed(b"")
+        return FrameSealer(send), FrameOpener(receive), decoder, decoder.feed(b"")
 
     def receive(self, message) -> list:
         handler = _TRANSITIONS.get((self.role, self.stage, type(message)))

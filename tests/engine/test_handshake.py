@@ -4,10 +4,12 @@ no proof for anyone who has not proved first, no reflection, no replay, tagged f
 from __future__ import annotations
 
 import itertools
+import struct
 
 import pytest
 
-from replicast.engine.handshake import (FrameOpener, FrameSealer, Handshake, Role, Stage, MAX_NAME, shorten)
+from replicast.engine.handshake import (FrameOpener, FrameSealer, Handshake, Role, Stage, MAX_HANDSHAKE_FRAME, MAX_NAME,
+                                        shorten)
 from replicast.engine.messages import Ack, Hello, Proof
 from replicast.engine.wire import WireError, encode
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -58,15 +60,20 @@ def test_the_acceptor_proves_nothing_before_the_dialer_has_proved():
     assert acceptor.stage is not Stage.DONE
 
 
-def test_frames_that_arrive_with_the_last_handshake_frame_belong_to_the_link():
-    """The acceptor sends its proof and, at once, its first frames; a relay may deliver them in one
-    read.  (Found by the relay tests: the frame right after the proof was dropped, so every later
-    frame failed its tag.)"""
+@pytest.mark.parametrize("large", [False, True], ids=["small frames", "a frame over the handshake limit"])
+def test_frames_that_arrive_with_the_last_handshake_frame_belong_to_the_link(large):
+    """The acceptor sends its proof and, at once, its first frames; a relay (or a busy reader) may
+    get them in one read.  (Found by the relay tests: the frame right after the proof was dropped,
+    so every later frame failed its tag.  And a restarted node's peers replay at once: the first
+    frame after the proof, read at the handshake's 512-byte limit, was refused as "1099 bytes
+    exceeds the 512-byte limit" and the link dropped.)"""
     dialer, acceptor = pair()
     to_dialer = acceptor.feed(dialer.start())
     proof = acceptor.feed(dialer.feed(to_dialer))
     sealer, _, _, _ = acceptor.link()
     frames = [encode(Ack(StreamReplica(ReplicaId("s", 0), ReplicaId("f", 0), 0), 0, i)) for i in range(3)]
+    if large:
+        frames.insert(0, struct.pack(">I", 4 * MAX_HANDSHAKE_FRAME) + bytes(4 * MAX_HANDSHAKE_FRAME))
     assert dialer.feed(proof + b"".join(bytes(p) for f in frames for p in sealer.seal(f))) == b""
     _, opener, _, early = dialer.link()
     assert [opener.open(body) for body in early] == [f[4:] for f in frames]
