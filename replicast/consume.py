@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-import aiomqtt
 import msgspec
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from replicast.consume_core import ExactlyOnce, Order, Position
+from replicast.consume_session import CONNACK_TIMEOUT_S, ConnectRefused, Delivery, Link, NoConnack, Protocol
 from replicast.engine.mqtt_config import BrokerAddress, parse_broker_url
 from replicast.operators.errors import ReplicastError
 from replicast.operators.record import CLOSED
@@ -38,11 +35,13 @@ log = logging.getLogger("replicast.consume")
 OUT_TOPIC = "replicast/out/{app}"
 #: CONNACK codes for "this protocol version is not spoken here" (as engine.aio.mqtt_session).
 UNSUPPORTED_VERSION = (1, 132)
-SESSION_EXPIRY_S = 3600
 #: Seconds an MQTT 5 CONNECT may wait for its CONNACK before the next attempt speaks 3.1.1: a
 #: 3.1.1-only broker (amqtt, the embedded one) answers an MQTT 5 CONNECT with properties by waiting
 #: for more bytes, not by refusing its version.
 V5_CONNECT_PROBE_S = 3
+#: Messages received and not yet handed out, from all brokers, past which the sockets are no longer
+#: read (consume_session rule 2: the bound for brokers that do not keep MQTT 5's Receive Maximum).
+MAX_QUEUED = 256
 
 
 #: A payload as JSON (msgspec: a few times faster than the standard library's ``json`` here).
@@ -74,11 +73,16 @@ def load_position(path: Path) -> Position:
         raise ConsumeError(str(error)) from None
 
 
-def save_position(path: Path, position: Position) -> None:
-    """Write ``position`` to ``path`` atomically (a process killed meanwhile leaves the old one)."""
+def stage_position(path: Path, position: Position) -> Path:
+    """Write ``position`` beside ``path``; ``os.replace`` of the returned file commits it."""
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(position.to_json())
-    os.replace(temporary, path)
+    return temporary
+
+
+def save_position(path: Path, position: Position) -> None:
+    """Write ``position`` to ``path`` atomically (a process killed meanwhile leaves the old one)."""
+    os.replace(stage_position(path, position), path)
 
 
 class Consumer:
@@ -90,14 +94,18 @@ class Consumer:
         if not brokers:
             raise ConsumeError("consume: name at least one broker")
         self.app, self.until_closed = app, until_closed
-        #: Called after a payload's records were handed out, before its position is saved (flush here).
+        #: Called once a payload's records were handed out and its position written beside the
+        #: position file, just before that file is renamed over it (write the output here: the
+        #: window in which a kill repeats the payload is then this call's last write to the rename).
         self.before_save = before_save
         self.brokers = [parse_broker_url(url, "consume", ConsumeError) for url in brokers]
         self.position_path = Path(position) if position is not None else None
         start = load_position(self.position_path) if self.position_path is not None else Position()
         self.filter = ExactlyOnce(order, start)
         self.client_id = client_id or f"replicast-consume-{app}"
-        self._queue: asyncio.Queue = asyncio.Queue()    # payloads, or a session task that ended
+        self._queue: asyncio.Queue = asyncio.Queue()    # deliveries, or a session task that ended
+        self._links: set[Link] = set()
+        self._paused = False
         self.bad_payloads = 0
 
     async def records(self) -> AsyncIterator[dict]:
@@ -109,8 +117,9 @@ class Consumer:
 
     async def batches(self) -> AsyncIterator[list[dict]]:
         """As :meth:`records`, a payload's new records at a time (never an empty list): one step of
-        the iteration per MQTT message rather than per record.  The position is saved once the
-        consumer asks for the next batch — after it handled this one."""
+        the iteration per MQTT message rather than per record.  Once the consumer asks for the next
+        batch — after it handled this one — the position is saved and then the message is
+        acknowledged to its broker: a consumer killed before that gets it again."""
         tasks = [asyncio.create_task(self._session(i, broker), name=f"consume {broker.url}")
                  for i, broker in enumerate(self.brokers)]
         for task in tasks:             # a session task never ends but by a bug: raise it here
@@ -118,84 +127,110 @@ class Consumer:
         queue, offer, decode = self._queue, self.filter.offer_payload, _decode
         try:
             while not (self.until_closed and self.filter.frontier == CLOSED):
-                payload = queue.get_nowait() if queue.qsize() else await queue.get()
-                if isinstance(payload, asyncio.Task):
-                    payload.result()
-                    raise RuntimeError(f"{payload.get_name()} ended")
+                delivery = queue.get_nowait() if queue.qsize() else await queue.get()
+                if isinstance(delivery, asyncio.Task):
+                    delivery.result()
+                    raise RuntimeError(f"{delivery.get_name()} ended")
+                if self._paused:
+                    self._resume_if_drained()
                 try:
-                    records = offer(payload, decode)
-                except ValueError:
+                    records = offer(delivery.payload, decode)
+                except ValueError as error:
                     self.bad_payloads += 1
+                    log.warning("broker %s: a payload on %s is not JSON (%s); skipped", delivery.link.broker.url,
+                                OUT_TOPIC.format(app=self.app), error)
+                    delivery.link.ack(delivery)
                     continue
                 if records:
                     yield records
-                if self.before_save is not None:
-                    self.before_save()
-                if self.position_path is not None:
-                    save_position(self.position_path, self.filter.position())
+                self._commit(delivery)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _commit(self, delivery: Delivery) -> None:
+        """The payload's records were handed out: save the position, then acknowledge the message
+        (never before: the broker would not send it again to a consumer killed meanwhile)."""
+        staged = stage_position(self.position_path, self.filter.position()) if self.position_path else None
+        if self.before_save is not None:
+            self.before_save()
+        if staged is not None:
+            os.replace(staged, self.position_path)
+        delivery.link.ack(delivery)
+
     async def _session(self, index: int, broker: BrokerAddress) -> None:
-        """One broker: connect, subscribe, queue payloads; reconnect for ever."""
+        """One broker: connect, subscribe, queue deliveries; reconnect for ever.  A message is
+        acknowledged by :meth:`_commit` once the saved position covers it (consume_session)."""
         identifier = self.client_id if len(self.brokers) == 1 else f"{self.client_id}-{index}"
         protocol = await self._protocol(broker, identifier)
+        topic = OUT_TOPIC.format(app=self.app)
         delay = 0.05
         while True:
+            link = Link(broker, identifier, protocol, clean=False, deliver=self._deliver,
+                        on_subscribed=lambda: log.info("subscribed to %s on %s", topic, broker.url))
+            self._links.add(link)
             try:
-                if protocol is aiomqtt.ProtocolVersion.V5:
-                    properties = Properties(PacketTypes.CONNECT)
-                    properties.SessionExpiryInterval = SESSION_EXPIRY_S
-                    client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
-                                            clean_start=False, properties=properties, keepalive=10, timeout=10)
-                else:
-                    client = aiomqtt.Client(broker.host, broker.port, identifier=identifier, protocol=protocol,
-                                            clean_session=False, keepalive=10, timeout=10)
-                async with client:
-                    # No time-out: a resumed session's queued messages come before the SUBACK, and
-                    # a subscription given up on would drop the messages received (and acknowledged)
-                    # meanwhile.  They wait in the client's queue; a dead link still ends the wait.
-                    await client.subscribe(OUT_TOPIC.format(app=self.app), qos=1, timeout=math.inf)
-                    log.info("subscribed to %s on %s", OUT_TOPIC.format(app=self.app), broker.url)
-                    delay = 0.05
-                    async for message in client.messages:
-                        payload = message.payload
-                        self._queue.put_nowait(payload if isinstance(payload, bytes) else str(payload).encode())
-            except aiomqtt.MqttCodeError as error:
-                code = getattr(error.rc, "value", error.rc)
-                if code in UNSUPPORTED_VERSION and protocol is aiomqtt.ProtocolVersion.V5:
-                    protocol = aiomqtt.ProtocolVersion.V311
+                # A resumed session's queued messages may come before the SUBACK: they are queued
+                # like any other, whenever the SUBACK comes (no time-out to give up on).
+                await link.open(CONNACK_TIMEOUT_S)
+                link.subscribe(topic)
+                delay = 0.05
+                if self._paused:
+                    link.pause()
+                await link.run()
+                log.warning("broker %s: connection lost", broker.url)
+            except ConnectRefused as error:
+                if error.code in UNSUPPORTED_VERSION and protocol is Protocol.V5:
+                    protocol = Protocol.V311
                     continue
                 log.warning("broker %s: %s", broker.url, error)
-            except aiomqtt.MqttError as error:
+            except (OSError, NoConnack) as error:
                 log.warning("broker %s: %s", broker.url, error)
+            finally:
+                link.close()
+                self._links.discard(link)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _protocol(self, broker: BrokerAddress, identifier: str) -> aiomqtt.ProtocolVersion:
+    def _deliver(self, delivery: Delivery) -> None:
+        """A message from any link: queue it; past ``MAX_QUEUED`` stop reading every socket."""
+        queue = self._queue
+        queue.put_nowait(delivery)
+        if queue.qsize() >= MAX_QUEUED and not self._paused:
+            self._paused = True
+            for link in self._links:
+                link.pause()
+
+    def _resume_if_drained(self) -> None:
+        if self._paused and self._queue.qsize() <= MAX_QUEUED // 2:
+            self._paused = False
+            for link in self._links:
+                link.resume()
+
+    async def _protocol(self, broker: BrokerAddress, identifier: str) -> Protocol:
         """The MQTT version to speak to ``broker``, learnt on a throwaway clean session of its own
         (``<client id>-probe``).  Never on the consumer's session: a CONNECT that times out on this
-        side may still have resumed that session on the broker's, which then sends what it queued
-        and takes paho's automatic acknowledgements for messages this side drops.  A broker that
-        leaves an MQTT 5 CONNECT unanswered for ``V5_CONNECT_PROBE_S`` (amqtt) speaks 3.1.1."""
+        side may still have resumed that session on the broker's, which then sends what it queued.
+        A broker that leaves an MQTT 5 CONNECT unanswered for ``V5_CONNECT_PROBE_S`` (amqtt)
+        speaks 3.1.1."""
         delay = 0.05
         while True:
+            probe = Link(broker, f"{identifier}-probe", Protocol.V5, clean=True, deliver=lambda delivery: None)
             try:
-                async with aiomqtt.Client(broker.host, broker.port, identifier=f"{identifier}-probe",
-                                          protocol=aiomqtt.ProtocolVersion.V5, clean_start=True,
-                                          timeout=V5_CONNECT_PROBE_S):
-                    return aiomqtt.ProtocolVersion.V5
-            except aiomqtt.MqttCodeError as error:
-                if getattr(error.rc, "value", error.rc) in UNSUPPORTED_VERSION:
-                    return aiomqtt.ProtocolVersion.V311
+                await probe.open(V5_CONNECT_PROBE_S)
+                return Protocol.V5
+            except ConnectRefused as error:
+                if error.code in UNSUPPORTED_VERSION:
+                    return Protocol.V311
                 log.warning("broker %s: %s", broker.url, error)
-            except aiomqtt.MqttError as error:
-                if "timed out" in str(error):
-                    log.info("broker %s: no answer to an MQTT 5 CONNECT; speaking 3.1.1", broker.url)
-                    return aiomqtt.ProtocolVersion.V311
+            except NoConnack:
+                log.info("broker %s: no answer to an MQTT 5 CONNECT; speaking 3.1.1", broker.url)
+                return Protocol.V311
+            except OSError as error:
                 log.warning("broker %s: %s", broker.url, error)
+            finally:
+                probe.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 

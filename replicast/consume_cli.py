@@ -33,12 +33,21 @@ def run(args: argparse.Namespace) -> int:
     from replicast.consume import Consumer, Order
 
     out = sys.stdout
+    lines: list[str] = []
+
+    def hand_out() -> None:
+        """One write per payload's new records, between the staging of its position and the
+        rename that commits it (Consumer.before_save): printed, then recorded as printed."""
+        if lines:
+            out.write("".join(lines))
+            lines.clear()
+        out.flush()
     consumer = Consumer(args.app, args.broker or ["mqtt://127.0.0.1:1883"], order=Order(args.order),
                         position=args.position, client_id=args.client_id, until_closed=not args.follow,
-                        before_save=out.flush)       # printed before the position says so
+                        before_save=hand_out)
 
     async def main() -> None:
-        async for batch in consumer.batches():        # one write per payload's new records
-            out.write("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in batch))
+        async for batch in consumer.batches():
+            lines.extend(json.dumps(record, ensure_ascii=False) + "\n" for record in batch)
     asyncio.run(main())
     return 0

@@ -147,14 +147,15 @@ def wait_for(condition, timeout: float, what: str, interval: float = 0.05):
 
 
 @contextmanager
-def mosquitto(tmp_path: Path):
-    """A private mosquitto broker on a free loopback port; yields the port."""
+def mosquitto(tmp_path: Path, settings: str = ""):
+    """A private mosquitto broker on a free loopback port (``settings``: more mosquitto.conf
+    lines); yields the port."""
     binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     if not os.path.exists(binary):
         pytest.skip("mosquitto is not installed (.ci/run installs it)")
     port = free_ports(1)[0]
     conf = tmp_path / "mosquitto.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n{settings}")
     process = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)

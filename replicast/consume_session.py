@@ -1,0 +1,262 @@
+"""One broker's MQTT session for :mod:`replicast.consume` (docs/consume.md), acknowledging each
+message only when the consumer says so.
+
+MQTT acknowledges a QoS-1 message with a PUBACK, after which the broker forgets it.  A client that
+acknowledges on receipt (aiomqtt 2.x does, and offers no public way to defer it) loses, when it is
+SIGKILLed, every message it had received but not yet handed out.  So this session drives
+paho-mqtt's client directly, through its public external-event-loop API (the ``on_socket_*``
+callbacks, ``loop_read`` / ``loop_write`` / ``loop_misc``) with ``manual_ack=True``: the consumer
+calls :meth:`BrokerSession.ack` once its saved position covers a message, and a message received
+but not yet covered is sent again by the broker to the restarted consumer.
+
+Rules of this module:
+
+1. A :class:`Delivery` names the TCP connection (:class:`Link`) it came on; it is acknowledged
+   only on that connection while it is open.  Acknowledging on a later connection could hit a
+   packet id the broker has since reused; a message of a lost connection is sent again anyway.
+2. Flow control keeps the consumer's memory bounded while it drains a backlog: MQTT 5's Receive
+   Maximum (the broker sends at most that many unacknowledged messages), and for brokers that
+   do not keep it (MQTT 3.1.1 has no such limit) :meth:`Link.pause` stops reading the socket, so
+   TCP holds the rest back.
+3. Everything runs on the event loop's thread but ``connect()``, which blocks on the TCP
+   connection and runs in an executor thread: the socket callbacks it triggers hop to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from replicast.engine.mqtt_config import BrokerAddress
+
+log = logging.getLogger("replicast.consume")
+
+SESSION_EXPIRY_S = 3600
+#: MQTT 5 Receive Maximum: unacknowledged messages the broker may send this session at once.
+RECEIVE_MAXIMUM = 64
+KEEPALIVE_S = 10
+#: Seconds a CONNECT waits for its CONNACK on the consumer's own session.
+CONNACK_TIMEOUT_S = 10
+
+
+class Protocol(enum.Enum):
+    """The MQTT version a session speaks (paho's constants)."""
+
+    V5 = mqtt.MQTTv5
+    V311 = mqtt.MQTTv311
+
+
+class LinkState(enum.Enum):
+    """One TCP connection's life."""
+
+    CONNECTING = "connecting"      # CONNECT sent, no CONNACK yet
+    OPEN = "open"                  # CONNACK accepted: messages flow, acknowledgements go out
+    CLOSED = "closed"              # lost or closed; a new Link replaces it
+
+
+#: (state, event) -> next state; an event missing here leaves a CLOSED link closed.
+TRANSITIONS = {
+    (LinkState.CONNECTING, "connack"): LinkState.OPEN,
+    (LinkState.CONNECTING, "closed"): LinkState.CLOSED,
+    (LinkState.OPEN, "closed"): LinkState.CLOSED,
+}
+
+
+class ConnectRefused(Exception):
+    """The broker answered CONNECT with a failure reason code (``code``: its number)."""
+
+    def __init__(self, code: int, reason: str):
+        super().__init__(f"CONNECT refused: {reason} ({code})")
+        self.code = code
+
+
+class NoConnack(Exception):
+    """No CONNACK came within the time given to :meth:`Link.open`."""
+
+
+class Delivery(NamedTuple):
+    """A message received and not yet acknowledged."""
+
+    payload: bytes
+    link: "Link"
+    mid: int
+    qos: int
+
+
+class Link:
+    """One TCP connection of a session: a paho client in manual-acknowledgement mode, its socket
+    watched by the event loop.  ``deliver`` gets every message; ``on_subscribed`` the SUBACK."""
+
+    def __init__(self, broker: BrokerAddress, identifier: str, protocol: Protocol, *, clean: bool,
+                 deliver: Callable[[Delivery], None], on_subscribed: Callable[[], None] = lambda: None,
+                 receive_maximum: int = RECEIVE_MAXIMUM):
+        self.broker, self.protocol, self.clean = broker, protocol, clean
+        self.receive_maximum = receive_maximum
+        self.state = LinkState.CONNECTING
+        self._deliver, self._on_subscribed = deliver, on_subscribed
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.connack: asyncio.Future[None] = self._loop.create_future()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self._fd: int | None = None
+        self._reading = True
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=identifier, protocol=protocol.value,
+                             clean_session=None if protocol is Protocol.V5 else clean,
+                             manual_ack=True, reconnect_on_failure=False)
+        client.on_connect, client.on_disconnect = self._on_connect, self._on_disconnect
+        client.on_message, client.on_subscribe = self._on_message, self._on_subscribe
+        client.on_socket_open, client.on_socket_close = self._on_socket_open, self._on_socket_close
+        client.on_socket_register_write = self._on_register_write
+        client.on_socket_unregister_write = self._on_unregister_write
+        self.client = client
+
+    def _move(self, event: str) -> None:
+        self.state = TRANSITIONS.get((self.state, event), LinkState.CLOSED)
+
+    async def open(self, timeout: float) -> None:
+        """Connect and wait (at most ``timeout`` s) for the CONNACK; raises ``OSError``,
+        :class:`ConnectRefused` or :class:`NoConnack`."""
+        options = {}                             # 3.1.1: clean_session, given to the client
+        if self.protocol is Protocol.V5:
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = 0 if self.clean else SESSION_EXPIRY_S
+            properties.ReceiveMaximum = self.receive_maximum
+            options = {"clean_start": self.clean, "properties": properties}
+        await self._loop.run_in_executor(None, lambda: self.client.connect(
+            self.broker.host, self.broker.port, KEEPALIVE_S, **options))
+        try:
+            await asyncio.wait_for(asyncio.shield(self.connack), timeout)
+        except TimeoutError:
+            self.close()
+            raise NoConnack(f"no CONNACK within {timeout} s") from None
+        except BaseException:
+            self.close()
+            raise
+
+    async def run(self) -> None:
+        """Keep the connection alive (pings) until it closes."""
+        while self.client.loop_misc() == mqtt.MQTT_ERR_SUCCESS and not self.closed.done():
+            await asyncio.wait([self.closed], timeout=1)
+        self.close()
+
+    def subscribe(self, topic: str) -> None:
+        self.client.subscribe(topic, qos=1)
+
+    def ack(self, delivery: Delivery) -> None:
+        """PUBACK ``delivery`` if it came on this link and the link is open (rule 1)."""
+        if delivery.link is self and self.state is LinkState.OPEN and delivery.qos > 0:
+            self.client.ack(delivery.mid, delivery.qos)
+
+    def pause(self) -> None:
+        """Stop reading the socket (rule 2); the broker's further messages wait in TCP."""
+        if self._reading and self._fd is not None:
+            self._loop.remove_reader(self._fd)
+        self._reading = False
+
+    def resume(self) -> None:
+        if not self._reading and self._fd is not None and self.state is not LinkState.CLOSED:
+            self._loop.add_reader(self._fd, self._readable)
+        self._reading = True
+
+    def close(self) -> None:
+        """Send DISCONNECT if open (the session stays on the broker), then drop the socket."""
+        if self.state is LinkState.OPEN:
+            self._move("closed")
+            self.client.disconnect()
+            self._guard(self.client.loop_write)  # best effort: paho closes the socket once it is sent
+        self._move("closed")
+        sock = self.client.socket()              # still open: not sent, or no CONNACK yet
+        self._forget_socket()
+        if sock is not None:
+            sock.close()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # -- paho callbacks -----------------------------------------------------------------------
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            if not self.connack.done():
+                self.connack.set_exception(ConnectRefused(reason_code.value, str(reason_code)))
+            return
+        self._move("connack")
+        if not self.connack.done():
+            self.connack.set_result(None)
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
+        self._move("closed")
+        if not self.connack.done():
+            self.connack.set_exception(ConnectionError(f"connection closed before CONNACK ({reason_code})"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
+        self._deliver(Delivery(message.payload, self, message.mid, message.qos))
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
+        self._on_subscribed()
+
+    def _on_socket_open(self, client, userdata, sock) -> None:
+        self._in_loop(self._watch, sock.fileno())
+
+    def _on_socket_close(self, client, userdata, sock) -> None:
+        self._in_loop(self._forget_socket)
+
+    def _on_register_write(self, client, userdata, sock) -> None:
+        self._in_loop(self._add_writer, sock.fileno())
+
+    def _on_unregister_write(self, client, userdata, sock) -> None:
+        self._in_loop(self._remove_writer)
+
+    # -- the event loop's side ------------------------------------------------------------------
+
+    def _in_loop(self, function, *args) -> None:
+        """Call ``function`` on the loop's thread (rule 3)."""
+        if threading.get_ident() == self._loop_thread:
+            function(*args)
+        else:
+            self._loop.call_soon_threadsafe(function, *args)
+
+    def _watch(self, fd: int) -> None:
+        if self.state is LinkState.CLOSED:
+            return
+        self._fd = fd
+        if self._reading:
+            self._loop.add_reader(fd, self._readable)
+
+    def _forget_socket(self) -> None:
+        if self._fd is not None:
+            self._loop.remove_reader(self._fd)
+            self._loop.remove_writer(self._fd)
+            self._fd = None
+
+    def _add_writer(self, fd: int) -> None:
+        if self._fd == fd:
+            self._loop.add_writer(fd, self._writable)
+
+    def _remove_writer(self) -> None:
+        if self._fd is not None:
+            self._loop.remove_writer(self._fd)
+
+    def _readable(self) -> None:
+        self._guard(self.client.loop_read)
+
+    def _writable(self) -> None:
+        self._guard(self.client.loop_write)
+
+    def _guard(self, step) -> None:
+        """A read or write that raises (a broken pipe, a protocol error) closes the link."""
+        try:
+            step()
+        except Exception as error:        # noqa: BLE001 -- any failure of the socket ends this link
+            log.warning("broker %s: %s", self.broker.url, error)
+            self.close()
