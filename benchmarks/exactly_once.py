@@ -244,6 +244,64 @@ async def end_to_end(port: int, records: int, batch: int, kind: str, tag: str) -
     return seen / (wall1 - wall0), seen, (cpu1 - cpu0) / seen * 1e6
 
 
+# -- memory while draining -------------------------------------------------------------------------
+# A fresh process drains the backlog (``--drain``), so its peak RSS is the drain's and nothing else's.
+def drainer(args) -> int:
+    """``--drain PORT APP CLIENT KIND``: drain a backlog as ``end_to_end`` does, print a JSON line
+    with the items seen, this process's RSS before and its peak, and (``--traced``) tracemalloc's
+    peak above the start."""
+    port, app, client, kind = int(args.drain[0]), args.drain[1], args.drain[2], args.drain[3]
+    topic = f"replicast/out/{app}"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if args.traced:
+        tracemalloc.start()
+    coroutine = plain_subscriber(port, topic, client, []) if kind == "plain" else \
+        library_subscriber(port, app, client, [], kind == "batches")
+    seen = asyncio.run(coroutine)
+    traced = tracemalloc.get_traced_memory()[1] if args.traced else None
+    print(json.dumps({"seen": seen, "rss_start_kib": before, "rss_peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      "tracemalloc_peak_kib": traced // 1024 if traced is not None else None}))
+    return 0
+
+
+async def drain_memory(port: int, records: int, batch: int, kind: str, tag: str, traced: bool) -> dict:
+    """Queue a backlog of two sink replicas' ``records`` for a session (as :func:`end_to_end`),
+    then drain it in a fresh process; its :func:`drainer` line."""
+    app = f"mem{tag}"
+    topic, client = f"replicast/out/{app}", f"bench-mem-{tag}-{os.getpid()}"
+    if kind == "plain":
+        await plain_subscriber(port, topic, client, None)
+    else:
+        await library_subscriber(port, app, client, None, False)
+    command = [sys.executable, __file__, "--publish", str(port), topic, "--records", str(records),
+               "--batch", str(batch)] + (["--no-ids"] if kind == "plain" else [])
+    if await (await asyncio.create_subprocess_exec(*command)).wait():
+        raise RuntimeError(f"the publisher failed: {command}")
+    command = [sys.executable, __file__, "--drain", str(port), app, client, kind] + (["--traced"] if traced else [])
+    child = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
+    out, _ = await child.communicate()
+    if child.returncode:
+        raise RuntimeError(f"the drainer failed: {command}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def memory(args) -> int:
+    """Peak RSS (and, in a second run, tracemalloc's peak) of a process draining ``--records``
+    records from two sink replicas, the library by batches against a plain aiomqtt subscriber."""
+    with Mosquitto() as port:
+        async def network():
+            for kind in ("batches", "plain"):
+                rss = await drain_memory(port, args.records, args.batch, kind, f"{kind}r", False)
+                traced = await drain_memory(port, args.records, args.batch, kind, f"{kind}t", True)
+                name = "library, batches()" if kind == "batches" else "plain aiomqtt subscriber"
+                print(f"memory draining {args.records:,} records (2 sink replicas' copies queued), {name}: "
+                      f"max RSS {rss['rss_peak_kib'] / 1024:,.0f} MiB (at start {rss['rss_start_kib'] / 1024:,.0f} MiB), "
+                      f"tracemalloc peak {traced['tracemalloc_peak_kib'] / 1024:,.1f} MiB; "
+                      f"{rss['seen']:,} and {traced['seen']:,} items", flush=True)
+        asyncio.run(network())
+    return 0
+
+
 # -- 3. latency -------------------------------------------------------------------------------------
 async def latency(port: int, exactly_once: bool, n: int, batch: int, tag: str) -> list[float]:
     app = f"lat{tag}"
@@ -320,6 +378,10 @@ def main(argv=None) -> int:
     parser.add_argument("--latency-batch", type=int, default=10)
     parser.add_argument("--publish", nargs=2, metavar=("PORT", "TOPIC"), help=argparse.SUPPRESS)
     parser.add_argument("--no-ids", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--drain", nargs=4, metavar=("PORT", "APP", "CLIENT", "KIND"), help=argparse.SUPPRESS)
+    parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--memory", action="store_true", help="only the memory of a process draining --records "
+                        "records: the library against a plain subscriber (max RSS, then tracemalloc's peak)")
     parser.add_argument("--consumer-only", action="store_true", help="only the end-to-end consumer comparison, "
                         "--rounds times alternately (wall-clock rates and CPU seconds: the machine is shared)")
     args = parser.parse_args(argv)
@@ -327,8 +389,12 @@ def main(argv=None) -> int:
 
     if args.publish:
         return publisher(args)
+    if args.drain:
+        return drainer(args)
     if args.consumer_only:
         return consumer_only(args)
+    if args.memory:
+        return memory(args)
     from replicast.simulator.epoch_commit import compare
     for v in compare():
         design = v.design if v.interval_s is None else f"{v.design}, checkpoint every {v.interval_s:g} s"
