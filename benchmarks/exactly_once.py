@@ -37,6 +37,7 @@ import asyncio
 import gc
 import json
 import logging
+import math
 import os
 import resource
 import shutil
@@ -171,7 +172,8 @@ async def plain_subscriber(port: int, topic: str, client: str, clock: list | Non
     ``clock`` None: subscribe and leave."""
     seen = 0
     async with aiomqtt.Client("127.0.0.1", port, identifier=client, clean_session=False) as sub:
-        await sub.subscribe(topic, qos=1)
+        # no time-out: the session's backlog comes before the SUBACK (docs/consume.md, "The consumer")
+        await sub.subscribe(topic, qos=1, timeout=math.inf)
         if clock is None:
             return 0
         async for message in sub.messages:

@@ -23,7 +23,8 @@ from pathlib import Path
 import msgspec
 
 from replicast.consume_core import ExactlyOnce, Order, Position
-from replicast.consume_session import CONNACK_TIMEOUT_S, ConnectRefused, Delivery, Link, NoConnack, Protocol
+from replicast.consume_session import (CONNACK_TIMEOUT_S, RECEIVE_MAXIMUM, ConnectRefused, Delivery, Link, NoConnack,
+                                       Protocol)
 from replicast.engine.mqtt_config import BrokerAddress, parse_broker_url
 from replicast.operators.errors import ReplicastError
 from replicast.operators.record import CLOSED
@@ -90,7 +91,7 @@ class Consumer:
 
     def __init__(self, app: str, brokers: Sequence[str] = ("mqtt://127.0.0.1:1883",), *,
                  order: Order = Order.ARRIVAL, position: str | Path | None = None, client_id: str | None = None,
-                 until_closed: bool = True, before_save=None):
+                 until_closed: bool = True, before_save=None, receive_maximum: int = RECEIVE_MAXIMUM):
         if not brokers:
             raise ConsumeError("consume: name at least one broker")
         self.app, self.until_closed = app, until_closed
@@ -104,9 +105,13 @@ class Consumer:
         self.filter = ExactlyOnce(order, start)
         self.client_id = client_id or f"replicast-consume-{app}"
         self._queue: asyncio.Queue = asyncio.Queue()    # deliveries, or a session task that ended
+        #: MQTT 5 Receive Maximum asked of each broker (unacknowledged messages it may send at once)
+        self.receive_maximum = receive_maximum
         self._links: set[Link] = set()
         self._paused = False
         self.bad_payloads = 0
+        #: The most messages that waited at once to be handed out (the flow control's bound)
+        self.most_queued = 0
 
     async def records(self) -> AsyncIterator[dict]:
         """Each record once (with its ``"@id"``); ends when the application closes (if
@@ -168,7 +173,8 @@ class Consumer:
         delay = 0.05
         while True:
             link = Link(broker, identifier, protocol, clean=False, deliver=self._deliver,
-                        on_subscribed=lambda: log.info("subscribed to %s on %s", topic, broker.url))
+                        on_subscribed=lambda: log.info("subscribed to %s on %s", topic, broker.url),
+                        receive_maximum=self.receive_maximum)
             self._links.add(link)
             try:
                 # A resumed session's queued messages may come before the SUBACK: they are queued
@@ -197,6 +203,8 @@ class Consumer:
         """A message from any link: queue it; past ``MAX_QUEUED`` stop reading every socket."""
         queue = self._queue
         queue.put_nowait(delivery)
+        if queue.qsize() > self.most_queued:
+            self.most_queued = queue.qsize()
         if queue.qsize() >= MAX_QUEUED and not self._paused:
             self._paused = True
             for link in self._links:
