@@ -8,8 +8,10 @@ Each broker gets one MQTT session (QoS 1, a stable client id and a persistent se
 broker queues what is published while the consumer is away); every payload goes through
 :class:`~replicast.consume_core.ExactlyOnce` (Alg. 1 on the output ids, §IV-B), and the position is
 saved to ``position`` (atomically: a temporary file renamed over it) after each payload's records
-were handed out — a consumer restarted with the same ``position`` and ``client_id`` neither skips
-nor repeats, except the records of the one payload it was handing out when it was killed.
+were handed out, and only then is the message acknowledged to its broker
+(:mod:`replicast.consume_session`) — a consumer restarted with the same ``position`` and
+``client_id`` neither skips nor repeats, except the records of the one payload it was handing out
+when it was killed.  At most ``MAX_QUEUED`` messages wait to be handed out (flow control).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ UNSUPPORTED_VERSION = (1, 132)
 #: for more bytes, not by refusing its version.
 V5_CONNECT_PROBE_S = 3
 #: Messages received and not yet handed out, from all brokers, past which the sockets are no longer
-#: read (consume_session rule 2: the bound for brokers that do not keep MQTT 5's Receive Maximum).
+#: read (consume_session rule 2: brokers do not all keep MQTT 5's Receive Maximum).
 MAX_QUEUED = 256
 
 

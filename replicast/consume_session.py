@@ -14,10 +14,10 @@ Rules of this module:
 1. A :class:`Delivery` names the TCP connection (:class:`Link`) it came on; it is acknowledged
    only on that connection while it is open.  Acknowledging on a later connection could hit a
    packet id the broker has since reused; a message of a lost connection is sent again anyway.
-2. Flow control keeps the consumer's memory bounded while it drains a backlog: MQTT 5's Receive
-   Maximum (the broker sends at most that many unacknowledged messages), and for brokers that
-   do not keep it (MQTT 3.1.1 has no such limit) :meth:`Link.pause` stops reading the socket, so
-   TCP holds the rest back.
+2. Flow control keeps the consumer's memory bounded while it drains a backlog: the consumer calls
+   :meth:`Link.pause` (stop reading the socket: TCP holds the rest back) while its queue is full.
+   MQTT 5's Receive Maximum is asked for too, but is not relied on: 3.1.1 has none, and mosquitto
+   2.0.11 exceeds it on a resumed session once PUBACKs flow (docs/consume.md).
 3. Everything runs on the event loop's thread but ``connect()``, which blocks on the TCP
    connection and runs in an executor thread: the socket callbacks it triggers hop to the loop.
 """
