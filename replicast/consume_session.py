@@ -155,6 +155,9 @@ class Link:
         """PUBACK ``delivery`` if it came on this link and the link is open (rule 1)."""
         if delivery.link is self and self.state is LinkState.OPEN and delivery.qos > 0:
             self.client.ack(delivery.mid, delivery.qos)
+            # now, not when the loop next runs the writer: a consumer working through its queue
+            # does not yield to the loop, and the broker sends more only as acknowledgements come
+            self._guard(self.client.loop_write)
 
     def pause(self) -> None:
         """Stop reading the socket (rule 2); the broker's further messages wait in TCP."""
