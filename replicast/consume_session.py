@@ -63,11 +63,14 @@ class LinkState(enum.Enum):
     CLOSED = "closed"              # lost or closed; a new Link replaces it
 
 
-#: (state, event) -> next state; an event missing here leaves a CLOSED link closed.
+#: (state, event) -> next state.  A closed link stays closed whatever comes after.
 TRANSITIONS = {
     (LinkState.CONNECTING, "connack"): LinkState.OPEN,
     (LinkState.CONNECTING, "closed"): LinkState.CLOSED,
+    (LinkState.OPEN, "connack"): LinkState.OPEN,        # paho may report one CONNACK twice
     (LinkState.OPEN, "closed"): LinkState.CLOSED,
+    (LinkState.CLOSED, "connack"): LinkState.CLOSED,
+    (LinkState.CLOSED, "closed"): LinkState.CLOSED,
 }
 
 
@@ -120,7 +123,7 @@ class Link:
         self.client = client
 
     def _move(self, event: str) -> None:
-        self.state = TRANSITIONS.get((self.state, event), LinkState.CLOSED)
+        self.state = TRANSITIONS[self.state, event]
 
     async def open(self, timeout: float) -> None:
         """Connect and wait (at most ``timeout`` s) for the CONNACK; raises ``OSError``,
