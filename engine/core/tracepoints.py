@@ -99,9 +99,12 @@ MAX_QUERIES = 32
 #: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
 #: (rule 1), so a batch is sampled by its slots, not record by record.
 SLOT_SHIFT = 8
-#: A cold stretch is scanned past the batch that asked by this many times the batch's own slots,
-#: and 16 more (rule 1): the next batches' slots, in one go.
-LOOK_AHEAD = 32
+#: Cold stretches (the slots between two sampled ones) remembered, for ports and copies in
+#: different times (rule 1).
+RECENT_STRETCHES = 8
+#: Below this N a batch's slots are tested one by one (many are sampled); from it on, the next
+#: sampled slot is computed (rule 1).
+SCAN_BELOW = 16
 _MIX = 0x9E3779B1
 _ts = itemgetter(0)
 #: Tracepoints fired by an emission (Tracer.emit) other than an application's.
@@ -142,39 +145,91 @@ def _per_copy(fields: frozenset, records: list, hashes: list, before: list, memo
 
 
 def _first_sampled(slot: int, limit: int, n: int) -> int:
-    """The first slot in ``slot … limit - 1`` sampled at 1/``n`` (rule 1's hash), else ``limit``
-    (a plain loop: faster here than chained ``map`` calls)."""
+    """The first slot in ``slot … limit - 1`` sampled at 1/``n`` (rule 1's hash), else ``limit``:
+    slot by slot, for a few slots (:func:`_next_sampled` computes it for any distance)."""
     while slot < limit and ((slot * _MIX) >> 16) % n:
         slot += 1
     return slot
 
 
-def _in_slots(records, slots: set[int], ordered: list[int] | None = None) -> list:
-    """The records whose time slot is in ``slots``, in order: one pass in C over their timestamps,
-    or, for a batch in time order (its timestamps equal ``ordered``, them sorted), a slice."""
+def _least(a: int, m: int, low: int, high: int) -> int | None:
+    """The least ``x >= 0`` with ``low <= a * x mod m <= high`` (``0 <= low <= high < m``), or
+    None if there is none: Euclid's steps on ``(m, a)``, so O(log m) whatever the answer.
+
+    With no multiple of ``a`` in ``low … high``, ``a * x - m * y`` lands there for the least ``y``
+    whose ``m * y mod a`` is in ``-high mod a … -low mod a``: the same problem on ``(a, m mod a)``."""
+    if low == 0:
+        return 0
+    a %= m
+    if a == 0:
+        return None
+    x = -(-low // a)
+    if a * x <= high:
+        return x
+    y = _least(m % a, a, -high % a, -low % a)
+    return None if y is None else -(-(low + m * y) // a)
+
+
+_NEVER = 1 << 80                                       # past any slot (no sampled slot either way)
+
+
+def _next_sampled(slot: int, n: int) -> int:
+    """The first slot ``>= slot`` sampled at 1/``n`` (rule 1): computed, not scanned.  Slot ``s``
+    is sampled when ``((s * _MIX) >> 16) % n == 0``, that is when ``s * _MIX mod (n << 16)``
+    is below ``1 << 16``: the least ``x`` with ``(slot + x) * _MIX`` there (:func:`_least`)."""
+    m = n << 16
+    b = slot * _MIX % m
+    if b < 1 << 16:
+        return slot
+    x = _least(_MIX % m, m, m - b, m - b + 0xFFFF)
+    return _NEVER if x is None else slot + x
+
+
+def _previous_sampled(slot: int, n: int) -> int:
+    """The last slot ``<= slot`` sampled at 1/``n``: :func:`_next_sampled` going back."""
+    m = n << 16
+    b = slot * _MIX % m
+    if b < 1 << 16:
+        return slot
+    x = _least(-_MIX % m, m, m - b, m - b + 0xFFFF)
+    return -_NEVER if x is None else slot - x
+
+
+def _in_slots(records, slots, ordered: list[int] | None = None) -> list:
+    """The records whose time slot is in ``slots``, in order.  With ``ordered`` (the batch's
+    timestamps sorted) each slot's records are found by bisection: if the ``b - a`` records at
+    the positions ``a … b - 1`` the slot has in ``ordered`` all lie in the slot, they are all of
+    its records, in place — only they are read.  Else one pass in C over the timestamps."""
     stamps = getattr(records, "stamps", None)
+    if ordered is not None:
+        chosen: list | None = []
+        for slot in sorted(slots):
+            low, high = slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT
+            a, b = bisect_left(ordered, low), bisect_left(ordered, high)
+            if a == b:
+                continue
+            part = records[a:b]
+            inside = stamps[a:b] if stamps is not None else list(map(_ts, part))
+            if min(inside) < low or max(inside) >= high:
+                chosen = None                          # not in time order: read them all
+                break
+            chosen += part
+        if chosen is not None:
+            return chosen
+    stamps = map(_ts, records) if stamps is None else stamps
     if len(slots) == 1:
         slot = min(slots)
-        low, high = slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT
-        if ordered is not None:
-            if stamps is None:
-                stamps = list(map(_ts, records))
-            if ordered == stamps:
-                return list(records[bisect_left(ordered, low):bisect_left(ordered, high)])
-        inside = range(low, high).__contains__
-        return list(compress(records, map(inside, map(_ts, records) if stamps is None else stamps)))
-    stamps = map(_ts, records) if stamps is None else stamps
-    return list(compress(records, map(slots.__contains__, map(rshift, stamps, repeat(SLOT_SHIFT)))))
+        inside = range(slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT).__contains__
+        return list(compress(records, map(inside, stamps)))
+    return list(compress(records, map(set(slots).__contains__, map(rshift, stamps, repeat(SLOT_SHIFT)))))
 
 
 class _Chosen(list):
-    """A keyed batch's sampled records, with their hashes once the first copy had them (rule 2)."""
+    """A keyed batch's sampled records, with their hashes once the first copy had them and
+    whether those are distinct (rule 2)."""
 
-    __slots__ = ("hashes",)
+    __slots__ = ("hashes", "distinct")
 
-
-_NO_STRETCH = (0, 0, 0)
-_LATEST = "latest"                                     # the cold stretch extended last, at any port
 
 #: The sampled records of a batch without any (shared: never changed).
 _NONE: list = _Chosen()
@@ -186,7 +241,7 @@ class _Port:
     __slots__ = ("at", "copies", "baggage")
 
     def __init__(self) -> None:
-        self.at: dict[int, int] = {}                   # record's hash -> now of its first arrival
+        self.at: dict[int, int] = {}                   # record's hash -> now of its first arrival (if timed)
         self.copies: dict[int, int] = {}               # record's hash -> copies so far
         self.baggage: dict[int, tuple] = {}            # record's hash -> the baggage its first copy came with
 
@@ -211,8 +266,13 @@ class Tracer:
         self.ports: dict[tuple[str, int], _Port] = {}  # (replica's name, port) -> its first arrivals
         self.remembered = 0                            # records in all ports' first arrivals
         self.generations: deque = deque()              # (now, port, the records a batch added), oldest first
-        #: per duplicate filter (None: emissions): (N, from slot, to slot), no slot sampled in between
-        self._cold: dict[Any, tuple[int, int, int]] = {}
+        #: the cold stretch a batch fell in last, as timestamps [from, to): no slot sampled at
+        #: ``arrival_sample`` in between (rule 1)
+        self._stretch = (0, 0)
+        #: the maximal cold stretches found last, newest first: (N, from slot, to slot)
+        self._recent: deque = deque(maxlen=RECENT_STRETCHES)
+        self._cold_keys: set[int] = set()              # hashes of keys of batches without a sampled record
+        self._timed = False                            # whether an Arrival query reads later_us (rule 2)
         self._emitting = False                         # whether any query listens to emissions
         self._plain = False                            # only Arrival queries are installed
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
@@ -248,11 +308,14 @@ class Tracer:
         self.baggage = 0
         for sample, _ in points.get("Hop", []):
             self.baggage = gcd(self.baggage, sample)
-        if "Arrival" not in points and "Wait" not in points and not self.baggage:
-            self.ports.clear()                         # nothing reads first arrivals any more
-            self.generations.clear()
+        timed = any("later_us" in partial.fields for _, partial in points.get("Arrival", []))
+        if "Arrival" not in points and "Wait" not in points and not self.baggage or timed and not self._timed:
+            self.ports.clear()                         # nothing reads first arrivals any more, or their
+            self.generations.clear()                   # times are read from now on (rule 2)
             self.remembered = 0
-        self._cold.clear()                             # (a cache, one entry per port)
+        self._timed = timed
+        self._stretch = (0, 0)                         # (caches for one N)
+        self._cold_keys.clear()
         self._emitting = bool(self.baggage or points.keys() & _EMITTING)
         #: only Arrival queries: a batch without a sampled slot returns at once (rule 1)
         self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
@@ -269,10 +332,9 @@ class Tracer:
         return {qid: partial.take() for qid, partial in self.queries.items()}
 
     # -- sampling (rule 1) --------------------------------------------------------------------------
-    def _sample(self, records, key, n: int, span: tuple | None = None, where: Any = None) -> list:
+    def _sample(self, records, key, n: int, span: tuple | None = None) -> list:
         """The records of a batch sampled at ``Sample 1/n``; ``span``: its oldest and newest
-        timestamps, if known, and maybe all of them sorted; ``where``: the duplicate filter it
-        came through, if any (rule 1)."""
+        timestamps, if known, and maybe all of them sorted (rule 1)."""
         if n == 1 or not records:
             return list(records)                       # nothing to choose: nothing to remember
         if key is not None:         # by the bytes' hash: the cache keeps no batch's bytes alive
@@ -286,47 +348,44 @@ class Tracer:
             span = stamps[0], stamps[-1], stamps
         low, high = span[0] >> SLOT_SHIFT, span[1] >> SLOT_SHIFT
         if high - low < len(records):
-            if self._none_sampled(low, high, n, where):
-                hot = None
-            else:
-                hot = {slot for slot in range(low, high + 1) if ((slot * _MIX) >> 16) % n == 0}
+            hot = self._hot_slots(low, high, n)
         else:                                          # spread thinly over time: record by record
             hot = {r[0] >> SLOT_SHIFT for r in records if sampled(r[0], n)}
         ordered = span[2] if len(span) > 2 else None
         if key is None:
             return _in_slots(records, hot, ordered) if hot else []
         chosen = _Chosen(_in_slots(records, hot, ordered)) if hot else _NONE
-        self._keep_key(key, chosen)
-        return chosen
-
-    def _keep_key(self, key: tuple[int, int], chosen: list) -> None:
         keys = self._keys
         if len(keys) >= MAX_KEYS:
             keys.clear()                               # copies come within seconds: start afresh
         keys[key] = chosen
+        return chosen
 
-    def _none_sampled(self, low: int, high: int, n: int, where: Any) -> bool:
-        """Whether no slot in ``low … high`` is sampled at 1/``n``: from the cold stretch scanned
-        so far at ``where`` (or the one extended last, at any port, if it reaches ``low``),
-        extended to ``high`` (and :data:`LOOK_AHEAD` times the batch's slots
-        on) where it reaches ``low``; a batch behind the stretch (a lagging copy) has its own slots
-        scanned and leaves the stretch as it is; else the stretch starts afresh at ``low`` (rule 1)."""
-        cold_n, start, end = self._cold.get(where, _NO_STRETCH)
-        if not (cold_n == n and start <= low <= end):
-            latest = self._cold.get(_LATEST, _NO_STRETCH)   # another port's, scanned last: the same times?
-            if latest[0] == n and latest[1] <= low <= latest[2]:
-                cold_n, start, end = self._cold[where] = latest
-        if cold_n == n and start <= low <= end:
-            if high < end:
-                return True
-            slot = end                                 # go on where the stretch ends
-        elif cold_n == n and high < start:
-            return _first_sampled(low, high + 1, n) > high
-        else:
-            start = slot = low
-        slot = _first_sampled(slot, high + 17 + LOOK_AHEAD * (high - low + 1), n)
-        self._cold[where] = self._cold[_LATEST] = (n, start, slot)    # start … slot - 1: none sampled
-        return high < slot
+    def _hot_slots(self, low: int, high: int, n: int) -> list[int]:
+        """The slots in ``low … high`` sampled at 1/``n``, found from the cold stretch ``low``
+        lies in and computed next sampled slots (rule 1); slot by slot where ``n`` is small."""
+        if n < SCAN_BELOW:
+            return [slot for slot in range(low, high + 1) if not ((slot * _MIX) >> 16) % n]
+        stretch = self._cold_stretch(low, n)
+        slot = low if stretch is None else stretch[2]
+        hot = []
+        while slot <= high:
+            hot.append(slot)
+            slot = _next_sampled(slot + 1, n)
+        return hot
+
+    def _cold_stretch(self, slot: int, n: int) -> tuple[int, int, int] | None:
+        """(``n``, first, end): the slots ``first … end - 1`` around ``slot``, between two slots
+        sampled at 1/``n`` (``end`` is the next sampled one), or None if ``slot`` is sampled.
+        One of the last :data:`RECENT_STRETCHES` found, else computed (rule 1)."""
+        for stretch in self._recent:
+            if stretch[1] <= slot < stretch[2] and stretch[0] == n:
+                return stretch
+        if not ((slot * _MIX) >> 16) % n:
+            return None
+        stretch = (n, _previous_sampled(slot, n) + 1, _next_sampled(slot, n))
+        self._recent.appendleft(stretch)
+        return stretch
 
     def _fire(self, listeners: list[tuple[int, Partial]], records, key, make) -> None:
         """Events ``make(record)`` for each record sampled by each listening query."""
@@ -334,6 +393,15 @@ class Tracer:
             for record in self._sample(records, key, n):
                 partial.add(make(record))
                 self.events += 1
+
+    def _cold(self, oldest: int, newest: int, n: int) -> bool:
+        """Whether no record from ``oldest`` to ``newest`` (timestamps) is sampled at 1/``n``, the
+        ``arrival_sample``; if so, their cold stretch is the one the next batch is tested against."""
+        stretch = self._cold_stretch(oldest >> SLOT_SHIFT, n)
+        if stretch is None or newest >> SLOT_SHIFT >= stretch[2]:
+            return False
+        self._stretch = (stretch[1] << SLOT_SHIFT, stretch[2] << SLOT_SHIFT)
+        return True
 
     # -- hooks --------------------------------------------------------------------------------------
     def arrival(self, stream: "StreamReplica", hosted: "Hosted", records, key, punctuation: int | None,
@@ -348,18 +416,17 @@ class Tracer:
         if not n and not keep:
             return
         if self._plain:                                # only Arrival queries: rule 1's constant-time test first
-            where = hosted.logic.filters[stream.port]
-            span = where.span
+            span = hosted.logic.filters[stream.port].span
             if span is not None and span[0] is records:
-                cold = self._cold.get(where)
-                if cold is not None and cold[0] == n and cold[1] <= span[1] >> SLOT_SHIFT and span[2] >> SLOT_SHIFT < cold[2]:
+                stretch = self._stretch
+                if stretch[0] <= span[1] and span[2] < stretch[1] or self._cold(span[1], span[2], n):
                     if key is not None:                # for its copies (a filter that knows them has no span)
-                        keys = self._keys
+                        keys = self._cold_keys
                         if len(keys) >= MAX_KEYS:
                             keys.clear()
-                        keys[(hash(key), n)] = _NONE
+                        keys.add(hash(key))
                     return
-            elif key is not None and self._keys.get((hash(key), n)) is _NONE:
+            elif key is not None and hash(key) in self._cold_keys:
                 return                                 # a copy of a batch with no sampled record
         points = self.points
         arrivals, waits = points.get("Arrival"), points.get("Wait")
@@ -370,7 +437,7 @@ class Tracer:
                 n = gcd(keep, n)                       # sampled at every query's N divides it
             where = logic.filters[port] if logic is not None else None
             span = where.span if where is not None else None
-            chosen = self._sample(records, key, n, span[1:] if span is not None and span[0] is records else None, where)
+            chosen = self._sample(records, key, n, span[1:] if span is not None and span[0] is records else None)
             if chosen:
                 self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now)
         if sorted_port and punctuation is not None:
@@ -385,22 +452,36 @@ class Tracer:
         if memory is None:
             memory = self.ports[(name, port)] = _Port()
         self._forget(now, len(chosen))
+        keyed = type(chosen) is _Chosen
         hashes = getattr(chosen, "hashes", None)       # each record hashed once, for all copies
         if hashes is None:
-            hashes = list(map(hash, chosen))
-            if type(chosen) is _Chosen:
+            hashes, distinct = list(map(hash, chosen)), None
+            if keyed:
                 chosen.hashes = hashes
-        copies = memory.copies
+        else:
+            distinct = chosen.distinct
+        copies, size = memory.copies, len(hashes)
         before = list(map(copies.get, hashes, repeat(0)))       # copies each record had: rank - 1
-        if len(set(hashes)) < len(hashes):            # equal records in one batch: copies in order
+        firsts = before.count(0)
+        if firsts == size and distinct is not False:   # all first copies (a batch's first at the port)
+            known = len(copies)
+            copies.update(zip(hashes, repeat(1)))
+            distinct = len(copies) - known == size     # else equal records in the batch: below
+        elif distinct is None:
+            distinct = len(set(hashes)) == size
+        if not distinct:                               # equal records in one batch: copies in order
             counted: dict = {}
             for i, (h, seen) in enumerate(zip(hashes, before)):
                 before[i] = counted[h] = counted.get(h, seen - 1) + 1
-        copies.update(zip(hashes, map(add, before, repeat(1))))   # the last of equal ones: their total
-        firsts = before.count(0)
-        new = hashes if firsts == len(hashes) else list(compress(hashes, map(not_, before))) if firsts else []
+            firsts = before.count(0)
+        if firsts != size or not distinct:
+            copies.update(zip(hashes, map(add, before, repeat(1))))   # the last of equal ones: their total
+        if keyed:
+            chosen.distinct = distinct
+        new = hashes if firsts == size else list(compress(hashes, map(not_, before))) if firsts else []
         if new:
-            memory.at.update(zip(new, repeat(now)))
+            if self._timed:
+                memory.at.update(zip(new, repeat(now)))
             if keep:
                 memory.baggage.update(zip(new, repeat(path)))
             self.generations.append((now, memory, new))
