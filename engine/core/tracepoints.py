@@ -121,10 +121,10 @@ def sampled(ts: int, n: int) -> bool:
     return n == 1 or (((ts >> SLOT_SHIFT) * _MIX) >> 16) % n == 0
 
 
-def _per_copy(fields: frozenset, records: list, hashes: list, before: list, memory: "_Port",
+def _per_copy(fields: frozenset, records: list, firsts: list | None, before: list,
               now: int) -> tuple[list[str], Any]:
     """The ``Arrival`` fields a query reads that differ between copies, and each distinct
-    combination's count (rule 7)."""
+    combination's count (rule 7); ``firsts``: each record's first arrival (when timed)."""
     names, columns = [], []
     if "outcome" in fields:
         names.append("outcome")
@@ -134,7 +134,7 @@ def _per_copy(fields: frozenset, records: list, hashes: list, before: list, memo
         columns.append([c + 1 for c in before])
     if "later_us" in fields:
         names.append("later_us")
-        columns.append([now - at for at in map(memory.at.__getitem__, hashes)])
+        columns.append([now - at for at in firsts])
     if "age_us" in fields:
         names.append("age_us")
         columns.append([now - r[0] for r in records])
@@ -195,40 +195,57 @@ def _previous_sampled(slot: int, n: int) -> int:
     return -_NEVER if x is None else slot - x
 
 
-def _in_slots(records, slots, ordered: list[int] | None = None) -> list:
+def _in_slots(records, slots, ordered: list[int] | None = None) -> "_Chosen":
     """The records whose time slot is in ``slots``, in order.  With ``ordered`` (the batch's
-    timestamps sorted) each slot's records are found by bisection: if the ``b - a`` records at
-    the positions ``a … b - 1`` the slot has in ``ordered`` all lie in the slot, they are all of
-    its records, in place — only they are read.  Else one pass in C over the timestamps."""
+    timestamps sorted) each slot's records are found by bisection: if the records at the
+    positions ``a … b - 1`` the slot has in ``ordered`` have the timestamps ``ordered`` has
+    there, they are all of its records, in place, in time order — only they are read.  Else one
+    pass in C over the timestamps."""
     stamps = getattr(records, "stamps", None)
     if ordered is not None:
-        chosen: list | None = []
+        chosen: _Chosen | None = _Chosen()
+        taken: list[int] = []
         for slot in sorted(slots):
-            low, high = slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT
-            a, b = bisect_left(ordered, low), bisect_left(ordered, high)
+            a, b = bisect_left(ordered, slot << SLOT_SHIFT), bisect_left(ordered, (slot + 1) << SLOT_SHIFT)
             if a == b:
                 continue
             part = records[a:b]
             inside = stamps[a:b] if stamps is not None else list(map(_ts, part))
-            if min(inside) < low or max(inside) >= high:
+            if inside != ordered[a:b]:                 # (the same int objects: compared by identity)
                 chosen = None                          # not in time order: read them all
                 break
             chosen += part
+            taken += inside
         if chosen is not None:
+            chosen.stamps = taken
+            chosen.ordered = True
             return chosen
     stamps = map(_ts, records) if stamps is None else stamps
     if len(slots) == 1:
         slot = min(slots)
         inside = range(slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT).__contains__
-        return list(compress(records, map(inside, stamps)))
-    return list(compress(records, map(set(slots).__contains__, map(rshift, stamps, repeat(SLOT_SHIFT)))))
+        return _Chosen(compress(records, map(inside, stamps)))
+    return _Chosen(compress(records, map(set(slots).__contains__, map(rshift, stamps, repeat(SLOT_SHIFT)))))
 
 
 class _Chosen(list):
-    """A keyed batch's sampled records, with their hashes once the first copy had them and
-    whether those are distinct (rule 2)."""
+    """A batch's sampled records, with their timestamps where choosing them read those, and
+    (kept for the copies of a keyed batch) their hashes and whether those are distinct (rule 2)."""
 
-    __slots__ = ("hashes", "distinct")
+    __slots__ = ("stamps", "ordered", "hashes", "distinct")
+
+
+class _Run:
+    """A batch's sampled records that all came first to a port, newer than any it remembers, and
+    distinct: remembered together (rule 2) — a copy of the same sampled records (the same
+    :class:`_Chosen`, by content key) is one count, not one per record."""
+
+    __slots__ = ("records", "oldest", "newest", "at", "copies", "hashes")
+
+    def __init__(self, records: "_Chosen", oldest: int, newest: int, at: int):
+        self.records, self.oldest, self.newest, self.at = records, oldest, newest, at
+        self.copies = 1
+        self.hashes: list[int] | None = None           # once remembered record by record instead
 
 
 #: The sampled records of a batch without any (shared: never changed).
@@ -238,12 +255,24 @@ _NONE: list = _Chosen()
 class _Port:
     """A port's first arrivals of sampled records (rule 2)."""
 
-    __slots__ = ("at", "copies", "baggage")
+    __slots__ = ("at", "copies", "baggage", "runs", "order", "newest")
 
     def __init__(self) -> None:
         self.at: dict[int, int] = {}                   # record's hash -> now of its first arrival (if timed)
         self.copies: dict[int, int] = {}               # record's hash -> copies so far
         self.baggage: dict[int, tuple] = {}            # record's hash -> the baggage its first copy came with
+        self.runs: dict[int, _Run] = {}                # id of a run's records -> the run (it holds them)
+        self.order: list[_Run] = []                    # the runs, oldest timestamps first (they do not overlap)
+        self.newest = -_NEVER                          # no remembered record, in a run or not, is newer
+
+    def unrun(self, run: _Run, timed: bool) -> None:
+        """Remember ``run``'s records record by record from now on (a batch overlaps them)."""
+        run.hashes = hashes = list(map(hash, run.records))
+        self.copies.update(zip(hashes, repeat(run.copies)))
+        if timed:
+            self.at.update(zip(hashes, repeat(run.at)))
+        del self.runs[id(run.records)]
+        self.order.remove(run)
 
 
 class TracedCore(Protocol):
@@ -354,7 +383,7 @@ class Tracer:
         ordered = span[2] if len(span) > 2 else None
         if key is None:
             return _in_slots(records, hot, ordered) if hot else []
-        chosen = _Chosen(_in_slots(records, hot, ordered)) if hot else _NONE
+        chosen = _in_slots(records, hot, ordered) if hot else _NONE
         keys = self._keys
         if len(keys) >= MAX_KEYS:
             keys.clear()                               # copies come within seconds: start afresh
@@ -394,10 +423,10 @@ class Tracer:
                 partial.add(make(record))
                 self.events += 1
 
-    def _cold(self, oldest: int, newest: int, n: int) -> bool:
-        """Whether no record from ``oldest`` to ``newest`` (timestamps) is sampled at 1/``n``, the
-        ``arrival_sample``; if so, their cold stretch is the one the next batch is tested against."""
-        stretch = self._cold_stretch(oldest >> SLOT_SHIFT, n)
+    def _cold(self, oldest: int, newest: int) -> bool:
+        """Whether no record from ``oldest`` to ``newest`` (timestamps) is sampled at 1/``arrival_sample``;
+        if so, their cold stretch is the one the next batch is tested against."""
+        stretch = self._cold_stretch(oldest >> SLOT_SHIFT, self.arrival_sample)
         if stretch is None or newest >> SLOT_SHIFT >= stretch[2]:
             return False
         self._stretch = (stretch[1] << SLOT_SHIFT, stretch[2] << SLOT_SHIFT)
@@ -409,25 +438,25 @@ class Tracer:
         """A batch of stream replica ``stream`` came along ``path`` to ``hosted``'s port (after its
         duplicate filter ran)."""
         # an application delivers a record, sorted, after the batch that brought it: remember its baggage
+        if self._plain:                                # only Arrival queries: rule 1's constant-time test first
+            span = hosted.logic.filters[stream.port].span
+            if span is not None and span[0] is records:
+                stretch = self._stretch
+                if stretch[0] <= span[1] and span[2] < stretch[1] or self._cold(span[1], span[2]):
+                    if key is not None and span[3] is not None:     # a batch new to its filter: for its
+                        keys = self._cold_keys                      # copies (the filter may know them
+                        if len(keys) >= MAX_KEYS:                   # without a span)
+                            keys.clear()
+                        keys.add(hash(key))
+                    return
+            elif key is not None and hash(key) in self._cold_keys:
+                return                                 # a copy of a batch with no sampled record
         keep = 0
         if self.baggage and hosted.kind == "application" and path and is_baggage(path):
             keep = 1 if path[0].startswith(TRACE_PREFIX) else self.baggage     # a traced input: every record
         n = self.arrival_sample
         if not n and not keep:
             return
-        if self._plain:                                # only Arrival queries: rule 1's constant-time test first
-            span = hosted.logic.filters[stream.port].span
-            if span is not None and span[0] is records:
-                stretch = self._stretch
-                if stretch[0] <= span[1] and span[2] < stretch[1] or self._cold(span[1], span[2], n):
-                    if key is not None:                # for its copies (a filter that knows them has no span)
-                        keys = self._cold_keys
-                        if len(keys) >= MAX_KEYS:
-                            keys.clear()
-                        keys.add(hash(key))
-                    return
-            elif key is not None and hash(key) in self._cold_keys:
-                return                                 # a copy of a batch with no sampled record
         points = self.points
         arrivals, waits = points.get("Arrival"), points.get("Wait")
         port, replica, logic = stream.port, hosted.replica, hosted.logic
@@ -439,19 +468,73 @@ class Tracer:
             span = where.span if where is not None else None
             chosen = self._sample(records, key, n, span[1:] if span is not None and span[0] is records else None)
             if chosen:
-                self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now)
+                distinct = key is not None and where is not None and where.knows(key)
+                self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now, distinct)
         if sorted_port and punctuation is not None:
             self._release(waits, replica, str(replica), port, hosted.logic.filters[port].max_punctuation, now)
 
     def _arrived(self, stream, hosted, chosen: list, n: int, arrivals, sorted_port: bool, keep: int,
-                 path: tuple[str, ...], now: int) -> None:
-        """The sampled records of a batch at a port: first arrivals remembered, events made (rules 2, 7)."""
+                 path: tuple[str, ...], now: int, distinct: bool = False) -> None:
+        """The sampled records of a batch at a port: first arrivals remembered, events made (rules 2,
+        7); ``distinct``: its records are known to be (its duplicate filter took it as a run)."""
         port, replica = stream.port, hosted.replica
         name = str(replica)
         memory = self.ports.get((name, port))
         if memory is None:
             memory = self.ports[(name, port)] = _Port()
-        self._forget(now, len(chosen))
+        size = len(chosen)
+        self._forget(now, size)
+        timed, firsts = self._timed, None
+        run = memory.runs.get(id(chosen))
+        if run is not None and run.records is chosen and not keep:    # a copy of a run: one count
+            before = [run.copies] * size
+            run.copies += 1
+            if timed:
+                firsts = [run.at] * size
+            new: Any = ()
+        else:
+            stamps = getattr(chosen, "stamps", None)
+            if stamps is None:
+                stamps = list(map(_ts, chosen))
+            if getattr(chosen, "ordered", False):      # in time order (_in_slots)
+                oldest, newest = stamps[0], stamps[-1]
+            else:
+                oldest, newest = min(stamps), max(stamps)
+            if not keep and oldest > memory.newest and (distinct or len(set(stamps)) == size):
+                run = _Run(chosen if type(chosen) is _Chosen else _Chosen(chosen), oldest, newest, now)
+                memory.runs[id(run.records)] = run     # all first copies, no record remembered among them
+                memory.order.append(run)
+                memory.newest = newest
+                self.generations.append((now, memory, run))
+                self.remembered += size
+                before, new = [0] * size, chosen
+                if timed:
+                    firsts = [now] * size
+            else:
+                before, new = self._by_record(memory, chosen, oldest, newest, keep, path, now)
+                if timed:
+                    firsts = list(map(memory.at.__getitem__, chosen.hashes if type(chosen) is _Chosen
+                                      else list(map(hash, chosen))))
+        if sorted_port and new:
+            for record in (new if new is chosen else compress(chosen, map(not_, before))):
+                self._wait(replica, port, record[0], now)
+        if arrivals is not None:
+            self._arrival_events(arrivals, n, {
+                "node": self.name, "replica": name, "port": port, "upstream": str(stream.source),
+                "upstream_node": self.inbound[stream].node}, chosen, firsts, before, now)
+
+    def _by_record(self, memory: _Port, chosen: list, oldest: int, newest: int, keep: int,
+                   path: tuple[str, ...], now: int) -> tuple[list[int], Any]:
+        """The copies each of ``chosen`` had before (its rank - 1), remembered record by record,
+        and whether any was new (rule 2); runs its records overlap are remembered so first."""
+        overlapping = []
+        for run in reversed(memory.order):             # newest first; runs do not overlap
+            if run.newest < oldest:
+                break
+            if run.oldest <= newest:
+                overlapping.append(run)
+        for run in overlapping:
+            memory.unrun(run, self._timed)
         keyed = type(chosen) is _Chosen
         hashes = getattr(chosen, "hashes", None)       # each record hashed once, for all copies
         if hashes is None:
@@ -462,22 +545,18 @@ class Tracer:
             distinct = chosen.distinct
         copies, size = memory.copies, len(hashes)
         before = list(map(copies.get, hashes, repeat(0)))       # copies each record had: rank - 1
-        firsts = before.count(0)
-        if firsts == size and distinct is not False:   # all first copies (a batch's first at the port)
-            known = len(copies)
-            copies.update(zip(hashes, repeat(1)))
-            distinct = len(copies) - known == size     # else equal records in the batch: below
-        elif distinct is None:
+        if distinct is None:
             distinct = len(set(hashes)) == size
+            if keyed:
+                chosen.distinct = distinct
         if not distinct:                               # equal records in one batch: copies in order
             counted: dict = {}
             for i, (h, seen) in enumerate(zip(hashes, before)):
                 before[i] = counted[h] = counted.get(h, seen - 1) + 1
-            firsts = before.count(0)
-        if firsts != size or not distinct:
-            copies.update(zip(hashes, map(add, before, repeat(1))))   # the last of equal ones: their total
-        if keyed:
-            chosen.distinct = distinct
+        copies.update(zip(hashes, map(add, before, repeat(1))))   # the last of equal ones: their total
+        if newest > memory.newest:
+            memory.newest = newest
+        firsts = before.count(0)
         new = hashes if firsts == size else list(compress(hashes, map(not_, before))) if firsts else []
         if new:
             if self._timed:
@@ -486,26 +565,22 @@ class Tracer:
                 memory.baggage.update(zip(new, repeat(path)))
             self.generations.append((now, memory, new))
             self.remembered += len(new)
-            if sorted_port:
-                for record in compress(chosen, map(not_, before)):
-                    self._wait(replica, port, record[0], now)
-        if arrivals is not None:
-            self._arrival_events(arrivals, n, {
-                "node": self.name, "replica": name, "port": port, "upstream": str(stream.source),
-                "upstream_node": self.inbound[stream].node}, chosen, hashes, before, memory, now)
+        return before, new
 
-    def _arrival_events(self, arrivals, n: int, common: dict, chosen: list, hashes: list, before: list,
-                        memory: _Port, now: int) -> None:
+    def _arrival_events(self, arrivals, n: int, common: dict, chosen: list, firsts: list | None, before: list,
+                        now: int) -> None:
         """One batch's ``Arrival`` events, aggregated per query (rule 7): ``common`` holds the
         fields every event of the batch shares; the others come per sampled copy (``before``: the
-        copies each had before this one), computed only where a query reads them."""
+        copies each had before this one; ``firsts``: when each came first, if a query reads it),
+        computed only where a query reads them."""
         for sample, partial in arrivals:
-            records, known, seen = chosen, hashes, before
+            records, known, seen = chosen, firsts, before
             if sample != n:                            # a sparser query than the batch was sampled for
                 pick = [i for i, r in enumerate(chosen) if sampled(r[0], sample)]
                 if not pick:
                     continue
-                records, known, seen = [chosen[i] for i in pick], [hashes[i] for i in pick], [before[i] for i in pick]
+                records, seen = [chosen[i] for i in pick], [before[i] for i in pick]
+                known = None if firsts is None else [firsts[i] for i in pick]
             fields = partial.fields
             if fields.isdisjoint(_PER_COPY):           # every event of the batch is the same
                 names, groups = (), [((), len(seen))]
@@ -513,7 +588,7 @@ class Tracer:
                 passed = seen.count(0)
                 names, groups = ("outcome",), [(("pass",), passed), (("drop",), len(seen) - passed)]
             else:
-                names, groups = _per_copy(fields, records, known, seen, memory, now)
+                names, groups = _per_copy(fields, records, known, seen, now)
             for values, number in groups:
                 if not number:
                     continue
@@ -528,6 +603,14 @@ class Tracer:
         generations, limit = self.generations, MAX_REMEMBERED - room
         while generations and (self.remembered > limit or now - generations[0][0] > REMEMBER_US):
             _, memory, records = generations.popleft()
+            if type(records) is _Run:
+                run = records
+                if run.hashes is None:                 # still a run: forgotten whole
+                    del memory.runs[id(run.records)]
+                    memory.order.remove(run)
+                    self.remembered -= len(run.records)
+                    continue
+                records = run.hashes
             for table in (memory.at, memory.copies, memory.baggage):
                 deque(map(table.pop, records, repeat(None)), 0)
             self.remembered -= len(records)
