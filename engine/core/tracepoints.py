@@ -92,8 +92,11 @@ REMEMBER_US = 30_000_000
 MAX_REMEMBERED = 200_000
 #: Sampled records waiting in sorters, per port, at most (oldest forgotten first).
 MAX_WAITING = 10_000
-#: Batches whose sampling is remembered by content key (rule 1).
+#: Batches whose sampled records are remembered by content key (rule 1).
 MAX_KEYS = 4_096
+#: Batches without a sampled record remembered by content key: twice this many at most, at least
+#: this many (rule 1; a small table, read once per batch).
+COLD_KEYS = 1_024
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
 #: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
@@ -285,7 +288,12 @@ class TracedCore(Protocol):
 
 class Tracer:
     """The installed queries of one node and the state their tracepoints keep; it reads the node's
-    name and its inbound table."""
+    name and its inbound table.  (Slots: the hooks' test of a batch without a sampled record
+    reads a few of them, from one object.)"""
+
+    __slots__ = ("name", "inbound", "queries", "points", "ports", "remembered", "generations", "_low", "_high",
+                 "_recent", "_cold_keys", "_older_keys", "_timed", "_emitting", "_plain", "waiting", "_keys",
+                 "events", "baggage", "arrival_sample", "overflow", "context")
 
     def __init__(self, name: str, inbound: "dict[StreamReplica, Inbound]"):
         self.name, self.inbound = name, inbound
@@ -295,12 +303,15 @@ class Tracer:
         self.ports: dict[tuple[str, int], _Port] = {}  # (replica's name, port) -> its first arrivals
         self.remembered = 0                            # records in all ports' first arrivals
         self.generations: deque = deque()              # (now, port, the records a batch added), oldest first
-        #: the cold stretch a batch fell in last, as timestamps [from, to): no slot sampled at
+        #: the cold stretch a batch fell in last, as timestamps [_low, _high): no slot sampled at
         #: ``arrival_sample`` in between (rule 1)
-        self._stretch = (0, 0)
+        self._low = self._high = 0
         #: the maximal cold stretches found last, newest first: (N, from slot, to slot)
         self._recent: deque = deque(maxlen=RECENT_STRETCHES)
-        self._cold_keys: set[int] = set()              # hashes of keys of batches without a sampled record
+        #: hashes of the content keys of the last batches without a sampled record, in two
+        #: generations of COLD_KEYS (rule 1)
+        self._cold_keys: set[int] = set()
+        self._older_keys: set[int] = set()
         self._timed = False                            # whether an Arrival query reads later_us (rule 2)
         self._emitting = False                         # whether any query listens to emissions
         self._plain = False                            # only Arrival queries are installed
@@ -343,8 +354,8 @@ class Tracer:
             self.generations.clear()                   # times are read from now on (rule 2)
             self.remembered = 0
         self._timed = timed
-        self._stretch = (0, 0)                         # (caches for one N)
-        self._cold_keys.clear()
+        self._low = self._high = 0                     # (caches for one N)
+        self._cold_keys, self._older_keys = set(), set()
         self._emitting = bool(self.baggage or points.keys() & _EMITTING)
         #: only Arrival queries: a batch without a sampled slot returns at once (rule 1)
         self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
@@ -429,7 +440,7 @@ class Tracer:
         stretch = self._cold_stretch(oldest >> SLOT_SHIFT, self.arrival_sample)
         if stretch is None or newest >> SLOT_SHIFT >= stretch[2]:
             return False
-        self._stretch = (stretch[1] << SLOT_SHIFT, stretch[2] << SLOT_SHIFT)
+        self._low, self._high = stretch[1] << SLOT_SHIFT, stretch[2] << SLOT_SHIFT
         return True
 
     # -- hooks --------------------------------------------------------------------------------------
@@ -441,15 +452,14 @@ class Tracer:
         if self._plain:                                # only Arrival queries: rule 1's constant-time test first
             span = hosted.logic.filters[stream.port].span
             if span is not None and span[0] is records:
-                stretch = self._stretch
-                if stretch[0] <= span[1] and span[2] < stretch[1] or self._cold(span[1], span[2]):
+                if self._low <= span[1] and span[2] < self._high or self._cold(span[1], span[2]):
                     if key is not None and span[3] is not None:     # a batch new to its filter: for its
                         keys = self._cold_keys                      # copies (the filter may know them
-                        if len(keys) >= MAX_KEYS:                   # without a span)
-                            keys.clear()
-                        keys.add(hash(key))
+                        if len(keys) >= COLD_KEYS:                  # without a span)
+                            self._older_keys, self._cold_keys = keys, set()
+                        self._cold_keys.add(hash(key))
                     return
-            elif key is not None and hash(key) in self._cold_keys:
+            elif key is not None and (hash(key) in self._cold_keys or hash(key) in self._older_keys):
                 return                                 # a copy of a batch with no sampled record
         keep = 0
         if self.baggage and hosted.kind == "application" and path and is_baggage(path):
