@@ -75,7 +75,7 @@ class Sender:
         hosted.records_out += len(records)
         if hosted.hop:
             path += hosted.hop
-        if self.tracer is not None:
+        if self.tracer is not None and self.tracer.emitting:
             path = self.tracer.emit(hosted, records, punctuation, now, path)         # docs/tracing.md
         if hosted.kind == "application":
             self.deliver(hosted, records, punctuation, now, path)

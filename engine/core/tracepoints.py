@@ -95,7 +95,7 @@ MAX_WAITING = 10_000
 #: Batches whose sampled records are remembered by content key (rule 1).
 MAX_KEYS = 4_096
 #: Batches without a sampled record remembered by content key: twice this many at most, at least
-#: this many (rule 1; a small table, read once per batch).
+#: this many (rule 1; small tables: one is read or written for every batch).
 COLD_KEYS = 1_024
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
@@ -291,9 +291,10 @@ class Tracer:
     name and its inbound table.  (Slots: the hooks' test of a batch without a sampled record
     reads a few of them, from one object.)"""
 
-    __slots__ = ("name", "inbound", "queries", "points", "ports", "remembered", "generations", "_low", "_high",
-                 "_recent", "_cold_keys", "_older_keys", "_timed", "_emitting", "_plain", "waiting", "_keys",
-                 "events", "baggage", "arrival_sample", "overflow", "context")
+    __slots__ = ("_plain", "_low", "_high", "_cold_keys", "emitting",      # the hooks' (one cache line)
+                 "name", "inbound", "queries", "points", "ports", "remembered", "generations", "_recent",
+                 "_older_keys", "_timed", "waiting", "_keys", "events", "baggage", "arrival_sample",
+                 "overflow", "context")
 
     def __init__(self, name: str, inbound: "dict[StreamReplica, Inbound]"):
         self.name, self.inbound = name, inbound
@@ -313,7 +314,7 @@ class Tracer:
         self._cold_keys: set[int] = set()
         self._older_keys: set[int] = set()
         self._timed = False                            # whether an Arrival query reads later_us (rule 2)
-        self._emitting = False                         # whether any query listens to emissions
+        self.emitting = False                          # whether any query listens to emissions (the sender's test)
         self._plain = False                            # only Arrival queries are installed
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
         self._keys: dict[tuple[int, int], list] = {}   # (key's hash, N) -> sampled records
@@ -356,7 +357,7 @@ class Tracer:
         self._timed = timed
         self._low = self._high = 0                     # (caches for one N)
         self._cold_keys, self._older_keys = set(), set()
-        self._emitting = bool(self.baggage or points.keys() & _EMITTING)
+        self.emitting = bool(self.baggage or points.keys() & _EMITTING)
         #: only Arrival queries: a batch without a sampled slot returns at once (rule 1)
         self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
         if "Wait" not in points:
@@ -454,10 +455,11 @@ class Tracer:
             if span is not None and span[0] is records:
                 if self._low <= span[1] and span[2] < self._high or self._cold(span[1], span[2]):
                     if key is not None and span[3] is not None:     # a batch new to its filter: for its
-                        keys = self._cold_keys                      # copies (the filter may know them
-                        if len(keys) >= COLD_KEYS:                  # without a span)
-                            self._older_keys, self._cold_keys = keys, set()
-                        self._cold_keys.add(hash(key))
+                        keys = self._cold_keys                      # copies (their filter may take them
+                        if len(keys) >= COLD_KEYS:                  # unread: below its punctuation)
+                            self._older_keys = keys
+                            keys = self._cold_keys = set()
+                        keys.add(hash(key))
                     return
             elif key is not None and (hash(key) in self._cold_keys or hash(key) in self._older_keys):
                 return                                 # a copy of a batch with no sampled record
@@ -652,7 +654,7 @@ class Tracer:
              path: tuple[str, ...]) -> tuple[str, ...]:
         """``hosted`` emits ``records`` (then maybe ``punctuation``), caused by a batch that came
         along ``path``; returns the path the emitted batch carries (with baggage: rule 4)."""
-        if not self._emitting:
+        if not self.emitting:
             return path                                # no query listens to an emission
         points, kind = self.points, hosted.kind
         if kind == "application":
