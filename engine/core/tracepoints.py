@@ -291,7 +291,7 @@ class Tracer:
     name and its inbound table.  (Slots: the hooks' test of a batch without a sampled record
     reads a few of them, from one object.)"""
 
-    __slots__ = ("_plain", "_low", "_high", "_cold_keys", "emitting",      # the hooks' (one cache line)
+    __slots__ = ("_plain", "_low", "_high", "_last_key", "_cold_keys", "emitting",   # the hooks' (one cache line)
                  "name", "inbound", "queries", "points", "ports", "remembered", "generations", "_recent",
                  "_older_keys", "_timed", "waiting", "_keys", "events", "baggage", "arrival_sample",
                  "overflow", "context")
@@ -313,6 +313,7 @@ class Tracer:
         #: generations of COLD_KEYS (rule 1)
         self._cold_keys: set[int] = set()
         self._older_keys: set[int] = set()
+        self._last_key = 0                             # the one added last (the next copy's, in step)
         self._timed = False                            # whether an Arrival query reads later_us (rule 2)
         self.emitting = False                          # whether any query listens to emissions (the sender's test)
         self._plain = False                            # only Arrival queries are installed
@@ -459,10 +460,13 @@ class Tracer:
                         if len(keys) >= COLD_KEYS:                  # unread: below its punctuation)
                             self._older_keys = keys
                             keys = self._cold_keys = set()
-                        keys.add(hash(key))
+                        self._last_key = known = hash(key)
+                        keys.add(known)
                     return
-            elif key is not None and (hash(key) in self._cold_keys or hash(key) in self._older_keys):
-                return                                 # a copy of a batch with no sampled record
+            elif key is not None:                      # a copy of a batch with no sampled record?
+                known = hash(key)
+                if known == self._last_key or known in self._cold_keys or known in self._older_keys:
+                    return
         keep = 0
         if self.baggage and hosted.kind == "application" and path and is_baggage(path):
             keep = 1 if path[0].startswith(TRACE_PREFIX) else self.baggage     # a traced input: every record
