@@ -1,0 +1,125 @@
+"""Rule 1's computed sampled slots and rule 2's runs (engine/core/tracepoints.py): what makes a
+batch without a sampled record one comparison and a copy of a sampled one one count must not
+change what a query answers (docs/tracing.md, "Overhead")."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from replicast.engine.core import tracepoints
+from replicast.engine.core.trace_aggregate import finish, merge
+from replicast.engine.core.trace_language import parse
+from replicast.engine.messages import Batch, StreamHead
+from replicast.engine.node import NodeCore, ReplicaState, configure
+from replicast.engine.query_file import parse_query
+from replicast.engine.wire import decode, encode
+from replicast.operators.base import NO_PUNCTUATION
+from replicast.operators.plan import ReplicaId, StreamReplica
+from replicast.operators.record import CLOSED
+
+QUERY = """
+[[streams]]
+name = "s"
+fields = { server = "str", load = "float" }
+[[operators]]
+name = "f"
+kind = "filter"
+input = "s"
+where = "load >= 0.0"
+[[applications]]
+name = "app"
+input = "f"
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 100, 1000, 40_009])
+def test_the_next_and_previous_sampled_slots_are_the_ones_a_scan_finds(n):
+    rng = random.Random(n)
+    for i in range(min(150, 400_000 // n)):
+        slot = rng.randrange(0, 10**7) if i % 2 else rng.randrange(0, 1 << 52)    # µs since 1970 >> 8: ~2**43
+        scan = slot
+        while not tracepoints.sampled(scan << tracepoints.SLOT_SHIFT, n):
+            scan += 1
+        assert tracepoints._next_sampled(slot, n) == scan, slot
+        scan = slot
+        while not tracepoints.sampled(scan << tracepoints.SLOT_SHIFT, n):
+            scan -= 1
+        assert tracepoints._previous_sampled(slot, n) == scan, slot
+
+
+def _core(k: int) -> tuple[NodeCore, int]:
+    """One node core ``z`` hosting the filter and the application, fed by ``k`` upstream replicas."""
+    query = parse_query(QUERY)
+    place = {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]}
+    core = NodeCore("z", query, now=0)
+    core.apply(configure(query, place, "z"), now=0)
+    for peer in place["s"]:
+        core.on_peer_up(peer, now=0)
+    now = 0
+    while any(h.state is ReplicaState.JOINING for h in core.hosted.values()):
+        now = core.next_timer()
+        core.handle_timer(now=now)
+    for stream, inbound in list(core.inbound.items()):
+        core.receive(inbound.node, StreamHead(stream, 0, 0, NO_PUNCTUATION), now=now)
+    core.messages_to_send(), core.events()
+    return core, now
+
+
+def _frames(rows: list, i: int, sizes: list[int]) -> list:
+    """Upstream replica ``i``'s batches of ``rows``, cut into ``sizes`` (repeated), as read off the wire."""
+    stream = StreamReplica(ReplicaId("s", i), ReplicaId("f", 0), 0)
+    out, offset, start, j = [], 0, 0, 0
+    while start < len(rows):
+        chunk = rows[start:start + sizes[j % len(sizes)]]
+        start, j = start + len(chunk), j + 1
+        p = CLOSED if start >= len(rows) else chunk[-1][0]
+        out.append(decode(encode(Batch(stream, 0, offset, chunk, p))[4:]))
+        offset += len(chunk) + 1
+    return out
+
+
+def _answer(sample: int, text: str) -> list[dict]:
+    """Three upstream replicas: u0 and u1 send the same batches (equal content keys: rule 2's
+    runs), u1 lagging by three batches; u2 cuts the stream differently and lags by five (its
+    copies overlap the runs).  One record is sent twice in a row (a second occurrence)."""
+    rows = [(1_000_000 + 37 * i, f"s{i % 7}", (i % 100) / 100) for i in range(2_200)]
+    twice = next(i for i in range(1_000, 2_200) if tracepoints.sampled(rows[i][0], 49))   # at 1/7 and 1/49
+    rows.insert(twice, rows[twice])                    # (4 groups a record at 1/1: within MAX_GROUPS)
+    core, now = _core(3)
+    tracepoints.install(core, "q", parse(text.format(n=sample)))
+    same = _frames(rows, 0, [500])
+    sent = [[("u0", m) for m in same], [("u1", m) for m in _frames(rows, 1, [500])],
+            [("u2", m) for m in _frames(rows, 2, [300, 700, 450])]]
+    lags = [0, 3, 5]
+    for step in range(max(len(s) + lag for s, lag in zip(sent, lags))):
+        for batches, lag in zip(sent, lags):
+            if 0 <= step - lag < len(batches):
+                now += 1_000
+                core.receive(*batches[step - lag], now=now)
+                core.messages_to_send(), core.events()
+    q = parse(text.format(n=sample))
+    return finish(q, merge(q, [tracepoints.take(core)["q"]]))
+
+
+def test_copies_split_differently_lagging_or_repeated_count_as_the_per_record_rule_does():
+    """At 1/N (runs, computed slots, a copy of a run one count) each port's Arrival table is
+    the per-record table at 1/1 (GroupBy the timestamp) of the records sampled at 1/N."""
+    every = """From a In Arrival GroupBy a.replica, a.upstream, a.rank, a.outcome, a.ts
+               Select a.replica, a.upstream, a.rank, a.outcome, a.ts, COUNT, SUM(a.later_us) Sample 1/{n}"""
+    some = """From a In Arrival GroupBy a.replica, a.upstream, a.rank, a.outcome
+              Select a.replica, a.upstream, a.rank, a.outcome, COUNT, SUM(a.later_us) Sample 1/{n}"""
+    reference = _answer(1, every)
+    for sample in (7, 49):
+        expected: dict = {}
+        for row in reference:
+            if tracepoints.sampled(row["ts"], sample):
+                key = (row["replica"], row["upstream"], row["rank"], row["outcome"])
+                count, later = expected.get(key, (0, 0))
+                expected[key] = (count + row["COUNT"], later + row["SUM(later_us)"])
+        got = {(r["replica"], r["upstream"], r["rank"], r["outcome"]): (r["COUNT"], r["SUM(later_us)"])
+               for r in _answer(sample, some)}
+        assert got == expected
+        assert {rank for _, _, rank, _ in got} == {1, 2, 3, 4, 5, 6}   # three copies of two equal records
+        assert sum(c for c, _ in got.values()) > 150
