@@ -19,26 +19,33 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    a hash of its time slot (``ts >> SLOT_SHIFT``: 256 µs) is 0 modulo N (:func:`sampled`), so every
    replica samples the same records and every copy of a sampled record is seen at every duplicate
    filter.  A batch costs its oldest and newest timestamps and a test that no sampled slot lies
-   between them; only a batch that touches a sampled slot is read record by record
-   (benchmarks/tracing_overhead.py).  The oldest and newest come from the port's duplicate filter,
-   which had them for Alg. 1 already (``DuplicateFilter.span``); only a batch it did not sort (one
-   taken record by record) costs the tracer a sort of its own.  The test is constant time: the
-   tracer remembers, per duplicate filter, a stretch of slots without a sampled one (scanned from
-   a batch's oldest slot up to the next sampled slot, or :data:`LOOK_AHEAD` times the batch's
-   slots past its newest); the stretch extended last serves every port whose batch it covers,
-   and a batch behind its port's stretch (a lagging copy) scans only its own slots, so streams in
-   time order hash each slot once.  A hot batch in time order (its timestamps equal the
-   filter's sorted ones) is sliced by bisection; another is read in one C-level pass.  Batches a port
-   already saw whole (equal content keys: the k copies of one emission, DESIGN.md "Identical
-   batches") are sampled once; their copies reuse the answer and are never decoded for it.
+   between them; only a batch that touches a sampled slot is read (benchmarks/tracing_overhead.py).
+   The oldest and newest come from the port's duplicate filter, which had them for Alg. 1
+   already (``DuplicateFilter.span``); only a batch it did not sort (one taken record by record)
+   costs the tracer a sort of its own.  The test is two integer comparisons: the tracer keeps
+   the cold stretch the last batch fell in — the slots between two sampled ones — as two
+   timestamps.  A batch outside it finds its own among the last :data:`RECENT_STRETCHES`, or
+   has it computed: the next and the previous sampled slot follow from the hash in O(log N)
+   steps (:func:`_next_sampled`, Euclid's algorithm on the multiplier), so no slot is scanned
+   and lagging ports and copies cost no more than leading ones.  A hot batch in time order has
+   each sampled slot's records found by bisection on the filter's sorted timestamps, and only
+   those are read; another is read in one C-level pass.  Batches a port already saw whole
+   (equal content keys: the k copies of one emission, DESIGN.md "Identical batches") are sampled
+   once; their copies reuse the answer and are never decoded for it — a cold one by the hash of
+   its key alone (the last :data:`COLD_KEYS` to twice that many remembered).
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
    the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
    :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
    a first arrival again.  A record equal to an earlier one (a second occurrence) counts as a copy.
-   A port's memory knows a record by its hash (hashed once per sampled copy; two records whose
-   64-bit hashes collide would share their counts) in a table of first arrival times and one of
-   copies, updated for a batch's sampled records at once (in C); each batch's new records are
-   forgotten together.
+   A batch's sampled records that are all newer than any the port remembers and distinct (by
+   their timestamps, or because the filter took the batch as a run) are remembered together, as
+   a *run*: every record's copies so far is the run's count and its first arrival the run's, so
+   the next copy of the same batch (the same sampled records, by content key) is one count, not
+   one table update per record.  Otherwise the port knows a record by its hash (hashed once per
+   sampled copy; two records whose 64-bit hashes collide would share their counts) in a table of
+   first arrival times and one of copies, updated for a batch's sampled records at once (in C);
+   runs a batch overlaps are turned into such entries first.  Each batch's new records (or run)
+   are forgotten together.
 3. Events go only to the queries installed on their tracepoint; a hook whose tracepoint has no
    query returns at once.  :func:`install` makes the tracer, :func:`remove` drops it with the last
    query: removing a query removes its cost.
@@ -261,19 +268,18 @@ class _Port:
     __slots__ = ("at", "copies", "baggage", "runs", "order", "newest")
 
     def __init__(self) -> None:
-        self.at: dict[int, int] = {}                   # record's hash -> now of its first arrival (if timed)
+        self.at: dict[int, int] = {}                   # record's hash -> now of its first arrival
         self.copies: dict[int, int] = {}               # record's hash -> copies so far
         self.baggage: dict[int, tuple] = {}            # record's hash -> the baggage its first copy came with
         self.runs: dict[int, _Run] = {}                # id of a run's records -> the run (it holds them)
         self.order: list[_Run] = []                    # the runs, oldest timestamps first (they do not overlap)
         self.newest = -_NEVER                          # no remembered record, in a run or not, is newer
 
-    def unrun(self, run: _Run, timed: bool) -> None:
+    def unrun(self, run: _Run) -> None:
         """Remember ``run``'s records record by record from now on (a batch overlaps them)."""
         run.hashes = hashes = list(map(hash, run.records))
         self.copies.update(zip(hashes, repeat(run.copies)))
-        if timed:
-            self.at.update(zip(hashes, repeat(run.at)))
+        self.at.update(zip(hashes, repeat(run.at)))
         del self.runs[id(run.records)]
         self.order.remove(run)
 
@@ -314,7 +320,7 @@ class Tracer:
         self._cold_keys: set[int] = set()
         self._older_keys: set[int] = set()
         self._last_key = 0                             # the one added last (the next copy's, in step)
-        self._timed = False                            # whether an Arrival query reads later_us (rule 2)
+        self._timed = False                            # whether an Arrival query reads later_us
         self.emitting = False                          # whether any query listens to emissions (the sender's test)
         self._plain = False                            # only Arrival queries are installed
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
@@ -350,12 +356,11 @@ class Tracer:
         self.baggage = 0
         for sample, _ in points.get("Hop", []):
             self.baggage = gcd(self.baggage, sample)
-        timed = any("later_us" in partial.fields for _, partial in points.get("Arrival", []))
-        if "Arrival" not in points and "Wait" not in points and not self.baggage or timed and not self._timed:
-            self.ports.clear()                         # nothing reads first arrivals any more, or their
-            self.generations.clear()                   # times are read from now on (rule 2)
+        if "Arrival" not in points and "Wait" not in points and not self.baggage:
+            self.ports.clear()                         # nothing reads first arrivals any more
+            self.generations.clear()
             self.remembered = 0
-        self._timed = timed
+        self._timed = any("later_us" in partial.fields for _, partial in points.get("Arrival", []))
         self._low = self._high = 0                     # (caches for one N)
         self._cold_keys, self._older_keys = set(), set()
         self.emitting = bool(self.baggage or points.keys() & _EMITTING)
@@ -550,7 +555,7 @@ class Tracer:
             if run.oldest <= newest:
                 overlapping.append(run)
         for run in overlapping:
-            memory.unrun(run, self._timed)
+            memory.unrun(run)
         keyed = type(chosen) is _Chosen
         hashes = getattr(chosen, "hashes", None)       # each record hashed once, for all copies
         if hashes is None:
@@ -575,8 +580,7 @@ class Tracer:
         firsts = before.count(0)
         new = hashes if firsts == size else list(compress(hashes, map(not_, before))) if firsts else []
         if new:
-            if self._timed:
-                memory.at.update(zip(new, repeat(now)))
+            memory.at.update(zip(new, repeat(now)))
             if keep:
                 memory.baggage.update(zip(new, repeat(path)))
             self.generations.append((now, memory, new))
