@@ -101,10 +101,15 @@ def run(k: int, records: int, batch: int, sample: int | None) -> tuple[tuple[flo
 
 CASES: tuple = (None, 1000, 100)                  # no query, then 1/N (--samples)
 TARGETS = {1000: 0.01, 100: 0.05}
+#: --samples case (in-process only): the hooks are called and return at once (a query that
+#: samples nothing installed, its Arrival hook replaced by ``return``): what the calls alone cost.
+HOOKS = "hooks"
+#: A sampling that samples nothing here (no slot of these records' times is sampled).
+NOTHING = 1_000_000_000
 
 
-def label(case: int | None) -> str:
-    return "no query" if case is None else f"1/{case}"
+def label(case: int | str | None) -> str:
+    return "no query" if case is None else "hooks only" if case == HOOKS else f"1/{case}"
 
 
 def paired(rounds: list[dict], case: int, lower_is_better: bool = True) -> float:
@@ -133,7 +138,14 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
         for message in per:
             getattr(message.records, "stamps", None)
 
-    def once(sample: int | None) -> float:
+    class Returning(tracepoints.Tracer):
+        """The tracer with an Arrival hook that returns at once (the HOOKS case)."""
+        __slots__ = ()
+
+        def arrival(self, *args) -> None:
+            return None
+
+    def once(sample: int | str | None) -> float:
         core = NodeCore("z", query, now=0)
         core.apply(configure(query, place, "z"), now=0)
         for peer in place["s"]:
@@ -146,7 +158,9 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
             core.receive(inbound.node, StreamHead(stream, 0, 0, NO_PUNCTUATION), now=now)
         core.messages_to_send(), core.events()
         if sample is not None:
-            tracepoints.install(core, "bench", parse(QUERY.format(n=sample)))
+            tracepoints.install(core, "bench", parse(QUERY.format(n=NOTHING if sample == HOOKS else sample)))
+            if sample == HOOKS:
+                core.tracer.__class__ = Returning
         gc.collect()
         start = time.process_time()
         for copies in zip(*messages):
@@ -177,10 +191,11 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
 def tcp(k: int, records: int, batch: int, rounds: int) -> None:
     """The node over TCP: throughput and the node's CPU per record, per case, median of ``rounds``."""
     runs: list[dict] = []
-    counted: dict = {case: 0 for case in CASES}
+    cases = [case for case in CASES if case != HOOKS]   # (the node's tracer cannot be replaced)
+    counted: dict = {case: 0 for case in cases}
     for _ in range(rounds):
         rates, cpus = {}, {}
-        for case in CASES:
+        for case in cases:
             (rate, cpu), counted[case] = run(k, records, batch, case)
             rates[case], cpus[case] = rate, cpu
             print(f"    {label(case):>9}: {rate / 1000:8.1f} k records/s", file=sys.stderr)
@@ -189,7 +204,7 @@ def tcp(k: int, records: int, batch: int, rounds: int) -> None:
           f"alternating rounds):")
     rates = [r for r, _ in runs]
     cpus = [c for _, c in runs if None not in c.values()]
-    for case in CASES:
+    for case in cases:
         rate = statistics.median(r[case] for r in rates)
         cpu = statistics.median(c[case] for c in cpus) if cpus else float("nan")
         line = (f"    {label(case):>9}: {rate / 1000:8.1f} k distinct records/s   {cpu:5.2f} µs node CPU/record   "
@@ -210,14 +225,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds, median reported (default 5)")
     parser.add_argument("--samples", default="1000,100",
                         help="the query's sampling cases N (Sample 1/N), comma-separated (default 1000,100); "
-                             "a huge N (1000000000) samples nothing: the cost of batches without a sampled record")
+                             "a huge N (1000000000) samples nothing: the cost of batches without a sampled "
+                             f"record; '{HOOKS}' (in-process only): the hooks called, returning at once")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--in-process", action="store_true", help="only the node core alone (no TCP)")
     only.add_argument("--tcp", action="store_true", help="only the node over TCP")
     args = parser.parse_args()
     global CASES
     try:
-        CASES = (None, *(int(n) for n in args.samples.split(",")))
+        CASES = (None, *(n if n == HOOKS else int(n) for n in args.samples.split(",")))
     except ValueError:
         parser.error(f"--samples: not a comma-separated list of integers: {args.samples!r}")
     print(f"load average at start: {load()}")
