@@ -4,6 +4,7 @@
     python3 benchmarks/tracing_overhead.py                    # both measurements, k = 2
     python3 benchmarks/tracing_overhead.py --in-process --records 200000 --rounds 7   # the core alone
     python3 benchmarks/tracing_overhead.py --tcp --records 500000 --rounds 5          # the node over TCP
+    python3 benchmarks/tracing_overhead.py --rounds 41 --tcp-rounds 7 --samples hooks,1000,100,1000000000
 
 Two measurements, each with the three cases in alternating rounds; every figure is the median of
 the rounds, and every ratio is against the no-query baseline of the same run (the median over the
@@ -223,6 +224,8 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=200_000, help="records per run (default 200000)")
     parser.add_argument("--batch", type=int, default=1000, help="records per batch frame (default 1000)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds, median reported (default 5)")
+    parser.add_argument("--tcp-rounds", type=int, default=None,
+                        help="rounds over TCP (default: --rounds; a round there takes seconds, in-process milliseconds)")
     parser.add_argument("--samples", default="1000,100",
                         help="the query's sampling cases N (Sample 1/N), comma-separated (default 1000,100); "
                              "a huge N (1000000000) samples nothing: the cost of batches without a sampled "
@@ -240,7 +243,7 @@ def main() -> int:
     if not args.tcp:
         in_process(args.k, args.records, args.batch, args.rounds)
     if not args.in_process:
-        tcp(args.k, args.records, args.batch, args.rounds)
+        tcp(args.k, args.records, args.batch, args.rounds if args.tcp_rounds is None else args.tcp_rounds)
     print(f"load average at end: {load()}")
     return 0
 
