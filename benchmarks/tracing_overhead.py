@@ -6,10 +6,11 @@
     python3 benchmarks/tracing_overhead.py --tcp --records 500000 --rounds 5          # the node over TCP
     python3 benchmarks/tracing_overhead.py --rounds 41 --tcp-rounds 7 --samples hooks,1000,100,1000000000
 
-Two measurements, each with the three cases in alternating rounds; every figure is the median of
-the rounds, and every ratio is against the no-query baseline of the same run (the median over the
-rounds of each round's own ratio: a round's cases run back to back, so a load change between
-rounds moves numerator and denominator alike).
+Two measurements, each with the cases in alternating rounds (each round in another order: every
+case starts as many rounds); every figure is the median of the rounds, and every ratio is
+against the no-query baseline of the same run (the median over the rounds of each round's own
+ratio: a round's cases run back to back, so a load change between rounds moves numerator and
+denominator alike).
 
 * In-process (the targets' measurement): the node core alone, no sockets, no process — the same
   frames, decoded beforehand, handed to one core with ``receive``; this process's CPU time (steadier
@@ -113,6 +114,13 @@ def label(case: int | str | None) -> str:
     return "no query" if case is None else "hooks only" if case == HOOKS else f"1/{case}"
 
 
+def rotated(cases, r: int) -> list:
+    """Round ``r``'s order of the cases: each starts as many rounds as the others (a case's place
+    in a round — after which case, how much garbage before it — is not one case's bias)."""
+    r %= len(cases)
+    return [*cases[r:], *cases[:r]]
+
+
 def paired(rounds: list[dict], case: int, lower_is_better: bool = True) -> float:
     """The median over rounds of the case's cost over the same round's no-query cost, less 1."""
     ratios = [r[case] / r[None] if lower_is_better else r[None] / r[case] for r in rounds]
@@ -170,7 +178,7 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
             core.messages_to_send(), core.events()
         return time.process_time() - start
 
-    runs = [{case: once(case) for case in CASES} for _ in range(rounds)]
+    runs = [{case: once(case) for case in rotated(CASES, r)} for r in range(rounds)]
     print(f"  in-process (the node core alone, k={k}, {records} records in batches of {batch}, "
           f"median of {rounds} alternating rounds, CPU time):")
     overhead = {}
@@ -194,9 +202,9 @@ def tcp(k: int, records: int, batch: int, rounds: int) -> None:
     runs: list[dict] = []
     cases = [case for case in CASES if case != HOOKS]   # (the node's tracer cannot be replaced)
     counted: dict = {case: 0 for case in cases}
-    for _ in range(rounds):
+    for r in range(rounds):
         rates, cpus = {}, {}
-        for case in cases:
+        for case in rotated(cases, r):
             (rate, cpu), counted[case] = run(k, records, batch, case)
             rates[case], cpus[case] = rate, cpu
             print(f"    {label(case):>9}: {rate / 1000:8.1f} k records/s", file=sys.stderr)
@@ -213,7 +221,8 @@ def tcp(k: int, records: int, batch: int, rounds: int) -> None:
         if case is not None:
             line += (f"   {paired(rates, case, lower_is_better=False):+.1%} time, "
                      f"{paired(cpus, case) if cpus else float('nan'):+.1%} CPU against no query; "
-                     f"{counted[case]} passes counted (~{records // case} expected at each of the 2 filters)")
+                     f"{counted[case]} passes counted (about {records // case} expected at each of the 2 ports, "
+                     "in whole 256 µs slots)")
         print(line)
 
 
