@@ -234,7 +234,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1000, help="records per batch frame (default 1000)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds, median reported (default 5)")
     parser.add_argument("--tcp-rounds", type=int, default=None,
-                        help="rounds over TCP (default: --rounds; a round there takes seconds, in-process milliseconds)")
+                        help="rounds over TCP (default: --rounds; a TCP round takes seconds, in-process milliseconds)")
     parser.add_argument("--samples", default="1000,100",
                         help="the query's sampling cases N (Sample 1/N), comma-separated (default 1000,100); "
                              "a huge N (1000000000) samples nothing: the cost of batches without a sampled "

@@ -26,7 +26,7 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    the cold stretch the last batch fell in — the slots between two sampled ones — as two
    timestamps.  A batch outside it finds its own among the last :data:`RECENT_STRETCHES`, or
    has it computed: the next and the previous sampled slot follow from the hash in O(log N)
-   steps (:func:`_next_sampled`, Euclid's algorithm on the multiplier), so no slot is scanned
+   steps (:func:`next_sampled`, Euclid's algorithm on the multiplier), so no slot is scanned
    and lagging ports and copies cost no more than leading ones.  A hot batch in time order has
    each sampled slot's records found by bisection on the filter's sorted timestamps, and only
    those are read; another is read in one C-level pass.  Batches a port already saw whole
@@ -77,15 +77,17 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter, deque
 from itertools import compress, repeat
 from math import gcd
-from operator import add, itemgetter, not_, rshift
+from operator import add, itemgetter, not_
 from typing import TYPE_CHECKING, Any, Protocol
 
 from replicast.engine.core.baggage import MAX_HOPS, TRACE_ID, TRACE_PREFIX, hops as _hops, is_baggage, trace_id
 from replicast.engine.core.trace_aggregate import Partial
+from replicast.engine.core.trace_memory import PortMemory, Run
+from replicast.engine.core.trace_sampling import (MIX, SLOT_SHIFT, Chosen, in_slots, next_sampled, previous_sampled,
+                                                   sampled)
 from replicast.engine.core.trace_language import TraceQuery, TraceQueryError
 
 if TYPE_CHECKING:
@@ -106,16 +108,12 @@ MAX_KEYS = 4_096
 COLD_KEYS = 1_024
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
-#: Records are sampled by time slot of 2**SLOT_SHIFT µs (256 µs): every record of a sampled slot
-#: (rule 1), so a batch is sampled by its slots, not record by record.
-SLOT_SHIFT = 8
 #: Cold stretches (the slots between two sampled ones) remembered, for ports and copies in
 #: different times (rule 1).
 RECENT_STRETCHES = 8
 #: Below this N a batch's slots are tested one by one (many are sampled); from it on, the next
 #: sampled slot is computed (rule 1).
 SCAN_BELOW = 16
-_MIX = 0x9E3779B1
 _ts = itemgetter(0)
 #: Tracepoints fired by an emission (Tracer.emit) other than an application's.
 _EMITTED = frozenset(("Wait", "Source", "Emit", "Send"))
@@ -124,11 +122,6 @@ _PER_COPY = frozenset(("outcome", "rank", "later_us", "age_us", "ts"))
 _OUTCOME_ONLY = frozenset(("outcome",))
 #: Tracepoints fired by any emission (Tracer.emit).
 _EMITTING = _EMITTED | {"Deliver", "Hop"}
-
-
-def sampled(ts: int, n: int) -> bool:
-    """Whether the record with timestamp ``ts`` is sampled at ``Sample 1/n`` (rule 1)."""
-    return n == 1 or (((ts >> SLOT_SHIFT) * _MIX) >> 16) % n == 0
 
 
 def _per_copy(fields: frozenset, records: list, firsts: list | None, before: list,
@@ -154,134 +147,8 @@ def _per_copy(fields: frozenset, records: list, firsts: list | None, before: lis
     return names, Counter(zip(*columns)).items()
 
 
-def _first_sampled(slot: int, limit: int, n: int) -> int:
-    """The first slot in ``slot … limit - 1`` sampled at 1/``n`` (rule 1's hash), else ``limit``:
-    slot by slot, for a few slots (:func:`_next_sampled` computes it for any distance)."""
-    while slot < limit and ((slot * _MIX) >> 16) % n:
-        slot += 1
-    return slot
-
-
-def _least(a: int, m: int, low: int, high: int) -> int | None:
-    """The least ``x >= 0`` with ``low <= a * x mod m <= high`` (``0 <= low <= high < m``), or
-    None if there is none: Euclid's steps on ``(m, a)``, so O(log m) whatever the answer.
-
-    With no multiple of ``a`` in ``low … high``, ``a * x - m * y`` lands there for the least ``y``
-    whose ``m * y mod a`` is in ``-high mod a … -low mod a``: the same problem on ``(a, m mod a)``."""
-    if low == 0:
-        return 0
-    a %= m
-    if a == 0:
-        return None
-    x = -(-low // a)
-    if a * x <= high:
-        return x
-    y = _least(m % a, a, -high % a, -low % a)
-    return None if y is None else -(-(low + m * y) // a)
-
-
-_NEVER = 1 << 80                                       # past any slot (no sampled slot either way)
-
-
-def _next_sampled(slot: int, n: int) -> int:
-    """The first slot ``>= slot`` sampled at 1/``n`` (rule 1): computed, not scanned.  Slot ``s``
-    is sampled when ``((s * _MIX) >> 16) % n == 0``, that is when ``s * _MIX mod (n << 16)``
-    is below ``1 << 16``: the least ``x`` with ``(slot + x) * _MIX`` there (:func:`_least`)."""
-    m = n << 16
-    b = slot * _MIX % m
-    if b < 1 << 16:
-        return slot
-    x = _least(_MIX % m, m, m - b, m - b + 0xFFFF)
-    return _NEVER if x is None else slot + x
-
-
-def _previous_sampled(slot: int, n: int) -> int:
-    """The last slot ``<= slot`` sampled at 1/``n``: :func:`_next_sampled` going back."""
-    m = n << 16
-    b = slot * _MIX % m
-    if b < 1 << 16:
-        return slot
-    x = _least(-_MIX % m, m, m - b, m - b + 0xFFFF)
-    return -_NEVER if x is None else slot - x
-
-
-def _in_slots(records, slots, ordered: list[int] | None = None) -> "_Chosen":
-    """The records whose time slot is in ``slots``, in order.  With ``ordered`` (the batch's
-    timestamps sorted) each slot's records are found by bisection: if the records at the
-    positions ``a … b - 1`` the slot has in ``ordered`` have the timestamps ``ordered`` has
-    there, they are all of its records, in place, in time order — only they are read.  Else one
-    pass in C over the timestamps."""
-    stamps = getattr(records, "stamps", None)
-    if ordered is not None:
-        chosen: _Chosen | None = _Chosen()
-        taken: list[int] = []
-        for slot in sorted(slots):
-            a, b = bisect_left(ordered, slot << SLOT_SHIFT), bisect_left(ordered, (slot + 1) << SLOT_SHIFT)
-            if a == b:
-                continue
-            part = records[a:b]
-            inside = stamps[a:b] if stamps is not None else list(map(_ts, part))
-            if inside != ordered[a:b]:                 # (the same int objects: compared by identity)
-                chosen = None                          # not in time order: read them all
-                break
-            chosen += part
-            taken += inside
-        if chosen is not None:
-            chosen.stamps = taken
-            chosen.ordered = True
-            return chosen
-    stamps = map(_ts, records) if stamps is None else stamps
-    if len(slots) == 1:
-        slot = min(slots)
-        inside = range(slot << SLOT_SHIFT, (slot + 1) << SLOT_SHIFT).__contains__
-        return _Chosen(compress(records, map(inside, stamps)))
-    return _Chosen(compress(records, map(set(slots).__contains__, map(rshift, stamps, repeat(SLOT_SHIFT)))))
-
-
-class _Chosen(list):
-    """A batch's sampled records, with their timestamps where choosing them read those, and
-    (kept for the copies of a keyed batch) their hashes and whether those are distinct (rule 2)."""
-
-    __slots__ = ("stamps", "ordered", "hashes", "distinct")
-
-
-class _Run:
-    """A batch's sampled records that all came first to a port, newer than any it remembers, and
-    distinct: remembered together (rule 2) — a copy of the same sampled records (the same
-    :class:`_Chosen`, by content key) is one count, not one per record."""
-
-    __slots__ = ("records", "oldest", "newest", "at", "copies", "hashes")
-
-    def __init__(self, records: "_Chosen", oldest: int, newest: int, at: int):
-        self.records, self.oldest, self.newest, self.at = records, oldest, newest, at
-        self.copies = 1
-        self.hashes: list[int] | None = None           # once remembered record by record instead
-
-
 #: The sampled records of a batch without any (shared: never changed).
-_NONE: list = _Chosen()
-
-
-class _Port:
-    """A port's first arrivals of sampled records (rule 2)."""
-
-    __slots__ = ("at", "copies", "baggage", "runs", "order", "newest")
-
-    def __init__(self) -> None:
-        self.at: dict[int, int] = {}                   # record's hash -> now of its first arrival
-        self.copies: dict[int, int] = {}               # record's hash -> copies so far
-        self.baggage: dict[int, tuple] = {}            # record's hash -> the baggage its first copy came with
-        self.runs: dict[int, _Run] = {}                # id of a run's records -> the run (it holds them)
-        self.order: list[_Run] = []                    # the runs, oldest timestamps first (they do not overlap)
-        self.newest = -_NEVER                          # no remembered record, in a run or not, is newer
-
-    def unrun(self, run: _Run) -> None:
-        """Remember ``run``'s records record by record from now on (a batch overlaps them)."""
-        run.hashes = hashes = list(map(hash, run.records))
-        self.copies.update(zip(hashes, repeat(run.copies)))
-        self.at.update(zip(hashes, repeat(run.at)))
-        del self.runs[id(run.records)]
-        self.order.remove(run)
+_NONE: list = Chosen()
 
 
 class TracedCore(Protocol):
@@ -307,7 +174,7 @@ class Tracer:
         self.queries: dict[str, Partial] = {}
         #: tracepoint -> [(sample N, partial)], for the hooks
         self.points: dict[str, list[tuple[int, Partial]]] = {}
-        self.ports: dict[tuple[str, int], _Port] = {}  # (replica's name, port) -> its first arrivals
+        self.ports: dict[tuple[str, int], PortMemory] = {}  # (replica's name, port) -> its first arrivals
         self.remembered = 0                            # records in all ports' first arrivals
         self.generations: deque = deque()              # (now, port, the records a batch added), oldest first
         #: the cold stretch a batch fell in last, as timestamps [_low, _high): no slot sampled at
@@ -400,8 +267,8 @@ class Tracer:
             hot = {r[0] >> SLOT_SHIFT for r in records if sampled(r[0], n)}
         ordered = span[2] if len(span) > 2 else None
         if key is None:
-            return _in_slots(records, hot, ordered) if hot else []
-        chosen = _in_slots(records, hot, ordered) if hot else _NONE
+            return in_slots(records, hot, ordered) if hot else []
+        chosen = in_slots(records, hot, ordered) if hot else _NONE
         keys = self._keys
         if len(keys) >= MAX_KEYS:
             keys.clear()                               # copies come within seconds: start afresh
@@ -412,13 +279,13 @@ class Tracer:
         """The slots in ``low … high`` sampled at 1/``n``, found from the cold stretch ``low``
         lies in and computed next sampled slots (rule 1); slot by slot where ``n`` is small."""
         if n < SCAN_BELOW:
-            return [slot for slot in range(low, high + 1) if not ((slot * _MIX) >> 16) % n]
+            return [slot for slot in range(low, high + 1) if not ((slot * MIX) >> 16) % n]
         stretch = self._cold_stretch(low, n)
         slot = low if stretch is None else stretch[2]
         hot = []
         while slot <= high:
             hot.append(slot)
-            slot = _next_sampled(slot + 1, n)
+            slot = next_sampled(slot + 1, n)
         return hot
 
     def _cold_stretch(self, slot: int, n: int) -> tuple[int, int, int] | None:
@@ -428,9 +295,9 @@ class Tracer:
         for stretch in self._recent:
             if stretch[1] <= slot < stretch[2] and stretch[0] == n:
                 return stretch
-        if not ((slot * _MIX) >> 16) % n:
+        if not ((slot * MIX) >> 16) % n:
             return None
-        stretch = (n, _previous_sampled(slot, n) + 1, _next_sampled(slot, n))
+        stretch = (n, previous_sampled(slot, n) + 1, next_sampled(slot, n))
         self._recent.appendleft(stretch)
         return stretch
 
@@ -502,7 +369,7 @@ class Tracer:
         name = str(replica)
         memory = self.ports.get((name, port))
         if memory is None:
-            memory = self.ports[(name, port)] = _Port()
+            memory = self.ports[(name, port)] = PortMemory()
         size = len(chosen)
         self._forget(now, size)
         timed, firsts = self._timed, None
@@ -517,12 +384,12 @@ class Tracer:
             stamps = getattr(chosen, "stamps", None)
             if stamps is None:
                 stamps = list(map(_ts, chosen))
-            if getattr(chosen, "ordered", False):      # in time order (_in_slots)
+            if getattr(chosen, "ordered", False):      # in time order (in_slots)
                 oldest, newest = stamps[0], stamps[-1]
             else:
                 oldest, newest = min(stamps), max(stamps)
             if not keep and oldest > memory.newest and (distinct or len(set(stamps)) == size):
-                run = _Run(chosen if type(chosen) is _Chosen else _Chosen(chosen), oldest, newest, now)
+                run = Run(chosen if type(chosen) is Chosen else Chosen(chosen), oldest, newest, now)
                 memory.runs[id(run.records)] = run     # all first copies, no record remembered among them
                 memory.order.append(run)
                 memory.newest = newest
@@ -534,7 +401,7 @@ class Tracer:
             else:
                 before, new = self._by_record(memory, chosen, oldest, newest, keep, path, now)
                 if timed:
-                    firsts = list(map(memory.at.__getitem__, chosen.hashes if type(chosen) is _Chosen
+                    firsts = list(map(memory.at.__getitem__, chosen.hashes if type(chosen) is Chosen
                                       else list(map(hash, chosen))))
         if sorted_port and new:
             for record in (new if new is chosen else compress(chosen, map(not_, before))):
@@ -544,7 +411,7 @@ class Tracer:
                 "node": self.name, "replica": name, "port": port, "upstream": str(stream.source),
                 "upstream_node": self.inbound[stream].node}, chosen, firsts, before, now)
 
-    def _by_record(self, memory: _Port, chosen: list, oldest: int, newest: int, keep: int,
+    def _by_record(self, memory: PortMemory, chosen: list, oldest: int, newest: int, keep: int,
                    path: tuple[str, ...], now: int) -> tuple[list[int], Any]:
         """The copies each of ``chosen`` had before (its rank - 1), remembered record by record,
         and whether any was new (rule 2); runs its records overlap are remembered so first."""
@@ -556,7 +423,7 @@ class Tracer:
                 overlapping.append(run)
         for run in overlapping:
             memory.unrun(run)
-        keyed = type(chosen) is _Chosen
+        keyed = type(chosen) is Chosen
         hashes = getattr(chosen, "hashes", None)       # each record hashed once, for all copies
         if hashes is None:
             hashes, distinct = list(map(hash, chosen)), None
@@ -623,7 +490,7 @@ class Tracer:
         generations, limit = self.generations, MAX_REMEMBERED - room
         while generations and (self.remembered > limit or now - generations[0][0] > REMEMBER_US):
             _, memory, records = generations.popleft()
-            if type(records) is _Run:
+            if type(records) is Run:
                 run = records
                 if run.hashes is None:                 # still a run: forgotten whole
                     del memory.runs[id(run.records)]

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from replicast.engine.core import tracepoints
+from replicast.engine.core import trace_sampling, tracepoints
 from replicast.engine.core.trace_aggregate import finish, merge
 from replicast.engine.core.trace_language import parse
 from replicast.engine.messages import Batch, StreamHead
@@ -42,11 +42,11 @@ def test_the_next_and_previous_sampled_slots_are_the_ones_a_scan_finds(n):
         scan = slot
         while not tracepoints.sampled(scan << tracepoints.SLOT_SHIFT, n):
             scan += 1
-        assert tracepoints._next_sampled(slot, n) == scan, slot
+        assert trace_sampling.next_sampled(slot, n) == scan, slot
         scan = slot
         while not tracepoints.sampled(scan << tracepoints.SLOT_SHIFT, n):
             scan -= 1
-        assert tracepoints._previous_sampled(slot, n) == scan, slot
+        assert trace_sampling.previous_sampled(slot, n) == scan, slot
 
 
 def _core(k: int) -> tuple[NodeCore, int]:
