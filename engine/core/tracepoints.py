@@ -26,7 +26,7 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    the cold stretch the last batch fell in — the slots between two sampled ones — as two
    timestamps.  A batch outside it finds its own among the last :data:`RECENT_STRETCHES`, or
    has it computed: the next and the previous sampled slot follow from the hash in O(log N)
-   steps (:func:`next_sampled`, Euclid's algorithm on the multiplier), so no slot is scanned
+   steps (:mod:`engine.core.trace_sampling`: Euclid's algorithm on the multiplier), so no slot is scanned
    and lagging ports and copies cost no more than leading ones.  A hot batch in time order has
    each sampled slot's records found by bisection on the filter's sorted timestamps, and only
    those are read; another is read in one C-level pass.  Batches a port already saw whole
@@ -39,9 +39,9 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    a first arrival again.  A record equal to an earlier one (a second occurrence) counts as a copy.
    A batch's sampled records that are all newer than any the port remembers and distinct (by
    their timestamps, or because the filter took the batch as a run) are remembered together, as
-   a *run*: every record's copies so far is the run's count and its first arrival the run's, so
-   the next copy of the same batch (the same sampled records, by content key) is one count, not
-   one table update per record.  Otherwise the port knows a record by its hash (hashed once per
+   a *run* (:mod:`engine.core.trace_memory`): every record's copies so far is the run's count
+   and its first arrival the run's, so the next copy of the same batch (the same sampled
+   records, by content key) is one count, not one table update per record.  Otherwise the port knows a record by its hash (hashed once per
    sampled copy; two records whose 64-bit hashes collide would share their counts) in a table of
    first arrival times and one of copies, updated for a batch's sampled records at once (in C);
    runs a batch overlaps are turned into such entries first.  Each batch's new records (or run)
