@@ -41,11 +41,11 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    their timestamps, or because the filter took the batch as a run) are remembered together, as
    a *run* (:mod:`engine.core.trace_memory`): every record's copies so far is the run's count
    and its first arrival the run's, so the next copy of the same batch (the same sampled
-   records, by content key) is one count, not one table update per record.  Otherwise the port knows a record by its hash (hashed once per
-   sampled copy; two records whose 64-bit hashes collide would share their counts) in a table of
-   first arrival times and one of copies, updated for a batch's sampled records at once (in C);
-   runs a batch overlaps are turned into such entries first.  Each batch's new records (or run)
-   are forgotten together.
+   records, by content key) is one count, not one table update per record.  Otherwise the port
+   knows a record by its hash (hashed once per sampled copy; two records whose 64-bit hashes
+   collide would share their counts) in a table of first arrival times and one of copies,
+   updated for a batch's sampled records at once (in C); runs a batch overlaps are turned into
+   such entries first.  Each batch's new records (or run) are forgotten together.
 3. Events go only to the queries installed on their tracepoint; a hook whose tracepoint has no
    query returns at once.  :func:`install` makes the tracer, :func:`remove` drops it with the last
    query: removing a query removes its cost.
