@@ -110,6 +110,7 @@ class _Python(_Operator, kw_only=True):
     fields: Any = UNSET
     label: Any = UNSET
     gate: Any = UNSET
+    key_seals: Any = UNSET
     coordination: Any = UNSET
 
 

@@ -1,4 +1,4 @@
-"""Writes examples/keyed-seal.toml and examples/sim-keyed-seal.toml: Blazes' sealing experiment
+"""Writes examples/keyed-seal.toml, keyed-seal-user.toml and sim-keyed-seal.toml: Blazes' sealing experiment
 (``papers/000_…`` §VIII-B3, Fig. 14, "independent seal") replayed on the shipped Seattle trace.
 
 ``n`` producers at different distances from one reporting server each publish their CPU load every
@@ -39,6 +39,21 @@ def query_text(n: int, sealed: bool = True) -> str:
     return "\n".join(lines)
 
 
+def user_query_text(n: int) -> str:
+    """keyed-seal-user.toml: the same sealed producers into a user-defined keyed window
+    (``examples/user_operators.py:ServerPeak``, ``key_seals = "close"``): each server's peak load per
+    second, closed per server at its seal, as the built-in aggregate is."""
+    head = query_text(n).split("[[operators]]")[0].replace("A keyed aggregate", "A user-defined keyed window")
+    inputs = ", ".join(f'"cpu_{i}"' for i in range(1, n + 1))
+    return head + "\n".join([
+        "[[operators]]", 'name = "cpu"', 'kind = "union"', f"inputs = [{inputs}]", "",
+        "[[operators]]", 'name = "peak"', 'kind = "python"', 'input = "cpu"',
+        'class = "replicast.examples.user_operators:ServerPeak"', "args = { interval_ms = 1000 }",
+        'fields = { server = "str", load = "float" }',
+        'key_seals = "close"               # also ServerPeak\'s class attribute; "ignore" waits for punctuations', "",
+        "[[applications]]", 'name = "per_server"', 'input = "peak"', ""])
+
+
 def scenario_text(query: str, producers: tuple[str, ...], duration_s: int = 600, *, seed: int = 1,
                   start_s: int = 0) -> str:
     """The simulation of ``query``: ``duration_s`` of the trace from ``start_s`` on; ``seed`` sets the
@@ -75,6 +90,7 @@ def events_text(n: int = 10, seconds: int = 60, start_us: int = 1_700_000_000_00
 def main() -> None:
     here = Path(__file__).parent
     (here / "keyed-seal.toml").write_text(query_text(10))
+    (here / "keyed-seal-user.toml").write_text(user_query_text(10))
     (here / "sim-keyed-seal.toml").write_text(scenario_text("keyed-seal.toml", PRODUCERS_10))
     (here / "keyed-seal-events.jsonl").write_text(events_text())
 

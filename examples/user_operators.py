@@ -11,7 +11,10 @@ One of each Blazes class, as a user would write them (docs/queries.md, "User-def
 * :class:`LatestLoad` — OR: for each ping, the latest load its destination reported: a race
   between two inputs, which sorting each input cannot decide (Blazes' POOR query, §III-D);
 * :class:`IntervalPeak` — OW_{window}: emits the largest load of each interval at the punctuation
-  that closes it, so time punctuations seal it.
+  that closes it, so time punctuations seal it;
+* :class:`ServerPeak` — OW_{server, window}, ``key_seals = "close"``: each server's largest load per
+  interval, emitted once that server's seal (or a punctuation) closes the interval — a user-defined
+  keyed window sealed per key (docs/explain.md, "Seal per key in the engine").
 """
 
 from __future__ import annotations
@@ -140,3 +143,44 @@ class IntervalPeak(Operator):
     def on_frontier(self, p: int) -> list[Record]:
         closed = sorted(start for start in self.peaks if start + self.interval - 1 <= p)
         return [(start + self.interval - 1, self.peaks.pop(start)) for start in closed]
+
+
+class ServerPeak(Operator):
+    """(ts, server, load) → (interval's last µs, server, the server's largest load in the interval),
+    once the interval is sealed for that server: by its seal per key (``on_key_seal``) or by a
+    whole-stream punctuation (``on_frontier``).  ``max`` is exact, so any order gives the same value."""
+
+    kind = "server_peak"
+    label = "OW"
+    gate = ("server", "window")
+    key_seals = "close"            # it acts on seals per server: the engine hands them to on_key_seal
+
+    def __init__(self, interval_ms: float = 1000):
+        super().__init__(1)
+        self.interval = round(interval_ms * 1000)
+        self.peaks: dict[tuple[str, int], float] = {}       # (server, interval start) -> peak
+
+    def on_batch(self, port: int, records: list[Record]) -> list[Record]:
+        for ts, server, load in records:
+            slot = (server, ts // self.interval * self.interval)
+            self.peaks[slot] = max(self.peaks.get(slot, load), load)
+        return []
+
+    def on_frontier(self, p: int) -> list[Record]:
+        return self._close(p, None)
+
+    def on_key_seal(self, port: int, key: tuple, p: int) -> list[Record]:
+        (server,) = key                                      # key_seal_fields == ("server",)
+        return self._close(p, server)
+
+    def _close(self, p: int, server: str | None) -> list[Record]:
+        """The intervals wholly at or below ``p`` (of ``server`` only, unless None), in a fixed order."""
+        closed = sorted(slot for slot in self.peaks
+                        if (server is None or slot[0] == server) and slot[1] + self.interval - 1 <= p)
+        return [(start + self.interval - 1, name, self.peaks.pop((name, start))) for name, start in closed]
+
+    def snapshot_state(self):
+        return [[name, start, peak] for (name, start), peak in self.peaks.items()]
+
+    def restore_state(self, state) -> None:
+        self.peaks = {(name, start): peak for name, start, peak in state}

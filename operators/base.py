@@ -38,6 +38,9 @@ class Operator:
 
     kind: ClassVar[str] = "operator"
     order_sensitive: ClassVar[bool] = False
+    #: The names of the fields whose values :meth:`on_key_seal` receives as ``key``, in that order
+    #: (sorted names); set by the replica where the analysis seals this operator per key.
+    key_seal_fields: tuple[str, ...] = ()
 
     def __init__(self, n_inputs: int = 1):
         self.n_inputs = n_inputs
@@ -79,7 +82,15 @@ class Operator:
 
     def on_key_seal(self, port: int, key: tuple, p: int) -> list[Record]:
         """Port ``port`` promised no more records of key ``key`` with ``ts ≤ p`` (a seal per key,
-        :mod:`operators.key_seals`): emit what that partition completes.  Default: nothing."""
+        :mod:`operators.key_seals`): emit what that partition completes.  Default: nothing.
+
+        ``key`` holds the values of :attr:`key_seal_fields`.  The replica calls this once per port
+        and seal that raises the key (copies from other stream replicas are merged first, §IV-B), and
+        drops a later record of that key at or below ``p``.  Other ports may still send records of
+        ``key`` up to their own seal or punctuation: an operator with several inputs completes a
+        key's partition once every port has sealed it (:attr:`port_punctuations` for the ports'
+        whole-stream punctuations).  A user operator receives seals only if it declares
+        ``key_seals = "close"`` (docs/queries.md)."""
         return []
 
     # -- rebuilding without a live peer ---------------------------------------------------------

@@ -48,6 +48,9 @@ class Compiled:
     carries: Mapping[str, str] = field(default_factory=dict)
     #: A keyed join's equality fields per input, in key order (seals per key prune its buffers by them).
     join_keys: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    #: A user operator that declares ``key_seals = "close"``: it acts on seals per key itself
+    #: (:meth:`~operators.base.Operator.on_key_seal`), so the analysis may seal it per key.
+    closes_on_key_seals: bool = False
 
 
 def scope_of(schema: Schema, arg: int = 0, prefix: str = "") -> dict[str, FieldRef]:

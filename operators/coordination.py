@@ -15,9 +15,10 @@ Two steps, both pure:
    derivation, the operators that would let replicas (or runs) disagree, and the cheapest remedy.
 
 Sealing per key (Blazes §V-B1: a keyed window closing once *that key's* producers have sealed it)
-is chosen for the built-in aggregates (time and count windows) whose gate a declared source seal
-is compatible with: the engine executes it (:mod:`operators.key_seals`).  For joins (seals would
-only prune their buffers sooner) and user operators it is shown as what would also do.
+is chosen for the built-in aggregates (time and count windows) and the user operators that declare
+``key_seals = "close"`` whose gate a declared source seal is compatible with: the engine executes it
+(:mod:`operators.key_seals`).  For joins (seals would only prune their buffers sooner) and other user
+operators it is shown as what would also do.
 """
 
 from __future__ import annotations
@@ -135,15 +136,21 @@ def _decide_one(query: "Query", name: str, inputs: list[frozenset[frozenset[str]
     shared = frozenset.intersection(*keys) if keys else frozenset()
     key_seal = min(shared, key=key_text) if shared else None
     holds = not (name in query.operators and query.operators[name].kind == "join")
-    # Seal per key, executed by the engine for the built-in aggregates (operators/key_seals.py).
-    per_key = key_seal is not None and name in query.operators and query.operators[name].kind == "aggregate"
+    # Seal per key, executed by the engine for the built-in aggregates and for user operators that
+    # declare they close on seals (operators/key_seals.py, operators/user.py).
+    user = name in query.operators and query.compiled[name].closes_on_key_seals
+    per_key = key_seal is not None and name in query.operators and (query.operators[name].kind == "aggregate"
+                                                                     or user)
     if by_time and declined:
         raise QueryError(f"{query.source}: operator '{name}' (coordination): it is {annotation}, sealed by time "
                          f"punctuations inside the operator: there is no sorting to decline")
     if by_time and per_key:
+        what = ("it declares key_seals = \"close\": the engine hands it each key's seal (on_key_seal) and it "
+                "emits what that key's partitions complete once that key's own producer has sealed them"
+                if user else "a key's windows close once that key's own producer has sealed them")
         why = (f"{annotation}: order-sensitive, but its sources seal per {key_text(key_seal)} (Seal_{key_text(key_seal)} "
-               f"is compatible with its gate): a key's windows close once that key's own producer has sealed "
-               f"them (Blazes §V-B1), the others at time punctuations (Seal_ts: ts determines the window)")
+               f"is compatible with its gate): {what} (Blazes §V-B1), the others at time punctuations "
+               f"(Seal_ts: ts determines the window)")
         return Decision(name, annotation, Coordination.SEAL_KEY, why, key_seal=key_seal, holds_output=holds)
     if by_time:
         why = (f"{annotation}: order-sensitive, but its partitions are sealed by time punctuations "
@@ -343,7 +350,8 @@ def _remedy(query: "Query", name: str, decision: Decision, inputs: list[tuple[st
     if decision.key_seal is not None:
         options.append(f"seal per key {key_text(decision.key_seal)}: the sources already seal on it, so each "
                        f"partition could be released once its own producers sealed it (the engine does this for "
-                       f"built-in aggregates; an operator of this kind would have to act only on sealed partitions)")
+                       f"built-in aggregates, and for user operators that declare key_seals = \"close\" and act on "
+                       f"on_key_seal)")
     if decision.coordination is Coordination.DECLINED and not decision.unordered_ports and len(inputs) == 1:
         options.append("sort at punctuation: drop coordination = \"none\" and the planner puts a Sorter in front")
     if len(inputs) > 1:

@@ -22,7 +22,8 @@ Rules of this module (pure: no clock, no I/O):
    stream replica (not logged, acknowledged or replayed); a seal is valid only *after* the records
    it covers, which the node guarantees by sending it behind them (engine/core/key_seals.py).
 5. Which operators act on seals is the coordination analysis' verdict (:func:`key_sealing`): a
-   keyed window whose gate the key is compatible with (Decision.key_seal) closes per key;
+   keyed window whose gate the key is compatible with (Decision.key_seal) closes per key, and so
+   does a user operator that declares ``key_seals = "close"`` (its ``on_key_seal``);
    Filter, Union and Map pass them on where the analysis says their output keeps the seal.
 """
 
@@ -124,6 +125,8 @@ def key_sealing(query: "Query", name: str) -> KeySealing | None:
                                       for i in spec.inputs])
     if spec.kind == "join":
         return _join_sealing(query, name)
+    if spec.kind == "python":
+        return _user_sealing(query, name)
     if not shared or spec.kind not in _CARRYING:
         return None
     key = key_names(min(shared, key=key_names))      # one per stream: a source declares one key
@@ -146,6 +149,20 @@ def key_sealing(query: "Query", name: str) -> KeySealing | None:
                       record_positions=tuple(schema.index(a) for a in key),
                       group_positions=tuple(group_by.index(a) for a in key) if closes else (),
                       order=None if order == tuple(range(len(key))) else order)
+
+
+def _user_sealing(query: "Query", name: str) -> KeySealing | None:
+    """A user operator that declares ``key_seals = "close"`` and whose gate the seal is compatible with
+    (the analysis chose SEAL_KEY): its replicas hand it every port's seals (``on_key_seal``).  It passes
+    none on: the analysis cannot see which fields it copies (docs/explain.md, "Limits")."""
+    from replicast.operators.coordination import Coordination   # it imports the query model
+
+    decision = query.coordination.by_name[name]
+    if decision.coordination is not Coordination.SEAL_KEY:
+        return None
+    key = key_names(decision.key_seal)
+    return KeySealing(key, closes=True, port_positions=tuple(tuple(query.schemas[upstream].index(a) for a in key)
+                                                             for upstream in query.operators[name].inputs))
 
 
 def _join_sealing(query: "Query", name: str) -> KeySealing | None:

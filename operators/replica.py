@@ -58,6 +58,7 @@ class OperatorReplica:
         self.key_seals = [SealTable() for _ in upstreams_per_port] if self.sealing is not None else None
         self.late_for_seal = 0
         if self.sealing is not None and self.sealing.closes:
+            operator.key_seal_fields = self.sealing.key
             if hasattr(operator, "seal_positions"):            # a time-window aggregate
                 operator.seal_positions = self.sealing.group_positions
             if hasattr(operator, "seal_orders"):               # a keyed join

@@ -9,6 +9,13 @@ attributes ``label`` and ``gate``; the query table wins.  An operator that decla
 taken to be ``OW_*``, the most severe annotation: coordination analysis then sorts its input
 where it can and says where that is not enough.
 
+Seals per key (docs/explain.md, "Seal per key"): a user operator that declares ``key_seals =
+"close"`` (query key or class attribute) promises to act on them — the engine then hands it each
+seal ``(key, p)`` of a key its gate is compatible with through
+:meth:`~operators.base.Operator.on_key_seal`, and it emits what that key's partition completes,
+as a built-in keyed window does (Blazes §V-B1).  ``"ignore"`` (the default) leaves it to
+whole-stream punctuations.
+
 Replica consistency of the operator under its declaration is the user's to check, with
 :func:`operators.testing.check_replica_consistency` (DESIGN.md §5).  This module is pure: it takes
 the class itself.  Importing the user's module for a ``"module:Class"`` string is I/O, done by the
@@ -61,8 +68,25 @@ def compile_python(name: str, params: Mapping, inputs: list[Schema], where: str)
     input_fields = {n for schema in inputs for n in schema.names}
     annotation = parse_annotation(params.get("label", getattr(cls, "label", None)),
                                   params.get("gate", _listed(getattr(cls, "gate", None))), input_fields, where)
-    # Seals other than time punctuations (which the base class forwards) do not cross user code.
-    return Compiled(partial(cls, **args), Schema.of(dict(fields)), annotation)
+    closes = _key_seals(params.get("key_seals", getattr(cls, "key_seals", "ignore")), annotation, where)
+    # Seals other than time punctuations (which the base class forwards) do not cross user code:
+    # it may close on them (``key_seals = "close"``), but the analysis cannot see what it copies.
+    return Compiled(partial(cls, **args), Schema.of(dict(fields)), annotation, closes_on_key_seals=closes)
+
+
+#: What a user operator does with seals per key (``key_seals``): whether it closes on them.
+KEY_SEALS = {"ignore": False, "close": True}
+
+
+def _key_seals(value: Any, annotation, where: str) -> bool:
+    """The ``key_seals`` declaration: ``"close"`` only on an order-sensitive path with a gate
+    (a confluent one needs no coordination; ``OW_*`` mixes every partition, so no seal is compatible)."""
+    if value not in KEY_SEALS:
+        raise QueryError(f"{where} (key_seals): expected one of {', '.join(map(repr, KEY_SEALS))}, got {value!r}")
+    if KEY_SEALS[value] and (not annotation.path.order_sensitive or not annotation.gate):
+        raise QueryError(f"{where} (key_seals): 'close' needs an order-sensitive label (OR, OW) with a gate naming "
+                         f"the sealed fields, got {annotation}")
+    return KEY_SEALS[value]
 
 
 def _listed(gate: Any) -> Any:
