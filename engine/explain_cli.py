@@ -125,7 +125,7 @@ def render(analysis, costs: dict[str, Any] | None, punctuation_ms: float) -> str
         if report.key_seal is not None and report.holds_output and report.coordination is not Coordination.SEAL_KEY:
             lines.append(f"  {'':<{width}}   seal per key {key_text(report.key_seal)} would also do: each partition "
                          f"released at its own producers' seal, not the slowest producer's (the engine seals per "
-                         f"key built-in aggregates only)")
+                         f"key built-in aggregates, and user operators that declare key_seals = \"close\")")
     lines += ["", "edges (label of the stream, Rep where its producer is replicated)"]
     for edge in analysis.edges:
         rep = ", Rep" if edge.rep else ""

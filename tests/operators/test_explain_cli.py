@@ -28,7 +28,7 @@ def test_a_non_deterministic_user_operator_is_flagged_with_its_remedy_and_verify
     text = capsys.readouterr().out
     assert "latest lets replicas disagree (Inst): the interleaving of its 2 inputs is arrival order" in text
     assert "remedy: one order across all inputs: engine mode \"deterministic\"" in text
-    assert "seal per key server would also do" in text and "the engine seals per key built-in aggregates only" in text
+    assert "seal per key server would also do" in text and "the engine seals per key built-in aggregates, and user operators that declare" in text
     assert "-> CONFIRMED" in text
     assert "lookups Inst" in text
 

@@ -190,3 +190,32 @@ def test_the_simulator_closes_a_user_keyed_window_per_key_sooner_with_the_same_o
     # but the last, which the sources' final punctuation closes in both runs
     last = max(r[0] for r in nearest)
     assert all(delivered["close"][r] < delivered["ignore"][r] for r in nearest if r[0] < last) and len(nearest) > 10
+
+
+# -- the consistency checker sends seals too ------------------------------------------------------
+
+def checker_inputs(rng):
+    return [[(rng.randrange(0, 5_000_000), f"s{rng.randrange(4)}", rng.choice([0.1, 0.5, 0.9, 1e16]))
+             for _ in range(60)]]
+
+
+class EarlyPeak(ServerPeak):
+    """A broken promise: closes the interval its key's seal falls in, before the seal covers it."""
+
+    def on_key_seal(self, port, key, p):
+        return self._close(p + self.interval, key[0])
+
+
+def test_the_consistency_checker_sends_seals_and_catches_an_operator_that_closes_too_early():
+    from replicast.operators.testing import check_replica_consistency
+
+    rng = random.Random(5)
+    assert check_replica_consistency(lambda: ServerPeak(1000), checker_inputs(rng), rng, trials=30,
+                                     key_seals={"server": 1}) == []
+    rng = random.Random(5)
+    problems = check_replica_consistency(lambda: EarlyPeak(1000), checker_inputs(rng), rng, trials=30,
+                                         key_seals={"server": 1})
+    assert problems and "output differs from trial 0" in problems[0]
+    # without seals the broken on_key_seal is never called: the checker could not see it
+    rng = random.Random(5)
+    assert check_replica_consistency(lambda: EarlyPeak(1000), checker_inputs(rng), rng, trials=30) == []
