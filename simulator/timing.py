@@ -127,21 +127,26 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
                                                  config.crashes)
     rows = window.rows
     waits = punctuated(query)
-    emitted: dict[str, np.ndarray] = {}        # name -> [rows, replicas] emission times
+    emitted: dict[str, list[np.ndarray]] = {}  # name -> per replica, the emission time of each row
     marks: dict[str, list[Steps]] = {}         # name -> per replica, the punctuations it forwards
     tally = config.sent                        # records sent between servers, Σ one-way delay (µs)
+    hops = Hops(links, tally)
 
     def alive(server: str, t: np.ndarray) -> np.ndarray:
         crash = crashes.get(server)
         return t if crash is None else np.where(t >= crash, NEVER, t)
 
-    def hop(a: str, b: str, sent: np.ndarray, marked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Arrivals of rows sent at ``sent`` and punctuations at ``marked``, FIFO with each other."""
+    def hop(a: str, b: str, sent: np.ndarray, marked: np.ndarray | None = None,
+            key: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Arrivals of rows sent at ``sent`` and punctuations at ``marked``, FIFO with each other
+        (``key`` names the sending replica: its rows' summary and arrivals are reused)."""
         if marked is None:
             marked = np.empty(0, np.int64)
         if a == b:
             return sent, marked
-        arrival = links.arrive(a, b, np.concatenate((sent, marked)) if len(marked) else sent, tally, len(sent))
+        arrival = hops.rows(key, a, b, sent) if key is not None and not len(marked) else None
+        if arrival is None:
+            arrival = links.arrive(a, b, np.concatenate((sent, marked)) if len(marked) else sent, tally, len(sent))
         for server in (a, b):          # in flight when either end crashed: lost with the connection
             crash = crashes.get(server)
             if crash is not None:
@@ -156,48 +161,46 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
         best, copies = None, []
         for source in config.upstreams.get((physical.replicas[name][index], port), ()):
             marked = steps[source.index] if steps is not None else None
-            at, mark_at = hop(placement[upstream][source.index], target, times[:, source.index],
-                              None if marked is None else marked[0])
+            sent = times[source.index]       # a source's own rows, unchanged: the same in every configuration
+            key = ("published", upstream) if sent is window.published.get(upstream) else (upstream, source.index)
+            at, mark_at = hop(placement[upstream][source.index], target, sent,
+                              None if marked is None else marked[0], key)
             best = at if best is None else np.minimum(best, at)
             if marked is not None:
                 copies.append((mark_at, marked[1]))
         return best, copies
 
     for stream in query.streams:
-        times = np.empty((len(rows[stream].ts), len(placement[stream])), np.int64)
+        times = []
         sent, values = window.punctuations[stream]
         steps = []
         for e, server in enumerate(placement[stream]):
             at, mark_at = hop(window.homes[stream], server, window.published[stream],
-                              sent if stream in waits else None)
-            times[:, e] = alive(server, _plus(at, cost[stream]))
+                              sent if stream in waits else None, ("published", stream))
+            times.append(alive(server, _plus(at, cost[stream])))
             steps.append(shifted((mark_at, values), round(cost[stream]), crashes.get(server)))
         emitted[stream] = times
         if stream in waits:
             marks[stream] = steps
     for name, spec in query.operators.items():
         out = rows[name]
-        times = np.empty((len(out.ts), len(placement[name])), np.int64)
+        times = []
         steps = []
         for r, server in enumerate(placement[name]):
             ports = [ready(name, r, p, upstream) for p, upstream in enumerate(spec.inputs)]
             if name in waits or spec.kind == "aggregate":
                 steps.append(shifted(frontier([copies for _, copies in ports]), round(cost[name]),
                                      crashes.get(server)))
-            if spec.kind == "union":
-                stacked = np.empty(len(out.ts), np.int64)
-                for p, (at, _) in enumerate(ports):
-                    mine = out.port == p
-                    stacked[mine] = at[out.parents[0][mine]]
-                times[:, r] = _plus(stacked, cost[name])
+            if spec.kind == "union":       # each row is its port's row: one gather over the ports' times
+                at = _plus(np.concatenate([at for at, _ in ports])[out.stacked()], cost[name])
             elif spec.kind == "join":
-                times[:, r] = _plus(np.maximum(ports[0][0][out.parents[0]], ports[1][0][out.parents[1]]), cost[name])
+                at = _plus(np.maximum(ports[0][0][out.parents[0]], ports[1][0][out.parents[1]]), cost[name])
             elif spec.kind == "aggregate":     # a window closes at the first frontier >= its end - 1
                 ordered = getattr(query.new_operator(name), "order_sensitive", False)
-                times[:, r] = release(steps[-1], out.ts if ordered else out.ts - 1)
+                at = release(steps[-1], out.ts if ordered else out.ts - 1)
             else:
-                times[:, r] = _plus(ports[0][0][out.parents[0]], cost[name])
-            times[:, r] = alive(server, times[:, r])
+                at = _plus(ports[0][0][out.parents[0]], cost[name])
+            times.append(alive(server, at))
         emitted[name] = times
         if name in waits:
             marks[name] = steps
@@ -208,6 +211,38 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             at = np.maximum(at, release(frontier([copies]), rows[spec.input].ts))
         arrivals[app] = alive(placement[app][0], _plus(at, cost[app]))
     return arrivals
+
+
+class Hops:
+    """One configuration's hops over one window, memoised: a replica's rows are summarised once
+    (:class:`~simulator.timing_links.Sends`) for every link they take, and a hop's arrivals once
+    for every replica on the receiving server (ten Filters on a server read the same Join
+    replicas).  Rows of a source stream (``("published", stream)``) are shared by every
+    configuration through ``links.shared``: they are the same in all of them."""
+
+    def __init__(self, links: Links, tally: list):
+        self.links, self.tally = links, tally
+        self.summaries: dict[tuple, Any] = {}
+        self.arrivals: dict[tuple, tuple[np.ndarray | None, list]] = {}
+
+    def rows(self, key: tuple, a: str, b: str, sent: np.ndarray) -> np.ndarray | None:
+        """Arrivals at ``b`` of the rows ``key`` sends from ``a`` at ``sent`` (before crashes), with
+        their cost in the tally; None where :meth:`Links.arrive` must do it."""
+        shared = key[0] == "published"
+        summaries = self.links.shared_summaries if shared else self.summaries
+        arrivals = self.links.shared_arrivals if shared else self.arrivals
+        found = arrivals.get((key, a, b))
+        if found is None:
+            summary = summaries.get(key)
+            if summary is None:
+                summary = summaries[key] = self.links.sends(sent)
+            part = [0, 0]
+            found = arrivals[(key, a, b)] = (self.links.send(self.links.column[(a, b)], summary, part), part)
+        arrival, part = found
+        if arrival is not None:
+            self.tally[0] += part[0]
+            self.tally[1] += part[1]
+        return arrival
 
 
 def window_links(prepared: Any, pairs: list[tuple[str, str]], window: Window, lookahead_us: int) -> Links:

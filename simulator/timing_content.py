@@ -33,6 +33,7 @@ class Rows:
                  port: np.ndarray | None = None, of: "Rows | None" = None):
         self._records, self.ts, self.parents, self.port, self._of = records, ts, parents, port, of
         self._tagged: list[Record] | None = None
+        self._stacked: np.ndarray | None = None
 
     @property
     def records(self) -> list[Record]:
@@ -40,6 +41,15 @@ class Rows:
             source = self._of.records
             self._records = [source[i] for i in self.parents[0].tolist()]
         return self._records
+
+    def stacked(self) -> np.ndarray:
+        """A Union's rows as positions in its inputs' rows laid end to end, port after port (made
+        once for every configuration)."""
+        if self._stacked is None:
+            sizes = np.bincount(self.port, minlength=int(self.port.max(initial=-1)) + 1)
+            offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+            self._stacked = offsets[self.port] + self.parents[0]
+        return self._stacked
 
     def tagged(self) -> list[Record]:
         if self._tagged is None:

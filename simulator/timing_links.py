@@ -28,6 +28,10 @@ class Links:
         src = np.array([servers[a] for a, _ in pairs], np.intp)
         dst = np.array([servers[b] for _, b in pairs], np.intp)
         self._trace, self._pairs, self._beyond = trace, list(zip(src.tolist(), dst.tolist())), {}
+        #: a source stream's rows (the same in every configuration): summaries and arrivals per link,
+        #: kept for this window (simulator.timing.Hops)
+        self.shared_summaries: dict = {}
+        self.shared_arrivals: dict = {}
         count = last - first + 1
         # int32 (µs up to 35 min; frame numbers): an hour of 10-s frames over 3000 links is 5 MB each
         self.delays = np.empty((count, len(pairs)), np.int32)
@@ -61,6 +65,55 @@ class Links:
         risk = np.where(held, np.where(held_at > after, -1, NEVER), after - delays)
         # one contiguous row per link: a hop reads one link's frames
         self.by_link, self.risk_by_link = np.ascontiguousarray(delays.T), np.ascontiguousarray(risk.T)
+
+    def sends(self, t: np.ndarray) -> "Sends":
+        """``t`` (one replica's emission times) summarised for :meth:`send`."""
+        return Sends(t, self.origin + self.first * self.interval, self.interval, len(self.delays))
+
+    def send(self, column: int, sends: "Sends", tally: list) -> np.ndarray | None:
+        """:meth:`arrive` for sends that are all records, when every send is live and in the frames
+        read (the common case; None otherwise: call :meth:`arrive`).  The same result, by frames:
+        a frame's one-way delay (or, held in an outage, its recovery time) is looked up once, the
+        cost (§V-A) is the frame's record count × its delay, and FIFO is checked on the frames'
+        first and latest sends (:class:`Sends`, shared by every link the replica sends on)."""
+        if not sends.clean:
+            return None
+        lo, hi, local, present = sends.lo, sends.hi + 1, sends.local, sends.present
+        row = self.by_link[column]
+        delays = row[lo:hi]
+        held = (delays < 0) & present if delays.min() < 0 else None
+        if held is not None and not held.any():
+            held = None
+        if held is not None:                 # every send of a held frame arrives at its recovery + delay
+            frames = np.flatnonzero(held) + lo + self.first
+            recover = self._recoveries(column, frames)
+            never = recover >= NEVER
+            recover = np.where(never, self.first, recover)
+            recovered = np.full(len(delays), NEVER, np.int64)
+            recovered[held] = np.where(never, NEVER, self.origin + recover * self.interval
+                                       + self._delays_at(column, recover))
+            delays = np.where(delays < 0, 0, delays)   # an outage costs nothing (as the recorder counts)
+        arrival = sends.t + delays[local]
+        tally[0] += len(arrival)
+        tally[1] += int(sends.count @ delays)
+        if held is not None:
+            mine = held[local]
+            arrival[mine] = recovered[local[mine]]
+        if not (sends.t > self.risk_by_link[column][lo:hi][local]).any():
+            return arrival                   # no send can be overtaken here (_overtaking)
+        # fifo() by frames: within a frame arrivals grow with the send time (a held frame's are
+        # one time), so a frame's latest arrival is its latest send's, and a send is held up
+        # only by the frames before its own
+        latest, first = sends.extremes()
+        top, low = latest + delays, first + delays
+        if held is not None:
+            top, low = np.where(held, np.where(recovered < NEVER, recovered, -1), top), np.where(held, recovered, low)
+        before = np.empty(len(delays), np.int64)
+        before[0] = -1
+        np.maximum.accumulate(np.where(present, top, -1)[:-1], out=before[1:])
+        if (before > low)[present & (low < NEVER)].any():
+            return np.maximum(arrival, before[local])
+        return arrival
 
     def _delay(self, column: int, frame: int) -> int:
         """Link ``column``'s one-way delay in any frame of the trace (-1: an outage)."""
@@ -151,6 +204,37 @@ class Links:
         if not inside.all():
             out[~inside] = [self._delay(column, f) for f in frames[~inside].tolist()]
         return out
+
+
+class Sends:
+    """One replica's emission times as :meth:`Links.send` reads them, computed once for all the
+    links it sends on: each send's frame (``relative`` to the first frame read), and per frame
+    from ``lo`` to ``hi`` the number of sends and the latest send (-1: none).  ``clean`` is False
+    when a send is NEVER or outside the frames read (:meth:`Links.arrive` handles those)."""
+
+    def __init__(self, t: np.ndarray, base: int, interval: int, frames: int):
+        self.t, self.clean = t, False
+        if not len(t) or t.max() >= NEVER:
+            return
+        relative = (t - base) // interval
+        self.lo, self.hi = int(relative.min()), int(relative.max())
+        if self.lo < 0 or self.hi >= frames:
+            return
+        self.local = relative - self.lo
+        self.count = np.bincount(self.local, minlength=self.hi - self.lo + 1)
+        self.present = self.count > 0
+        self.clean = True
+        self._extremes: tuple[np.ndarray, np.ndarray] | None = None
+
+    def extremes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per frame, the latest and the first send (-1 and NEVER in a frame without sends)."""
+        if self._extremes is None:
+            latest = np.full(len(self.count), -1, np.int64)
+            first = np.full(len(self.count), NEVER, np.int64)
+            np.maximum.at(latest, self.local, self.t)
+            np.minimum.at(first, self.local, self.t)
+            self._extremes = latest, first
+        return self._extremes
 
 
 def fifo(frame: np.ndarray, arrival: np.ndarray, frames: int) -> np.ndarray:
