@@ -131,6 +131,7 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
     marks: dict[str, list[Steps]] = {}         # name -> per replica, the punctuations it forwards
     tally = config.sent                        # records sent between servers, Σ one-way delay (µs)
     hops = Hops(links, tally)
+    firsts: dict[tuple, tuple[np.ndarray, list]] = {}   # ready()'s answers without punctuations
 
     def alive(server: str, t: np.ndarray) -> np.ndarray:
         crash = crashes.get(server)
@@ -158,8 +159,16 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
         cost), and the punctuations arriving from each upstream replica."""
         target = placement[name][index]
         times, steps = emitted[upstream], marks.get(upstream)
+        sources = config.upstreams.get((physical.replicas[name][index], port), ())
+        if steps is None:          # the same first arrivals for every replica on this server reading them
+            key = (upstream, target, tuple(source.index for source in sources))
+            found = firsts.get(key)
+            if found is not None:
+                hops.repeat(found[1])
+                return found[0], []
+            before = list(tally)
         best, copies = None, []
-        for source in config.upstreams.get((physical.replicas[name][index], port), ()):
+        for source in sources:
             marked = steps[source.index] if steps is not None else None
             sent = times[source.index]       # a source's own rows, unchanged: the same in every configuration
             key = ("published", upstream) if sent is window.published.get(upstream) else (upstream, source.index)
@@ -168,6 +177,8 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             best = at if best is None else np.minimum(best, at)
             if marked is not None:
                 copies.append((mark_at, marked[1]))
+        if steps is None:
+            firsts[key] = (best, [tally[0] - before[0], tally[1] - before[1]])
         return best, copies
 
     for stream in query.streams:
@@ -198,8 +209,8 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             elif spec.kind == "aggregate":     # a window closes at the first frontier >= its end - 1
                 ordered = getattr(query.new_operator(name), "order_sensitive", False)
                 at = release(steps[-1], out.ts if ordered else out.ts - 1)
-            else:
-                at = _plus(ports[0][0][out.parents[0]], cost[name])
+            else:                          # a Filter that passed every row reads its input's times as they are
+                at = _plus(ports[0][0] if out.whole else ports[0][0][out.parents[0]], cost[name])
             times.append(alive(server, at))
         emitted[name] = times
         if name in waits:
@@ -240,9 +251,13 @@ class Hops:
             found = arrivals[(key, a, b)] = (self.links.send(self.links.column[(a, b)], summary, part), part)
         arrival, part = found
         if arrival is not None:
-            self.tally[0] += part[0]
-            self.tally[1] += part[1]
+            self.repeat(part)
         return arrival
+
+    def repeat(self, part: list) -> None:
+        """Count again records sent and their delays (a memoised hop is still a hop: §V-A's cost)."""
+        self.tally[0] += part[0]
+        self.tally[1] += part[1]
 
 
 def window_links(prepared: Any, pairs: list[tuple[str, str]], window: Window, lookahead_us: int) -> Links:
@@ -335,6 +350,7 @@ def run_timing(prepared: Any, kmax: int, *, deployment: str | None = None, keep_
 
 def _plus(t: np.ndarray, cost_us: float) -> np.ndarray:
     """``t`` plus a per-record CPU cost (µs, rounded as Processing.finish rounds it)."""
-    if not cost_us:
+    cost = round(cost_us)
+    if not cost:
         return t
-    return np.where(t < NEVER, t + round(cost_us), NEVER)
+    return np.where(t < NEVER, t + cost, NEVER)

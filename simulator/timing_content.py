@@ -11,7 +11,8 @@ import numpy as np
 from replicast.operators.count_aggregate import CountWindowAggregate
 from replicast.operators.record import CLOSED, Record, canonical_bytes
 from replicast.simulator.scenario import ScenarioError
-from replicast.simulator.sources import messages, reference_records
+from replicast.simulator.sources import messages
+from replicast.simulator.timing_sources import SourceRows, ping_samples
 
 #: Operator kinds whose output rows follow from input rows without waiting for punctuations.
 TIMED_KINDS = ("union", "filter", "map", "join", "aggregate")
@@ -34,6 +35,8 @@ class Rows:
         self._records, self.ts, self.parents, self.port, self._of = records, ts, parents, port, of
         self._tagged: list[Record] | None = None
         self._stacked: np.ndarray | None = None
+        #: every row of the input, in its order (a Filter that passed them all: parents is a range)
+        self.whole = of is not None and len(ts) == len(of.ts) and bool((parents[0] == np.arange(len(ts))).all())
 
     @property
     def records(self) -> list[Record]:
@@ -195,7 +198,8 @@ def windows(prepared: Any, window_us: int) -> Any:
             raise TimingUnsupported(f"{prepared.scenario.path}: the timing tier needs source-stamped streams "
                                     f"(entry_mode = \"source\"), got entry-stamped {source.stream!r}")
     warm = warmup_us(query)
-    feeds = {s.stream: messages(s, prepared.start, prepared.end, rtt, close=False) for s in prepared.sources}
+    made = {s.stream: SourceRows(s, query.streams[s.stream].schema, prepared.start, prepared.end, rtt)
+            for s in prepared.sources}
     # the same messages again, read ahead of the records for their punctuations (CLOSED at the end)
     marks = {s.stream: (messages(s, prepared.start, prepared.end, rtt, close=True), []) for s in prepared.sources}
     ahead = punctuation_lookahead_us(prepared)
@@ -203,23 +207,23 @@ def windows(prepared: Any, window_us: int) -> Any:
         any(spec.ordered for spec in query.applications.values())
     kept: dict[str, Any] = {}
     homes = {s.stream: s.server for s in prepared.sources}
-    pending: dict[str, Any] = {stream: next(feed, None) for stream, feed in feeds.items()}
-    carried: dict[str, tuple[list, list]] = {stream: ([], []) for stream in feeds}
+    carried: dict[str, tuple[list, list]] = {stream: ([], []) for stream in made}
+    pings = [s for s in prepared.sources if made[s.stream].direct and s.kind == "ping"]
     begin = prepared.start
     while begin < prepared.end:
         end = min(prepared.end, begin + window_us)
         rows, published, punctuated = {}, {}, {}
+        asks = []
+        for source in pings:
+            steps = made[source.stream].steps(end)
+            asks.append((source.server, made[source.stream].peers_at(len(steps)), steps))
+        samples = dict(zip((s.stream for s in pings), ping_samples(trace, servers, origin, asks)))
         for source in prepared.sources:
             stream = source.stream
-            schema = query.streams[stream].schema
             records, sent = carried[stream]
-            item = pending[stream]
-            while item is not None and item[0] < end:
-                made = reference_records(schema, item[1], item[0], f"source {stream}")
-                records.extend(made)
-                sent.extend([item[0]] * len(made))
-                item = next(feeds[stream], None)
-            pending[stream] = item
+            new, new_sent = made[stream].take(end, samples.get(stream))
+            records.extend(new)
+            sent.extend(new_sent)
             ts = np.array([r[0] for r in records], np.int64)
             rows[stream] = Rows(records, ts, ())
             published[stream] = np.array(sent, np.int64)
