@@ -99,12 +99,12 @@ class Links:
         if held is not None:
             mine = held[local]
             arrival[mine] = recovered[local[mine]]
-        if not (sends.t > self.risk_by_link[column][lo:hi][local]).any():
+        latest, first = sends.latest, sends.first
+        if not (latest > self.risk_by_link[column][lo:hi]).any():
             return arrival                   # no send can be overtaken here (_overtaking)
         # fifo() by frames: within a frame arrivals grow with the send time (a held frame's are
         # one time), so a frame's latest arrival is its latest send's, and a send is held up
         # only by the frames before its own
-        latest, first = sends.extremes()
         top, low = latest + delays, first + delays
         if held is not None:
             top, low = np.where(held, np.where(recovered < NEVER, recovered, -1), top), np.where(held, recovered, low)
@@ -210,7 +210,8 @@ class Sends:
     """One replica's emission times as :meth:`Links.send` reads them, computed once for all the
     links it sends on: each send's frame (``relative`` to the first frame read), and per frame
     from ``lo`` to ``hi`` the number of sends and the latest send (-1: none).  ``clean`` is False
-    when a send is NEVER or outside the frames read (:meth:`Links.arrive` handles those)."""
+    when a send is NEVER or outside the frames read (:meth:`Links.arrive` handles those).  The
+    per-frame latest send decides whether FIFO can bind (:meth:`Links._overtaking`)."""
 
     def __init__(self, t: np.ndarray, base: int, interval: int, frames: int):
         self.t, self.clean = t, False
@@ -224,17 +225,11 @@ class Sends:
         self.count = np.bincount(self.local, minlength=self.hi - self.lo + 1)
         self.present = self.count > 0
         self.clean = True
-        self._extremes: tuple[np.ndarray, np.ndarray] | None = None
-
-    def extremes(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per frame, the latest and the first send (-1 and NEVER in a frame without sends)."""
-        if self._extremes is None:
-            latest = np.full(len(self.count), -1, np.int64)
-            first = np.full(len(self.count), NEVER, np.int64)
-            np.maximum.at(latest, self.local, self.t)
-            np.minimum.at(first, self.local, self.t)
-            self._extremes = latest, first
-        return self._extremes
+        #: per frame, the latest and the first send (-1 and NEVER in a frame without sends)
+        self.latest = np.full(len(self.count), -1, np.int64)
+        self.first = np.full(len(self.count), NEVER, np.int64)
+        np.maximum.at(self.latest, self.local, t)
+        np.minimum.at(self.first, self.local, t)
 
 
 def fifo(frame: np.ndarray, arrival: np.ndarray, frames: int) -> np.ndarray:

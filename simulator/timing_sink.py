@@ -41,6 +41,9 @@ class Sink:
             self._writer = pq.ParquetWriter(directory / "deliveries.parquet", DELIVERY_SCHEMA, compression="zstd")
 
     def add(self, query: Any, window: Any, arrivals: dict[str, np.ndarray]) -> None:
+        if self._writer is None and not self.keep and not self.keep_records:
+            self._count(query, window, arrivals)
+            return
         parts = []
         for app, arrival in arrivals.items():
             feed = window.rows[query.applications[app].input]
@@ -61,6 +64,24 @@ class Sink:
             self._writer.write_table(table.cast(DELIVERY_SCHEMA))
         elif self.keep:
             self.tables.append(table)
+
+    def _count(self, query: Any, window: Any, arrivals: dict[str, np.ndarray]) -> None:
+        """:meth:`add` when no row is kept: the same counts, histogram and sums, without a table."""
+        totals, latencies = self.totals, []
+        for app, arrival in arrivals.items():
+            ts = window.rows[query.applications[app].input].ts
+            got = (arrival < NEVER) & (ts >= window.begin) & (ts < window.until)
+            latency = arrival[got] - ts[got]
+            if len(latency):
+                totals.per_app[app] = totals.per_app.get(app, 0) + len(latency)
+                latencies.append(latency)
+        latency = np.concatenate(latencies) if latencies else np.empty(0, np.int64)
+        if len(latency):
+            totals.histogram.add(latency)
+            totals.latency_sum += int(latency.sum())
+            totals.latency_max = max(int(latency.max()), totals.latency_max or 0)
+        for t in self.exceed:
+            self.exceed[t] += int(np.count_nonzero(latency > t))
 
     def close(self) -> None:
         if self._writer is not None:
