@@ -242,11 +242,13 @@ class Hops:
         shared = key[0] == "published"
         summaries = self.links.shared_summaries if shared else self.summaries
         arrivals = self.links.shared_arrivals if shared else self.arrivals
+        if not shared:       # replicas that emit the very same times (Filters on one server) share them
+            key = id(sent)
         found = arrivals.get((key, a, b))
         if found is None:
             summary = summaries.get(key)
             if summary is None:
-                summary = summaries[key] = self.links.sends(sent)
+                summary = summaries[key] = self.links.sends(sent)   # holds ``sent``: its id stays its own
             part = [0, 0]
             found = arrivals[(key, a, b)] = (self.links.send(self.links.column[(a, b)], summary, part), part)
         arrival, part = found

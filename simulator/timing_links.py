@@ -93,26 +93,27 @@ class Links:
             recovered[held] = np.where(never, NEVER, self.origin + recover * self.interval
                                        + self._delays_at(column, recover))
             delays = np.where(delays < 0, 0, delays)   # an outage costs nothing (as the recorder counts)
-        arrival = sends.t + delays[local]
+        arrival = np.take(delays, local)
+        arrival += sends.t
         tally[0] += len(arrival)
         tally[1] += int(sends.count @ delays)
         if held is not None:
             mine = held[local]
             arrival[mine] = recovered[local[mine]]
-        latest, first = sends.latest, sends.first
+        latest = sends.latest
         if not (latest > self.risk_by_link[column][lo:hi]).any():
             return arrival                   # no send can be overtaken here (_overtaking)
         # fifo() by frames: within a frame arrivals grow with the send time (a held frame's are
         # one time), so a frame's latest arrival is its latest send's, and a send is held up
         # only by the frames before its own
-        top, low = latest + delays, first + delays
+        top, low = latest + delays, sends.first() + delays
         if held is not None:
             top, low = np.where(held, np.where(recovered < NEVER, recovered, -1), top), np.where(held, recovered, low)
         before = np.empty(len(delays), np.int64)
         before[0] = -1
         np.maximum.accumulate(np.where(present, top, -1)[:-1], out=before[1:])
         if (before > low)[present & (low < NEVER)].any():
-            return np.maximum(arrival, before[local])
+            np.maximum(arrival, np.take(before, local), out=arrival)
         return arrival
 
     def _delay(self, column: int, frame: int) -> int:
@@ -225,11 +226,17 @@ class Sends:
         self.count = np.bincount(self.local, minlength=self.hi - self.lo + 1)
         self.present = self.count > 0
         self.clean = True
-        #: per frame, the latest and the first send (-1 and NEVER in a frame without sends)
+        #: per frame, the latest send (-1 in a frame without sends)
         self.latest = np.full(len(self.count), -1, np.int64)
-        self.first = np.full(len(self.count), NEVER, np.int64)
         np.maximum.at(self.latest, self.local, t)
-        np.minimum.at(self.first, self.local, t)
+        self._first: np.ndarray | None = None
+
+    def first(self) -> np.ndarray:
+        """Per frame, the first send (NEVER in a frame without sends; made when FIFO may bind)."""
+        if self._first is None:
+            self._first = np.full(len(self.count), NEVER, np.int64)
+            np.minimum.at(self._first, self.local, self.t)
+        return self._first
 
 
 def fifo(frame: np.ndarray, arrival: np.ndarray, frames: int) -> np.ndarray:
