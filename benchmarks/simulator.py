@@ -33,14 +33,20 @@ Two figures:
    applications, kmax 1-5 × random and min-cost, all ten configurations timed together) over
    ``--duration-s`` of ``--trace`` (a ``replicast trace synth --like planetlab --nodes 100`` trace): CPU
    seconds (process time) of the sweep and of the setup, peak RSS, and the month extrapolated from
-   the measured rate (labelled as such).
+   the measured rate (labelled as such).  Each sweep runs in its own process; ``--baseline PYTHON``
+   (repeatable) runs the same sweep with another checkout's interpreter in the same invocation
+   and prints the CPU ratio and whether both wrote the same ``fig4_paper.csv``, e.g.::
+
+       git worktree add --detach /tmp/base b96b6f1 && python3 -m venv --system-site-packages /tmp/base/.venv
+       /tmp/base/.venv/bin/pip install --no-deps -e /tmp/base
+       python3 benchmarks/simulator.py --timing-paper --trace DIR --duration-s 86400 --baseline /tmp/base/.venv/bin/python
 
 Each line also gives the run's CPU time (process time: what the run itself used; on the shared
 2-core machine wall time also counts waiting for a core) and the load average after it.
 
 Run: python3 benchmarks/simulator.py [--duration-s S] [--kmax 1 2 3 4 5] [--hops N] [--trace PATH]
      [--no-network] [--items] [--segments N [--spark MASTER] [--cores C]] [--timing | --timing-only]
-     [--timing-paper --trace PATH]
+     [--timing-paper --trace PATH [--baseline PYTHON]]
 e.g. the 30-day case, measured over one simulated day:
      replicast trace synth --nodes 30 --duration 30d --out /tmp/synth30-30d
      python3 benchmarks/simulator.py --no-network --trace /tmp/synth30-30d --duration-s 86400 --kmax 3
@@ -197,9 +203,11 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="timing tier against the reference tier (see above)")
     parser.add_argument("--timing-only", action="store_true", help="the timing tier alone, extrapolated to 30 days")
     parser.add_argument("--timing-paper", action="store_true", help="the paper-scale Fig. 4 sweep (see above)")
+    parser.add_argument("--baseline", action="append", default=[], metavar="PYTHON",
+                        help="--timing-paper: also run the sweep with this interpreter (another checkout's venv)")
     args = parser.parse_args()
     if args.timing_paper:
-        timing_paper(args.trace, args.duration_s or 86400.0)
+        timing_paper(args.trace, args.duration_s or 86400.0, args.baseline)
         return
     if args.timing or args.timing_only:
         scenario = load_scenario(SCENARIO)
@@ -244,23 +252,48 @@ def main() -> None:
               f"{rate:>12.0f} {cpu_rate:>11.0f} {month:>30}  {_load()}", flush=True)
 
 
-def timing_paper(trace: str | None, seconds: float) -> None:
-    import resource
-    import tempfile
+#: One sweep in its own process (its peak RSS its own), run by any checkout's interpreter: only
+#: ``fig4_paper.run``, which every version since the paper-scale sweep has.
+_SWEEP = """
+import json, resource, sys, tempfile, time
+from pathlib import Path
+from replicast.experiments import fig4_paper
+cpu = time.process_time()
+with tempfile.TemporaryDirectory() as out:
+    result = fig4_paper.run(Path(out), trace=sys.argv[1], days=float(sys.argv[2]) / 86400, progress=False)
+    csv = (Path(out) / "fig4_paper.csv").read_text()
+print(json.dumps({"total_cpu_s": time.process_time() - cpu, "sweep_cpu_s": result["cpu_s"], "wall_s": result["wall_s"],
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "csv": csv,
+                  "servers": result["servers"], "module": fig4_paper.__file__}))
+"""
 
-    from replicast.experiments import fig4_paper
+
+def timing_paper(trace: str | None, seconds: float, baselines: list[str]) -> None:
+    """The paper-scale sweep with this checkout's interpreter and with each of ``baselines``
+    (another checkout's interpreter, e.g. a ``git worktree`` of an older commit with its own
+    venv), one after the other in the same invocation: CPU, peak RSS, the ratio, and whether the
+    sweeps wrote the same ``fig4_paper.csv``."""
+    import json
+    import subprocess
 
     if trace is None:
         raise SystemExit("--timing-paper needs --trace (replicast trace synth --like planetlab --nodes 100 ...)")
-    cpu = time.process_time()
-    with tempfile.TemporaryDirectory() as out:
-        result = fig4_paper.run(Path(out), trace=trace, days=seconds / 86400, progress=False)
-    total = time.process_time() - cpu
-    sweep = result["cpu_s"]
-    print(f"fig4 --paper-scale over {seconds / 3600:g} simulated h of {trace} ({result['servers']} servers, "
-          f"10 configurations): sweep {sweep:.1f} cpu s, setup {total - sweep:.1f} cpu s, wall {result['wall_s']:.1f} s, "
-          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB; a month extrapolated from this "
-          f"rate: {30 * 86400 / seconds * sweep / 60:.1f} cpu min (+ setup); load {_load()}")
+    runs = []
+    for python in [sys.executable, *baselines]:
+        done = subprocess.run([python, "-c", _SWEEP, trace, str(seconds)], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"{python}: the sweep failed:\n{done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        runs.append(result)
+        sweep = result["sweep_cpu_s"]
+        print(f"{python} ({result['module']}): fig4 --paper-scale over {seconds / 3600:g} simulated h of {trace} "
+              f"({result['servers']} servers, 10 configurations): sweep {sweep:.1f} cpu s, setup "
+              f"{result['total_cpu_s'] - sweep:.1f} cpu s, wall {result['wall_s']:.1f} s, peak RSS {result['rss_mb']} MB; "
+              f"a month extrapolated from this rate: {30 * 86400 / seconds * sweep / 60:.1f} cpu min (+ setup); "
+              f"load {_load()}", flush=True)
+    for python, result in zip(baselines, runs[1:]):
+        print(f"against {python}: {result['sweep_cpu_s'] / runs[0]['sweep_cpu_s']:.2f}x less sweep cpu; "
+              f"fig4_paper.csv {'the same' if result['csv'] == runs[0]['csv'] else 'DIFFERENT'}")
 
 
 def timing_tier(prepared: Prepared, kmax: list[int], reference: bool) -> None:

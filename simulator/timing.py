@@ -167,14 +167,19 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
                 hops.repeat(found[1])
                 return found[0], []
             before = list(tally)
-        best, copies = None, []
+        best, fresh, copies = None, False, []
         for source in sources:
             marked = steps[source.index] if steps is not None else None
             sent = times[source.index]       # a source's own rows, unchanged: the same in every configuration
             key = ("published", upstream) if sent is window.published.get(upstream) else (upstream, source.index)
             at, mark_at = hop(placement[upstream][source.index], target, sent,
                               None if marked is None else marked[0], key)
-            best = at if best is None else np.minimum(best, at)
+            if best is None:
+                best = at                    # may be another replica's own array: never written to
+            elif fresh:
+                np.minimum(best, at, out=best)
+            else:
+                best, fresh = np.minimum(best, at), True
             if marked is not None:
                 copies.append((mark_at, marked[1]))
         if steps is None:
@@ -225,32 +230,32 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
 
 
 class Hops:
-    """One configuration's hops over one window, memoised: a replica's rows are summarised once
-    (:class:`~simulator.timing_links.Sends`) for every link they take, and a hop's arrivals once
-    for every replica on the receiving server (ten Filters on a server read the same Join
-    replicas).  Rows of a source stream (``("published", stream)``) are shared by every
-    configuration through ``links.shared``: they are the same in all of them."""
+    """One configuration's hops over one window: a replica's rows are summarised once
+    (:class:`~simulator.timing_links.Sends`) for every link they take (replicas emitting the very
+    same array, as Filters on one server do, share it).  Rows of a source stream
+    (``("published", stream)``) are the same in every configuration: their summaries and arrivals
+    are kept for the window in ``links.shared_*``."""
 
     def __init__(self, links: Links, tally: list):
         self.links, self.tally = links, tally
-        self.summaries: dict[tuple, Any] = {}
-        self.arrivals: dict[tuple, tuple[np.ndarray | None, list]] = {}
+        self.summaries: dict[Any, Any] = {}
 
     def rows(self, key: tuple, a: str, b: str, sent: np.ndarray) -> np.ndarray | None:
         """Arrivals at ``b`` of the rows ``key`` sends from ``a`` at ``sent`` (before crashes), with
         their cost in the tally; None where :meth:`Links.arrive` must do it."""
         shared = key[0] == "published"
-        summaries = self.links.shared_summaries if shared else self.summaries
-        arrivals = self.links.shared_arrivals if shared else self.arrivals
         if not shared:       # replicas that emit the very same times (Filters on one server) share them
             key = id(sent)
-        found = arrivals.get((key, a, b))
+        summaries = self.links.shared_summaries if shared else self.summaries
+        found = self.links.shared_arrivals.get((key, a, b)) if shared else None
         if found is None:
             summary = summaries.get(key)
             if summary is None:
                 summary = summaries[key] = self.links.sends(sent)   # holds ``sent``: its id stays its own
             part = [0, 0]
-            found = arrivals[(key, a, b)] = (self.links.send(self.links.column[(a, b)], summary, part), part)
+            found = (self.links.send(self.links.column[(a, b)], summary, part), part)
+            if shared:
+                self.links.shared_arrivals[(key, a, b)] = found
         arrival, part = found
         if arrival is not None:
             self.repeat(part)

@@ -31,6 +31,7 @@ class Links:
         #: a source stream's rows (the same in every configuration): summaries and arrivals per link,
         #: kept for this window (simulator.timing.Hops)
         self.shared_summaries: dict = {}
+        self._work = np.empty(0, np.int64)
         self.shared_arrivals: dict = {}
         count = last - first + 1
         # int32 (µs up to 35 min; frame numbers): an hour of 10-s frames over 3000 links is 5 MB each
@@ -78,14 +79,13 @@ class Links:
         first and latest sends (:class:`Sends`, shared by every link the replica sends on)."""
         if not sends.clean:
             return None
-        lo, hi, local, present = sends.lo, sends.hi + 1, sends.local, sends.present
-        row = self.by_link[column]
-        delays = row[lo:hi]
+        local, present = sends.local, sends.present
+        delays = self.by_link[column]
         held = (delays < 0) & present if delays.min() < 0 else None
         if held is not None and not held.any():
             held = None
         if held is not None:                 # every send of a held frame arrives at its recovery + delay
-            frames = np.flatnonzero(held) + lo + self.first
+            frames = np.flatnonzero(held) + self.first
             recover = self._recoveries(column, frames)
             never = recover >= NEVER
             recover = np.where(never, self.first, recover)
@@ -101,7 +101,7 @@ class Links:
             mine = held[local]
             arrival[mine] = recovered[local[mine]]
         latest = sends.latest
-        if not (latest > self.risk_by_link[column][lo:hi]).any():
+        if not (latest > self.risk_by_link[column]).any():
             return arrival                   # no send can be overtaken here (_overtaking)
         # fifo() by frames: within a frame arrivals grow with the send time (a held frame's are
         # one time), so a frame's latest arrival is its latest send's, and a send is held up
@@ -113,8 +113,16 @@ class Links:
         before[0] = -1
         np.maximum.accumulate(np.where(present, top, -1)[:-1], out=before[1:])
         if (before > low)[present & (low < NEVER)].any():
-            np.maximum(arrival, np.take(before, local), out=arrival)
+            bound = self._scratch(len(arrival))
+            np.take(before, local, out=bound)
+            np.maximum(arrival, bound, out=arrival)
         return arrival
+
+    def _scratch(self, n: int) -> np.ndarray:
+        """A work array of ``n`` int64 (reused: no fresh pages per hop)."""
+        if len(self._work) < n:
+            self._work = np.empty(max(n, 2 * len(self._work)), np.int64)
+        return self._work[:n]
 
     def _delay(self, column: int, frame: int) -> int:
         """Link ``column``'s one-way delay in any frame of the trace (-1: an outage)."""
@@ -209,21 +217,19 @@ class Links:
 
 class Sends:
     """One replica's emission times as :meth:`Links.send` reads them, computed once for all the
-    links it sends on: each send's frame (``relative`` to the first frame read), and per frame
-    from ``lo`` to ``hi`` the number of sends and the latest send (-1: none).  ``clean`` is False
+    links it sends on: each send's frame (``local``: counted from the first frame read), and per
+    frame read the number of sends and the latest send (-1: none).  ``clean`` is False
     when a send is NEVER or outside the frames read (:meth:`Links.arrive` handles those).  The
     per-frame latest send decides whether FIFO can bind (:meth:`Links._overtaking`)."""
 
     def __init__(self, t: np.ndarray, base: int, interval: int, frames: int):
         self.t, self.clean = t, False
-        if not len(t) or t.max() >= NEVER:
+        if not len(t) or t.max() >= NEVER or t.min() < base:
             return
-        relative = (t - base) // interval
-        self.lo, self.hi = int(relative.min()), int(relative.max())
-        if self.lo < 0 or self.hi >= frames:
+        self.local = (t - base) // interval
+        if self.local.max() >= frames:
             return
-        self.local = relative - self.lo
-        self.count = np.bincount(self.local, minlength=self.hi - self.lo + 1)
+        self.count = np.bincount(self.local, minlength=frames)
         self.present = self.count > 0
         self.clean = True
         #: per frame, the latest send (-1 in a frame without sends)
