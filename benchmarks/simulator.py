@@ -41,6 +41,17 @@ Two figures:
        /tmp/base/.venv/bin/pip install --no-deps -e /tmp/base
        python3 benchmarks/simulator.py --timing-paper --trace DIR --duration-s 86400 --baseline /tmp/base/.venv/bin/python
 
+7. ``--baseline PYTHON`` (repeatable) without ``--timing-paper``: the reference tier end to end
+   (sim-fig1 over ``--trace``/``--duration-s``, each ``--kmax``) with this checkout's interpreter
+   and with each baseline's, every run in its own process: the CPU ratio and whether the
+   deliveries' count and latency quantiles are the same.  The issue's comparison is against
+   cd9ce3d (before the one package: its ``simulator`` is imported as such)::
+
+       git worktree add --detach /tmp/cd9 cd9ce3d && python3 -m venv --system-site-packages /tmp/cd9/.venv
+       /tmp/cd9/.venv/bin/pip install --no-deps -e /tmp/cd9
+       replicast trace synth --nodes 30 --duration 2h --out /tmp/synth30-2h
+       python3 benchmarks/simulator.py --trace /tmp/synth30-2h --duration-s 1800 --kmax 3 --baseline /tmp/cd9/.venv/bin/python
+
 Each line also gives the run's CPU time (process time: what the run itself used; on the shared
 2-core machine wall time also counts waiting for a core) and the load average after it.
 
@@ -204,7 +215,8 @@ def main() -> None:
     parser.add_argument("--timing-only", action="store_true", help="the timing tier alone, extrapolated to 30 days")
     parser.add_argument("--timing-paper", action="store_true", help="the paper-scale Fig. 4 sweep (see above)")
     parser.add_argument("--baseline", action="append", default=[], metavar="PYTHON",
-                        help="--timing-paper: also run the sweep with this interpreter (another checkout's venv)")
+                        help="also run with this interpreter (another checkout's venv): the --timing-paper sweep, "
+                             "or the reference tier end to end (see above)")
     args = parser.parse_args()
     if args.timing_paper:
         timing_paper(args.trace, args.duration_s or 86400.0, args.baseline)
@@ -226,6 +238,9 @@ def main() -> None:
         scenario.duration_s = args.duration_s or scenario.duration_s
         scenario.trace = args.trace or scenario.trace
         link_items(Prepared(scenario), args.kmax)
+        return
+    if args.baseline:
+        reference_against(args.baseline, args.trace, args.duration_s, args.kmax)
         return
     print(f"load average at start: {_load()}")
     if not args.no_network:
@@ -250,6 +265,59 @@ def main() -> None:
         month = f"{30 * 86400 / rate / 3600:.1f} h, {30 * 86400 / cpu_rate / 3600:.1f} h"
         print(f"{k:>4} {s['wall_s']:>8.1f} {cpu:>8.1f} {s['hops']:>10} {s['messages']:>10} {s['hops_per_s']:>9} "
               f"{rate:>12.0f} {cpu_rate:>11.0f} {month:>30}  {_load()}", flush=True)
+
+
+#: One reference-tier run of sim-fig1 in its own process, by any checkout's interpreter: the one
+#: package (``replicast.simulator``) or, before it (cd9ce3d), the top-level ``simulator`` package.
+_REFERENCE = """
+import json, resource, sys, time
+from pathlib import Path
+try:
+    from replicast.simulator.run import Prepared, run
+    from replicast.simulator.scenario import load_scenario
+    from replicast.examples import example_path
+    path = example_path("sim-fig1.toml")
+except ImportError:
+    import simulator
+    from simulator.run import Prepared, run
+    from simulator.scenario import load_scenario
+    path = Path(simulator.__file__).resolve().parent.parent / "examples" / "sim-fig1.toml"
+scenario = load_scenario(path)
+scenario.trace = sys.argv[1] or scenario.trace
+scenario.duration_s = float(sys.argv[2]) if sys.argv[2] else scenario.duration_s
+prepared = Prepared(scenario)
+cpu = time.process_time()
+s = run(prepared, int(sys.argv[3])).summary
+print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": s["wall_s"], "delivered": s["delivered"],
+                  "latency_ms": s["latency_ms"], "simulated_s": s["simulated_s"], "module": run.__module__,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+"""
+
+
+def reference_against(baselines: list[str], trace: str | None, seconds: float | None, kmax: list[int]) -> None:
+    """The reference tier's CPU per simulated second on sim-fig1, this checkout against each of
+    ``baselines`` (another checkout's interpreter: the issue's is cd9ce3d), each run in its own
+    process, one after the other per kmax; the same deliveries (count and latency quantiles) or not."""
+    import json
+    import subprocess
+
+    print(f"reference tier, sim-fig1 over {seconds or 'the scenario'} s of {trace or 'its trace'}; load {_load()}")
+    for k in kmax:
+        runs = []
+        for python in [sys.executable, *baselines]:
+            done = subprocess.run([python, "-c", _REFERENCE, trace or "", str(seconds or ""), str(k)],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"{python}: the run failed:\n{done.stderr[-2000:]}")
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            r = runs[-1]
+            print(f"  kmax {k} {python}: {r['cpu_s']:.1f} cpu s ({r['simulated_s'] / r['cpu_s']:.0f} sim s/cpu s), "
+                  f"wall {r['wall_s']:.1f} s, peak RSS {r['rss_mb']} MB, {r['delivered']} deliveries; load {_load()}",
+                  flush=True)
+        for python, r in zip(baselines, runs[1:]):
+            same = (r["delivered"], r["latency_ms"]) == (runs[0]["delivered"], runs[0]["latency_ms"])
+            print(f"  kmax {k}: {r['cpu_s'] / runs[0]['cpu_s']:.2f}x less cpu than {python}; deliveries and "
+                  f"latency quantiles {'the same' if same else 'DIFFERENT'}")
 
 
 #: One sweep in its own process (its peak RSS its own), run by any checkout's interpreter: only
