@@ -12,6 +12,7 @@ from replicast.operators.count_aggregate import CountWindowAggregate
 from replicast.operators.record import CLOSED, Record, canonical_bytes
 from replicast.simulator.scenario import ScenarioError
 from replicast.simulator.sources import messages
+from replicast.simulator.timing_join import keyed_pairs, pair_records
 from replicast.simulator.timing_sources import SourceRows, ping_samples
 
 #: Operator kinds whose output rows follow from input rows without waiting for punctuations.
@@ -31,8 +32,9 @@ class Rows:
     operator reads (:func:`_tagged`, made once for every consumer)."""
 
     def __init__(self, records: list[Record] | None, ts: np.ndarray, parents: tuple[np.ndarray, ...] = (),
-                 port: np.ndarray | None = None, of: "Rows | None" = None):
+                 port: np.ndarray | None = None, of: "Rows | None" = None, make: Any = None):
         self._records, self.ts, self.parents, self.port, self._of = records, ts, parents, port, of
+        self._make = make           # makes the records when asked for (a Join's pairs)
         self._tagged: list[Record] | None = None
         self._stacked: np.ndarray | None = None
         #: every row of the input, in its order (a Filter that passed them all: parents is a range)
@@ -40,7 +42,9 @@ class Rows:
 
     @property
     def records(self) -> list[Record]:
-        if self._records is None:
+        if self._records is None and self._make is not None:
+            self._records = self._make()
+        elif self._records is None:
             source = self._of.records
             self._records = [source[i] for i in self.parents[0].tolist()]
         return self._records
@@ -112,6 +116,14 @@ def operator_rows(query: Any, name: str, inputs: list[Rows], span: Span) -> Rows
             parent.extend([i] * len(made))
         return Rows(records, np.array([r[0] for r in records], np.int64), (np.array(parent, np.int64),))
     # Join: every left row buffered, then every right row probes them: each pair once (Alg. 2).
+    pairs = keyed_pairs(operator, inputs[0], inputs[1])
+    if pairs is not None:                 # over columns (simulator/timing_join.py), records when asked
+        left, right = inputs
+
+        def make() -> list[Record]:
+            return pair_records(left.records, right.records, *pairs)
+
+        return Rows(None, np.maximum(left.ts[pairs[0]], right.ts[pairs[1]]), pairs, make=make)
     width = len(query.schemas[spec.inputs[0]].names) + 1        # ts, left fields (then the tag)
     pairs = operator.on_batch(0, inputs[0].tagged())
     pairs += operator.on_batch(1, inputs[1].tagged())
@@ -238,7 +250,14 @@ def windows(prepared: Any, window_us: int) -> Any:
             punctuated[stream] = (pairs[:, 0].copy(), pairs[:, 1].copy())
         last = end >= prepared.end
         span = Span(begin, end, CLOSED if last else end - 1, kept)
-        for name in query.operators:
-            rows[name] = operator_rows(query, name, [rows[i] for i in query.operators[name].inputs], span)
+        same: dict[tuple, Rows] = {}         # Filters with one input and condition pass the same rows
+        for name, spec in query.operators.items():
+            key = (spec.inputs, repr(sorted(spec.params.items()))) if spec.kind == "filter" else None
+            if key is not None and key in same:
+                rows[name] = same[key]
+                continue
+            rows[name] = operator_rows(query, name, [rows[i] for i in spec.inputs], span)
+            if key is not None:
+                same[key] = rows[name]
         yield Window(begin - warm, begin, end, rows, published, homes, punctuated, CLOSED if last else end)
         begin = end
