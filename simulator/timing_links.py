@@ -31,7 +31,6 @@ class Links:
         #: a source stream's rows (the same in every configuration): summaries and arrivals per link,
         #: kept for this window (simulator.timing.Hops)
         self.shared_summaries: dict = {}
-        self._work = np.empty(0, np.int64)
         self.shared_arrivals: dict = {}
         count = last - first + 1
         # int32 (µs up to 35 min; frame numbers): an hour of 10-s frames over 3000 links is 5 MB each
@@ -112,17 +111,11 @@ class Links:
         before = np.empty(len(delays), np.int64)
         before[0] = -1
         np.maximum.accumulate(np.where(present, top, -1)[:-1], out=before[1:])
-        if (before > low)[present & (low < NEVER)].any():
-            bound = self._scratch(len(arrival))
-            np.take(before, local, out=bound)
-            np.maximum(arrival, bound, out=arrival)
+        overtaken = (before > low) & present & (low < NEVER)     # frames whose first rows wait
+        if overtaken.any():               # (elsewhere before <= a frame's first arrival: no change)
+            rows = np.flatnonzero(np.take(overtaken, local))
+            arrival[rows] = np.maximum(arrival[rows], before[local[rows]])
         return arrival
-
-    def _scratch(self, n: int) -> np.ndarray:
-        """A work array of ``n`` int64 (reused: no fresh pages per hop)."""
-        if len(self._work) < n:
-            self._work = np.empty(max(n, 2 * len(self._work)), np.int64)
-        return self._work[:n]
 
     def _delay(self, column: int, frame: int) -> int:
         """Link ``column``'s one-way delay in any frame of the trace (-1: an outage)."""
