@@ -80,6 +80,8 @@ class Deployed:
     upstreams: dict[tuple[Any, int], list[Any]]   # (replica, port) -> the replicas feeding it
     #: records sent between servers so far and the sum of their one-way delays (µs), for §V-A's cost
     sent: list = field(default_factory=lambda: [0, 0])
+    #: (operator, replica) -> its key among the replicas every configuration shares (time_window)
+    signatures: dict = field(default_factory=dict)
 
 
 def deployed(prepared: Any, kmax: int, deployment: str | None = None) -> Deployed:
@@ -186,6 +188,26 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             firsts[key] = (best, [tally[0] - before[0], tally[1] - before[1]])
         return best, copies
 
+    def sources_only(name: str, index: int) -> tuple | None:
+        """A key for replica ``name#index`` when it reads only source streams' own rows (the same in
+        every configuration: a Union of entry replicas at their sources' servers) and waits for no
+        punctuation: its times are then the same in every configuration that has a replica on its
+        server reading the same upstream servers (kept in ``links.shared_replicas``)."""
+        known = config.signatures.get((name, index), ())
+        if known != ():
+            return known
+        key: tuple | None = (name, placement[name][index])
+        if name in waits:
+            key = None
+        for port, upstream in enumerate(query.operators[name].inputs):
+            sources = config.upstreams.get((physical.replicas[name][index], port), ())
+            if key is None or any(emitted[upstream][s.index] is not window.published.get(upstream) for s in sources):
+                key = None
+                break
+            key += (tuple(placement[upstream][s.index] for s in sources),)
+        config.signatures[(name, index)] = key
+        return key
+
     for stream in query.streams:
         times = []
         sent, values = window.punctuations[stream]
@@ -203,6 +225,14 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
         times = []
         steps = []
         for r, server in enumerate(placement[name]):
+            shared = sources_only(name, r) if spec.kind == "union" and not crashes else None
+            if shared is not None:         # the same in every configuration with a replica here
+                found = links.shared_replicas.get(shared)
+                if found is not None:
+                    hops.repeat(found[1])
+                    times.append(found[0])
+                    continue
+                before = list(tally)
             ports = [ready(name, r, p, upstream) for p, upstream in enumerate(spec.inputs)]
             if name in waits or spec.kind == "aggregate":
                 steps.append(shifted(frontier([copies for _, copies in ports]), round(cost[name]),
@@ -217,6 +247,8 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             else:                          # a Filter that passed every row reads its input's times as they are
                 at = _plus(ports[0][0] if out.whole else ports[0][0][out.parents[0]], cost[name])
             times.append(alive(server, at))
+            if shared is not None:
+                links.shared_replicas[shared] = (times[-1], [tally[0] - before[0], tally[1] - before[1]])
         emitted[name] = times
         if name in waits:
             marks[name] = steps

@@ -29,8 +29,9 @@ class Links:
         dst = np.array([servers[b] for _, b in pairs], np.intp)
         self._trace, self._pairs, self._beyond = trace, list(zip(src.tolist(), dst.tolist())), {}
         #: a source stream's rows (the same in every configuration): summaries and arrivals per link,
-        #: kept for this window (simulator.timing.Hops)
+        #: kept for this window (simulator.timing.Hops), and the times of replicas that read only them
         self.shared_summaries: dict = {}
+        self.shared_replicas: dict = {}
         self.shared_arrivals: dict = {}
         count = last - first + 1
         # int32 (µs up to 35 min; frame numbers): an hour of 10-s frames over 3000 links is 5 MB each
