@@ -37,7 +37,8 @@ drops a connection in a long outage (the reference then replays after a redial),
 per key, ``outage = "drop"``, restarts, cuts, congestion, spikes, bandwidth, a ``[coordinator]`` and
 engine modes other than replication.
 
-The parts: :mod:`simulator.timing_content` (rows with lineage, a window at a time),
+The parts: :mod:`simulator.timing_content` (rows with lineage, a window at a time; source records
+and keyed Join pairs over columns in :mod:`simulator.timing_sources` and :mod:`simulator.timing_join`),
 :mod:`simulator.timing_links` (the network over arrays), :mod:`simulator.timing_punctuation`
 (frontiers as step functions), :mod:`simulator.timing_sink` (deliveries and the comparison).
 """
