@@ -3,7 +3,7 @@ replication transparency fixes what every application gets; docs/simulator.md, "
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -164,6 +164,15 @@ class Window:
     punctuations: dict[str, tuple[np.ndarray, np.ndarray]]
     #: deliveries are kept for ts below this (``end``; the last window: every ts, CLOSED flushes)
     until: int
+    #: per stream, which of its rows are kept (ts in ``[begin, until)``), made once for every sink
+    kept_rows: dict = field(default_factory=dict)
+
+    def kept(self, name: str) -> np.ndarray:
+        mask = self.kept_rows.get(name)
+        if mask is None:
+            ts = self.rows[name].ts
+            mask = self.kept_rows[name] = (ts >= self.begin) & (ts < self.until)
+        return mask
 
 
 def warmup_us(query: Any) -> int:

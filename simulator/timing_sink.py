@@ -69,9 +69,11 @@ class Sink:
         """:meth:`add` when no row is kept: the same counts, histogram and sums, without a table."""
         totals, latencies = self.totals, []
         for app, arrival in arrivals.items():
-            ts = window.rows[query.applications[app].input].ts
-            got = (arrival < NEVER) & (ts >= window.begin) & (ts < window.until)
-            latency = arrival[got] - ts[got]
+            feed = query.applications[app].input
+            got = arrival < NEVER
+            got &= window.kept(feed)
+            latency = arrival - window.rows[feed].ts
+            latency = latency[got]
             if len(latency):
                 totals.per_app[app] = totals.per_app.get(app, 0) + len(latency)
                 latencies.append(latency)
