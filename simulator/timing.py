@@ -164,8 +164,8 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
         times, steps = emitted[upstream], marks.get(upstream)
         sources = config.upstreams.get((physical.replicas[name][index], port), ())
         if steps is None:          # the same first arrivals for every replica on this server reading them
-            key = (upstream, target, tuple(source.index for source in sources))
-            found = firsts.get(key)
+            memo = (upstream, target, tuple(source.index for source in sources))
+            found = firsts.get(memo)
             if found is not None:
                 hops.repeat(found[1])
                 return found[0], []
@@ -174,9 +174,9 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
         for source in sources:
             marked = steps[source.index] if steps is not None else None
             sent = times[source.index]       # a source's own rows, unchanged: the same in every configuration
-            key = ("published", upstream) if sent is window.published.get(upstream) else (upstream, source.index)
+            sender = ("published", upstream) if sent is window.published.get(upstream) else (upstream, source.index)
             at, mark_at = hop(placement[upstream][source.index], target, sent,
-                              None if marked is None else marked[0], key)
+                              None if marked is None else marked[0], sender)
             if best is None:
                 best = at                    # may be another replica's own array: never written to
             elif fresh:
@@ -186,7 +186,7 @@ def time_window(prepared: Any, config: Deployed, window: "Window", links: Links)
             if marked is not None:
                 copies.append((mark_at, marked[1]))
         if steps is None:
-            firsts[key] = (best, [tally[0] - before[0], tally[1] - before[1]])
+            firsts[memo] = (best, [tally[0] - before[0], tally[1] - before[1]])
         return best, copies
 
     def sources_only(name: str, index: int) -> tuple | None:
