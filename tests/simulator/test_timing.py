@@ -123,3 +123,14 @@ def test_links_arrive_as_the_network_delivers(loaded):
         expected[i] = when
     links = Links(trace, servers, 0, 0, loaded)
     assert np.array_equal(links.arrive("a", "b", sent), expected)
+    if loaded < 9:                     # a send past the frames read: not for the path by frames
+        assert links.send(links.column[("a", "b")], links.sends(sent), [0, 0]) is None
+        return
+    # the path by frames (Links.send: per-frame delays, recoveries and FIFO bounds) gives the same
+    # arrivals and cost, for sends in time order and shuffled (a Join's rows are not in time order)
+    for order in (np.arange(len(sent)), np.random.default_rng(2).permutation(len(sent))):
+        by_frames, general = [0, 0], [0, 0]
+        fast = links.send(links.column[("a", "b")], links.sends(sent[order]), by_frames)
+        assert np.array_equal(fast, expected[order])
+        assert np.array_equal(fast, links.arrive("a", "b", sent[order], general, len(sent)))
+        assert by_frames == general and by_frames[0] == len(sent)
