@@ -15,6 +15,7 @@ are timings and counts on a shared machine; docs/consume.md records a run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import aiomqtt
+import pytest
 
 from replicast.engine.query_file import load_query
 from replicast.operators.record import CLOSED
@@ -85,17 +87,28 @@ def test_shipped_example_is_the_generators_output():
     assert 'alerts = ["app", "n2"]' in text
 
 
-def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, str]]):
+@contextlib.contextmanager
+def embedded_broker_port():
+    """A port for the embedded broker that ``cluster up`` itself starts (``broker = "embedded"``)."""
+    yield free_ports(1)[0]
+
+
+def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, str]], broker: str = "mosquitto"):
     """Cluster up, a consumer per application, the kills and restarts of ``kills_plan``, then CLOSED;
     returns (query, published, each consumer's lines, each app's raw copies by id, each app's raw
-    payloads with their arrival times, events)."""
+    payloads with their arrival times, events).  ``broker``: ``"mosquitto"`` (started by the test)
+    or ``"embedded"`` (the amqtt broker ``cluster up`` starts, as examples/cluster-fig1-eo.toml)."""
     make = make_cluster_module()
     query = load_query(ROOT / "examples/cluster-fig1-query.toml")
-    with mosquitto(tmp_path) as broker_port:
+    with (mosquitto(tmp_path) if broker == "mosquitto" else embedded_broker_port()) as broker_port:
         ports = free_ports(14)
         path = tmp_path / "cluster.toml"
-        path.write_text(fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS,
-                                          secret="consume-fig1-secret", sink_replicas=sink_replicas))
+        text = fig1_cluster_toml(tmp_path, broker_port, ports, punctuation_ms=PUNCTUATION_MS,
+                                 secret="consume-fig1-secret", sink_replicas=sink_replicas)
+        if broker == "embedded":
+            text = text.replace(f'broker = "mqtt://127.0.0.1:{broker_port}"', 'broker = "embedded"', 1)
+            assert 'broker = "embedded"' in text
+        path.write_text(text)
         metrics = dict(zip(["app", *make.SERVERS], ports[7:]))
         sinks = make.sink_nodes(sink_replicas)["alerts"]
         restarted: list[subprocess.Popen] = []
@@ -168,9 +181,10 @@ def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, 
     return query, published, consumers, raw, raw_payloads, events
 
 
-def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exactly_the_reference(tmp_path):
+@pytest.mark.parametrize("broker", ["mosquitto", "embedded"])
+def test_fig1_two_sink_replicas_kill_and_restart_sink_hosts_consumer_prints_exactly_the_reference(tmp_path, broker):
     make = make_cluster_module()
-    query, published, consumers, raw, _, events = walkthrough(tmp_path, 2, KILLS)
+    query, published, consumers, raw, _, events = walkthrough(tmp_path, 2, KILLS, broker)
     got = {app: [record for _, record in lines.lines] for app, lines in consumers.items()}
     kills = [(node, t) for what, node, t in events if what == "kill"]
     readies = [t for what, _, t in events if what == "ready"]
