@@ -1,6 +1,12 @@
 """The embedded MQTT broker (amqtt) that ``replicast cluster up`` starts when no broker URL is given.
 
 Run as ``python3 -m engine.aio.broker --host 127.0.0.1 --port 1883``; stops on SIGTERM/SIGINT.
+
+Every client is let in, as with amqtt's ``AnonymousAuthPlugin``, but not flagged anonymous: amqtt
+0.12 keeps no messages for a disconnected anonymous session and drops the session itself, so a
+``replicast consume`` process killed and restarted (a persistent session, docs/consume.md) would
+lose everything published while it was away.  A disconnected persistent session is kept
+``SESSION_EXPIRY_S`` (the consumer's own MQTT 5 session expiry, consume_session.py).
 """
 
 from __future__ import annotations
@@ -11,11 +17,23 @@ import logging
 import signal
 
 from amqtt.broker import Broker
+from amqtt.plugins.base import BaseAuthPlugin
+from amqtt.session import Session
+
+from replicast.consume_session import SESSION_EXPIRY_S
+
+
+class OpenAuthPlugin(BaseAuthPlugin):
+    """Lets every client in without marking its session anonymous (the module docstring)."""
+
+    async def authenticate(self, *, session: Session) -> bool:
+        return True
 
 
 def broker_config(host: str, port: int) -> dict:
     return {"listeners": {"default": {"type": "tcp", "bind": f"{host}:{port}"}},
-            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}}
+            "session_expiry_interval": SESSION_EXPIRY_S,
+            "plugins": {f"{__name__}.{OpenAuthPlugin.__qualname__}": {}}}
 
 
 async def serve(host: str, port: int) -> None:
