@@ -112,6 +112,7 @@ class Link:
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self._fd: int | None = None
         self._reading = True
+        self._writing_now = False          # in ack(): the write is done there, not by the loop's writer
         client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=identifier, protocol=protocol.value,
                              clean_session=None if protocol is Protocol.V5 else clean,
                              manual_ack=True, reconnect_on_failure=False)
@@ -157,10 +158,18 @@ class Link:
     def ack(self, delivery: Delivery) -> None:
         """PUBACK ``delivery`` if it came on this link and the link is open (rule 1)."""
         if delivery.link is self and self.state is LinkState.OPEN and delivery.qos > 0:
-            self.client.ack(delivery.mid, delivery.qos)
-            # now, not when the loop next runs the writer: a consumer working through its queue
-            # does not yield to the loop, and the broker sends more only as acknowledgements come
-            self._guard(self.client.loop_write)
+            # written now, not when the loop next runs the writer: a consumer working through its
+            # queue does not yield to the loop, and the broker sends more only as acknowledgements
+            # come.  The loop's writer is watched only if this write leaves bytes behind: paho
+            # asks to watch it and stops again at once otherwise (two selector calls per message).
+            self._writing_now = True
+            try:
+                self.client.ack(delivery.mid, delivery.qos)
+                self._guard(self.client.loop_write)
+            finally:
+                self._writing_now = False
+            if self.client.want_write() and self._fd is not None:
+                self._loop.add_writer(self._fd, self._writable)
 
     def pause(self) -> None:
         """Stop reading the socket (rule 2); the broker's further messages wait in TCP."""
@@ -218,10 +227,12 @@ class Link:
         self._in_loop(self._forget_socket)
 
     def _on_register_write(self, client, userdata, sock) -> None:
-        self._in_loop(self._add_writer, sock.fileno())
+        if not self._writing_now:
+            self._in_loop(self._add_writer, sock.fileno())
 
     def _on_unregister_write(self, client, userdata, sock) -> None:
-        self._in_loop(self._remove_writer)
+        if not self._writing_now:
+            self._in_loop(self._remove_writer)
 
     # -- the event loop's side ------------------------------------------------------------------
 
