@@ -6,7 +6,7 @@ Every client is let in, as with amqtt's ``AnonymousAuthPlugin``, but not flagged
 0.12 keeps no messages for a disconnected anonymous session and drops the session itself, so a
 ``replicast consume`` process killed and restarted (a persistent session, docs/consume.md) would
 lose everything published while it was away.  A disconnected persistent session is kept
-``SESSION_EXPIRY_S`` (the consumer's own MQTT 5 session expiry, consume_session.py).
+``SESSION_EXPIRY_S``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from amqtt.broker import Broker
 from amqtt.plugins.base import BaseAuthPlugin
 from amqtt.session import Session
 
-from replicast.consume_session import SESSION_EXPIRY_S
+#: Seconds a disconnected persistent session is kept (as the consumer's MQTT 5 session expiry,
+#: replicast/consume_session.py).
+SESSION_EXPIRY_S = 3600
 
 
 class OpenAuthPlugin(BaseAuthPlugin):
