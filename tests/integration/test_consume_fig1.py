@@ -6,7 +6,8 @@ the server n2 (alerts' second sink, also entry points and operators), the server
 points and operators only, each with a live replica elsewhere), then ``app`` (every application's
 first sink) — each restarted with the command ``cluster up`` recorded in ``RUN_DIR/state.json``
 (docs/deploy.md, "Restarting a node").  Every consumer prints exactly `replay`'s reference: none
-twice, none missing.
+twice, none missing.  Run on a private mosquitto and on the embedded amqtt broker that ``cluster up``
+starts itself (``broker = "embedded"``, as examples/cluster-fig1-eo.toml).
 
 The pause the consumer sees around a kill (the longest gap between consecutive alerts lines, against
 the longest without a kill) and the copies a plain subscriber sees are printed, not asserted: they
