@@ -410,9 +410,9 @@ class CoordinatorCore:
 
     def _objective(self, network, workload) -> Objective:
         delays_ms = {s: d / 1000 for s, d in self._delays().items()}
-        network = dataclasses.replace(network, latency_ms=self.measurements.tail_latency_ms(network))
+        # The model over the last frames of reported RTTs, each application's p99 over them (placement.objective).
         objective = Objective.now(self.config.objective, self.deployment, self.collected, network, workload,
-                                  self.live(), delays_ms)
+                                  self.live(), delays_ms, self.measurements.frames_ms(network))
         latencies = objective.latencies()
         self.objective_view = {app: {"bound_ms": objective.bounds[app], "model_ms": latencies[app]}
                                for app in latencies}

@@ -12,10 +12,15 @@
   is the fastest of its replicas (they all emit the same stream, §III); the estimate until measured.
 * Loads: a server's background load is what it reports minus the expected load of the replicas the
   coordinator believes it hosts, so Alg. 5's ``load(s)`` (background + hosted) matches the report.
+* Frames (the latency objective, :mod:`placement.objective`): the RTTs reported within one
+  :data:`FRAME_US` of time make one frame — every pair's latest RTT as of then — and the last
+  :data:`FRAMES` frames are kept, so the objective sees the network's tail as it was at each moment
+  (a replicated deployment's tail is the tail of a minimum over paths, which no per-pair summary gives).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
@@ -30,6 +35,10 @@ from replicast.placement.reports import ServerReport
 _FILTER = 3
 #: Vivaldi rounds per fit of the coordinates.
 ROUNDS = 300
+#: Reports received within this span of time make one frame of RTTs (the default report period).
+FRAME_US = 5_000_000
+#: Frames kept for the latency objective: 10 minutes at one frame per 5 s.
+FRAMES = 120
 
 
 class Measurements:
@@ -42,6 +51,8 @@ class Measurements:
         self.estimate = estimate
         self._rtt = np.full((n, n, _FILTER), np.nan)
         self._rtt_count = np.zeros((n, n), dtype=np.int64)
+        self._latest = np.full((n, n), np.nan)             # every pair's last reported RTT
+        self._frames: collections.deque[tuple[int, np.ndarray]] = collections.deque(maxlen=FRAMES)
         self.vivaldi = Vivaldi(n, rng)
         self._fitted = -1                                 # measured pairs at the last fit
         self._reported_load = np.zeros(n)
@@ -60,6 +71,8 @@ class Measurements:
                 continue
             self._rtt[i, j, self._rtt_count[i, j] % _FILTER] = rtt
             self._rtt_count[i, j] += 1
+            self._latest[i, j] = rtt
+        self._frame(now)
         if _number(report.load) and _number(report.capacity) and report.capacity > 0:
             self._reported_load[i], self.capacity[i] = report.load, report.capacity
         else:
@@ -108,15 +121,26 @@ class Measurements:
         background = np.maximum(self._reported_load - hosted, 0.0)
         return Network(self.servers, rtt / 2.0, self.capacity.copy(), background, coordinates)
 
-    def tail_latency_ms(self, network: Network) -> np.ndarray:
-        """One-way latencies from the *largest* of each pair's last reported RTTs (``network``'s where
-        none): the latency objective bounds a tail (p99), which the median hides."""
-        with np.errstate(all="ignore"):
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                worst = np.nanmax(self._rtt, axis=2) / 2.0
-        return np.where(np.isnan(worst), network.latency_ms, np.maximum(worst, network.latency_ms))
+    def _frame(self, now: int) -> None:
+        """The frame of ``now`` becomes the latest RTTs known (a later report of the same frame overwrites it)."""
+        at = now // FRAME_US
+        if self._frames and self._frames[-1][0] == at:
+            self._frames[-1] = (at, self._latest.copy())
+        else:
+            self._frames.append((at, self._latest.copy()))
+
+    def frames_ms(self, network: Network) -> np.ndarray | None:
+        """One-way latencies per frame, n × n × F (oldest frame first): a pair's RTT of that frame,
+        else its reverse direction's, else ``network``'s (median or Vivaldi), halved; None before any
+        report."""
+        if not self._frames:
+            return None
+        rtt = np.stack([frame for _, frame in self._frames])                 # F × n × n
+        rtt = np.where(np.isnan(rtt), np.swapaxes(rtt, 1, 2), rtt)
+        one_way = np.where(np.isnan(rtt), network.latency_ms[None], rtt / 2.0)
+        n = len(self.servers)
+        one_way[:, np.arange(n), np.arange(n)] = 0.0
+        return np.ascontiguousarray(np.moveaxis(one_way, 0, 2))
 
     def measured_pairs(self) -> int:
         return int((self._rtt_count > 0).sum())

@@ -11,6 +11,13 @@ holds).  The coordinator turns it into decisions with its model of each applicat
   duplicate filter passes the first copy, §IV-B).  ``latency(S)`` is the measured one-way delay of
   its link, or the delay the receiver reports for ``S`` (§V-C: how far its punctuations lag) when
   that is larger, so a cut link or a congested one shows up before its RTT does.
+* **Over time-aligned frames** (:class:`Objective` with ``frames_ms``): the objective bounds a tail
+  (p99), and a replicated deployment's tail is the quantile over time of the *minimum* over its
+  paths, well below the minimum of the paths' tails.  So the model is evaluated once per frame of
+  the RTTs the servers reported at the same time (``Measurements.frames_ms``), every replica's
+  arrival a vector over the frames, and an application's latency is the :data:`QUANTILE` of its
+  arrivals over the frames — for the static deployment and the collected one alike, so redundancy
+  shows in the modelled tail the way it does in the measured one (docs/placement.md).
 * **Reference** (:func:`reference`): the same model over the *static* deployment, i.e. the live one
   plus every collected stream and operator replica whose server is up, under today's latencies, so
   "within X % of static" follows the network as it changes.
@@ -27,9 +34,12 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping
+
+import numpy as np
 
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.model import Deployment, Network, Workload, connect
@@ -37,6 +47,8 @@ from replicast.placement.revival import Collected
 from replicast.placement.tolerance import Removal
 
 _NOTHING = Removal()
+#: The quantile over frames that stands for an application's latency: the objective bounds a p99.
+QUANTILE = 0.99
 
 
 @dataclass(frozen=True)
@@ -78,11 +90,16 @@ class LatencyObjective:
 
 def arrivals(deployment: Deployment, network: Network, workload: Workload,
              delays_ms: Mapping[StreamReplica, float] | None = None, without: Removal = _NOTHING,
-             down: frozenset[int] = frozenset()) -> dict[str, float]:
-    """Modelled latency (ms) of every application: the earliest arrival over the live paths (module docstring)."""
-    lat, hosts = network.latency_ms, deployment.hosts
+             down: frozenset[int] = frozenset(), latency_ms: np.ndarray | None = None) -> dict[str, float | np.ndarray]:
+    """Modelled latency (ms) of every application: the earliest arrival over the live paths (module docstring).
+
+    ``latency_ms`` (default ``network.latency_ms``, n × n) may be n × n × F, one one-way delay per
+    time-aligned frame: then every arrival, and each application's latency, is a vector over the F
+    frames (a reported delay is a floor in every frame: it is what the receiver sees now)."""
+    lat, hosts = (network.latency_ms if latency_ms is None else latency_ms), deployment.hosts
+    later, earlier = (max, min) if lat.ndim == 2 else (np.maximum, np.minimum)
     delays_ms = delays_ms or {}
-    arrival: dict[ReplicaId, float] = {}
+    arrival: dict[ReplicaId, float | np.ndarray] = {}
     for name in workload.nodes():                                         # upstream first
         ports = workload.inputs.get(name, ())
         for replica in deployment.replicas_of(name):
@@ -92,11 +109,18 @@ def arrivals(deployment: Deployment, network: Network, workload: Workload,
             for s in deployment.in_streams(replica):
                 if s in without.streams or s.source not in arrival:
                     continue
-                at = max(arrival[s.source] + lat[hosts[s.source], hosts[replica]], delays_ms.get(s, 0.0))
-                best[s.port] = min(best[s.port], at)
-            arrival[replica] = max(best, default=0.0)
-    return {app: min((arrival.get(r, math.inf) for r in deployment.replicas_of(app)), default=math.inf)
+                at = later(arrival[s.source] + lat[hosts[s.source], hosts[replica]], delays_ms.get(s, 0.0))
+                best[s.port] = earlier(best[s.port], at)
+            arrival[replica] = functools.reduce(later, best, 0.0)
+    return {app: functools.reduce(earlier, (arrival.get(r, math.inf) for r in deployment.replicas_of(app)), math.inf)
             for app in workload.applications}
+
+
+def tail(latencies: Mapping[str, float | np.ndarray], quantile: float = QUANTILE) -> dict[str, float]:
+    """Each application's latency as one number: itself, or its ``quantile`` over frames (the higher
+    of two neighbouring frames, never an interpolation, so an outage frame (inf) counts as inf)."""
+    return {app: float(np.quantile(v, quantile, method="higher")) if np.ndim(v) else float(v)
+            for app, v in latencies.items()}
 
 
 def static_deployment(deployment: Deployment, collected: Collected, workload: Workload,
@@ -116,14 +140,19 @@ def static_deployment(deployment: Deployment, collected: Collected, workload: Wo
 
 
 def reference(deployment: Deployment, collected: Collected, network: Network, workload: Workload, live: set[int],
-              delays_ms: Mapping[StreamReplica, float] | None = None) -> dict[str, float]:
-    """Each application's modelled latency in the static deployment (:func:`static_deployment`)."""
-    return arrivals(static_deployment(deployment, collected, workload, live), network, workload, delays_ms)
+              delays_ms: Mapping[StreamReplica, float] | None = None,
+              frames_ms: np.ndarray | None = None) -> dict[str, float]:
+    """Each application's modelled latency in the static deployment (:func:`static_deployment`); over
+    ``frames_ms`` (n × n × F), its :data:`QUANTILE` over the frames."""
+    return tail(arrivals(static_deployment(deployment, collected, workload, live), network, workload, delays_ms,
+                         latency_ms=frames_ms))
 
 
 @dataclass(frozen=True)
 class Objective:
-    """A :class:`LatencyObjective` evaluated at one moment: the model's inputs and each application's bound."""
+    """A :class:`LatencyObjective` evaluated at one moment: the model's inputs and each application's
+    bound.  With ``frames_ms`` (n × n × F one-way delays, one per time-aligned frame) every latency
+    is the :data:`QUANTILE` over the frames; without, the model runs on ``network.latency_ms``."""
 
     objective: LatencyObjective
     deployment: Deployment
@@ -132,6 +161,7 @@ class Objective:
     delays_ms: Mapping[StreamReplica, float]
     bounds: Mapping[str, float]
     static: Mapping[str, float]
+    frames_ms: np.ndarray | None = None
 
     def goals(self) -> dict[str, float]:
         """What revival aims at: half-way between the static latency and the bound, so that the next
@@ -141,12 +171,15 @@ class Objective:
 
     @classmethod
     def now(cls, objective: LatencyObjective, deployment: Deployment, collected: Collected, network: Network,
-            workload: Workload, live: set[int], delays_ms: Mapping[StreamReplica, float]) -> "Objective":
-        static = reference(deployment, collected, network, workload, live, delays_ms)
-        return cls(objective, deployment, network, workload, delays_ms, objective.bounds(static), static)
+            workload: Workload, live: set[int], delays_ms: Mapping[StreamReplica, float],
+            frames_ms: np.ndarray | None = None) -> "Objective":
+        static = reference(deployment, collected, network, workload, live, delays_ms, frames_ms)
+        return cls(objective, deployment, network, workload, delays_ms, objective.bounds(static), static, frames_ms)
 
-    def latencies(self, without: Removal = _NOTHING) -> dict[str, float]:
-        return arrivals(self.deployment, self.network, self.workload, self.delays_ms, without)
+    def latencies(self, without: Removal = _NOTHING, deployment: Deployment | None = None) -> dict[str, float]:
+        """Each application's modelled latency in ``deployment`` (default: this one) less ``without``."""
+        return tail(arrivals(self.deployment if deployment is None else deployment, self.network, self.workload,
+                             self.delays_ms, without, latency_ms=self.frames_ms))
 
     def excess(self, latencies: Mapping[str, float], bounds: Mapping[str, float] | None = None) -> float:
         """How far (ms) the worst application is over its bound; ≤ 0 when the objective holds."""
@@ -175,7 +208,7 @@ def repair(objective: Objective, collected: Collected, live: set[int], allowed: 
     goals = objective.goals()
 
     def excess_of(deployment: Deployment) -> float:
-        return objective.excess(arrivals(deployment, objective.network, objective.workload, objective.delays_ms), goals)
+        return objective.excess(objective.latencies(deployment=deployment), goals)
 
     excess = excess_of(current)
     while excess > 0 and len(steps) < max_steps:

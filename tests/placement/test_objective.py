@@ -1,13 +1,18 @@
 """The latency objective (placement/objective.py): the model of each application's latency, the bound
 it gives GC, and what revival brings back when it is broken."""
 
+import dataclasses
 import math
+import random
 
+import numpy as np
 import pytest
 
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.gc import GCConfig, collect
-from replicast.placement.objective import LatencyObjective, Objective, arrivals, repair
+from replicast.placement.measurements import FRAME_US, FRAMES, Measurements
+from replicast.placement.objective import LatencyObjective, Objective, arrivals, repair, tail
+from replicast.placement.reports import ServerReport
 from replicast.placement.revival import Collected
 from replicast.placement.tolerance import Removal
 from replicast.placement.utility import utilities
@@ -71,3 +76,58 @@ def test_revival_brings_back_what_restores_the_objective():
     # Its server down: nothing to bring back.
     assert repair(objective, collected, {0, 2, 3}, {"o": {1: True}}) == []
     assert math.isinf(arrivals(steps[-1][1], network, workload, without=Removal(replicas=frozenset({O0, O1})))["a"])
+
+
+def alternating_frames(network, slow_ms=1000.0):
+    """Two frames of one-way delays (n × n × 2): in the first the way through s1 (o#0) is slow, in the
+    second the way through s2 (o#1); the other way is as ``network`` says."""
+    frames = np.repeat(network.latency_ms[:, :, None], 2, axis=2)
+    for frame, server in ((0, 1), (1, 2)):
+        frames[0, server, frame] = frames[server, 0, frame] = slow_ms
+    return frames
+
+
+def test_over_frames_an_application_gets_its_quantile_of_the_earliest_copies():
+    deployment, network, workload = two_paths()
+    per_frame = arrivals(deployment, network, workload, latency_ms=alternating_frames(network))
+    assert per_frame["a"].tolist() == [180.0, 20.0]              # the fast way slow, then the slow way slower
+    assert tail(per_frame) == {"a": 180.0} and tail({"a": 7.0}) == {"a": 7.0}
+
+
+def test_over_frames_gc_keeps_the_redundancy_the_tail_needs():
+    """Each way is slow in one frame of two: with both the application's tail is 180 ms, with one of them
+    over 1 s.  A per-link tail (each link's worst frame) puts both ways at over 1 s, so losing one
+    looks free and GC takes it; over time-aligned frames, the objective keeps both."""
+    deployment, network, workload = two_paths()
+    frames = alternating_frames(network)
+    objective = Objective.now(LatencyObjective(within_percent=100), deployment, Collected(), network, workload,
+                              {0, 1, 2, 3}, {}, frames)
+    assert objective.static == {"a": 180.0}
+    for replica in (O0, O1):
+        assert not objective.admits(Removal(replicas=frozenset({replica}),
+                                            streams=frozenset(s for s in deployment.streams if replica in (s.source, s.target))))
+    per_link = dataclasses.replace(network, latency_ms=frames.max(axis=2))
+    summary = Objective.now(LatencyObjective(within_percent=100), deployment, Collected(), per_link, workload,
+                            {0, 1, 2, 3}, {})
+    assert summary.admits(Removal(replicas=frozenset({O1}),
+                                  streams=frozenset(s for s in deployment.streams if O1 in (s.source, s.target))))
+
+
+def test_reports_of_one_frame_of_time_make_one_frame_of_rtts():
+    """Measurements.frames_ms: the reports received within FRAME_US make one frame (each pair's latest
+    RTT then), an unreported direction takes the reverse one, a pair never measured the network's."""
+    workload = chain(0, 2)
+    m = Measurements(("s0", "s1", "s2"), workload, random.Random(1))
+    assert m.frames_ms(line_network([0, 1, 2])) is None
+    m.add(ServerReport("s0", {"s1": 10.0}), now=1)
+    m.add(ServerReport("s1", {"s2": 40.0}), now=FRAME_US - 1)             # the same frame
+    m.add(ServerReport("s0", {"s1": 30.0}), now=FRAME_US + 1)             # the next one
+    network = line_network([0, 100, 200])                                 # s0-s2 never measured: 200 ms
+    frames = m.frames_ms(network)
+    assert frames.shape == (3, 3, 2)
+    assert frames[0, 1].tolist() == [5.0, 15.0] and frames[1, 0].tolist() == [5.0, 15.0]
+    assert frames[1, 2].tolist() == [20.0, 20.0] and frames[2, 1].tolist() == [20.0, 20.0]
+    assert frames[0, 2].tolist() == [200.0, 200.0] and frames[1, 1].tolist() == [0.0, 0.0]
+    for k in range(FRAMES + 5):
+        m.add(ServerReport("s0", {"s1": 10.0}), now=(k + 2) * FRAME_US)
+    assert m.frames_ms(network).shape == (3, 3, FRAMES)
