@@ -12,8 +12,8 @@
 * Either way the coordinator then garbage-collects (Alg. 6: every ``gc_period_s`` while the cost
   exceeds ``theta``, never below ``kmin`` replicas) and revives (§V-C: inputs all later than
   ``revival_threshold_s``).  A latency objective (``latency_within_percent``: each application within
-  that % of the static deployment; ``latency_bound_ms``: within that many ms) stops GC before it and
-  revives when it is broken (placement/objective.py).  Every key is checked; a mistake is one line
+  that % of the static deployment; ``latency_bound_ms``: within that many ms; each a p99 over the last
+  ``latency_window_s``) stops GC before it and revives when it is broken (placement/objective.py).  Every key is checked; a mistake is one line
   naming the file, key and value (types and ranges: msgspec, :class:`CoordinatorTable`).
 """
 
@@ -52,6 +52,7 @@ class CoordinatorSettings:
     expiry_s: float = 30.0
     latency_within_percent: float | None = None   # the latency objective (placement.objective)
     latency_bound_ms: float | None = None
+    latency_window_s: float = 600.0              # the objective's p99 over this much history
     #: What each server reports per stream replica for GC to rank by: "rank" (§V-B) or "win-share"
     #: (docs/tracing.md); NodeOptions.utility of every node.
     utility: str = "rank"
@@ -72,7 +73,8 @@ class CoordinatorSettings:
         from replicast.placement.coordinator import CoordinatorConfig
         from replicast.placement.objective import LatencyObjective
         objective = (None if self.latency_within_percent is None and self.latency_bound_ms is None
-                     else LatencyObjective(self.latency_within_percent, self.latency_bound_ms))
+                     else LatencyObjective(self.latency_within_percent, self.latency_bound_ms,
+                                           self.latency_window_s))
         return CoordinatorConfig.in_seconds(
             deploy or DeployConfig(kmax=self.kmax, alpha=self.alpha, dmin_ms=self.dmin_ms,
                                    sink_replicas=self.sink_replicas), gc=self.gc,
@@ -104,6 +106,7 @@ class CoordinatorTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     expiry_s: Positive = CoordinatorSettings.expiry_s
     latency_within_percent: NonNegative | None = None
     latency_bound_ms: NonNegative | None = None
+    latency_window_s: Positive = CoordinatorSettings.latency_window_s
     kmin: AtLeastOne = CoordinatorSettings.kmin
     theta: NonNegative = CoordinatorSettings.theta
     gc: bool = CoordinatorSettings.gc

@@ -103,7 +103,8 @@ class CoordinatorCore:
                  config: CoordinatorConfig = CoordinatorConfig()):
         self.servers = tuple(servers)
         self.config = config
-        self.measurements = Measurements(self.servers, estimate, rng)
+        self.measurements = Measurements(self.servers, estimate, rng,
+                                         window_us=config.objective.window_us if config.objective else 0)
         self.deployment: Deployment | None = None
         self.collected = Collected()
         self.utilities: Utilities | None = None
@@ -331,6 +332,9 @@ class CoordinatorCore:
         network, workload, kmin = self.network(), self.workload(), self.config.gc.kmin
         admissible = None
         if self.config.objective is not None:
+            if self.measurements.history_us(now) < self.config.objective.window_us:
+                self.counters["gc_waiting_history"] += 1     # the objective's p99 needs its whole window
+                return
             objective = self._objective(network, workload)
             if objective.excess(objective.latencies()) > 0:     # already violated: revival's turn, not GC's
                 self.counters["gc_skipped_objective"] += 1

@@ -13,9 +13,10 @@
 * Loads: a server's background load is what it reports minus the expected load of the replicas the
   coordinator believes it hosts, so Alg. 5's ``load(s)`` (background + hosted) matches the report.
 * Frames (the latency objective, :mod:`placement.objective`): the RTTs reported within one
-  :data:`FRAME_US` of time make one frame — every pair's latest RTT as of then — and the last
-  :data:`FRAMES` frames are kept, so the objective sees the network's tail as it was at each moment
-  (a replicated deployment's tail is the tail of a minimum over paths, which no per-pair summary gives).
+  :data:`FRAME_US` of time make one frame — every pair's latest RTT as of then — and the frames of
+  the objective's window (``window_us``) are kept, so the objective sees the network's tail as it was
+  at each moment (a replicated deployment's tail is the tail of a minimum over paths, which no
+  per-pair summary gives).
 """
 
 from __future__ import annotations
@@ -37,14 +38,13 @@ _FILTER = 3
 ROUNDS = 300
 #: Reports received within this span of time make one frame of RTTs (the default report period).
 FRAME_US = 5_000_000
-#: Frames kept for the latency objective: 10 minutes at one frame per 5 s.
-FRAMES = 120
 
 
 class Measurements:
-    """Latencies, coordinates, rates and loads of ``servers``, updated one report at a time."""
+    """Latencies, coordinates, rates and loads of ``servers``, updated one report at a time; frames
+    of RTTs over the last ``window_us`` (none when 0)."""
 
-    def __init__(self, servers: tuple[str, ...], estimate: Workload, rng: Any):
+    def __init__(self, servers: tuple[str, ...], estimate: Workload, rng: Any, *, window_us: int = 0):
         n = len(servers)
         self.servers = servers
         self._index = {s: i for i, s in enumerate(servers)}
@@ -52,7 +52,9 @@ class Measurements:
         self._rtt = np.full((n, n, _FILTER), np.nan)
         self._rtt_count = np.zeros((n, n), dtype=np.int64)
         self._latest = np.full((n, n), np.nan)             # every pair's last reported RTT
-        self._frames: collections.deque[tuple[int, np.ndarray]] = collections.deque(maxlen=FRAMES)
+        self._frames: collections.deque[tuple[int, np.ndarray]] = collections.deque()
+        self._window_frames = -(-window_us // FRAME_US)     # frames of time kept (ceiling)
+        self._first_report: int | None = None
         self.vivaldi = Vivaldi(n, rng)
         self._fitted = -1                                 # measured pairs at the last fit
         self._reported_load = np.zeros(n)
@@ -72,7 +74,10 @@ class Measurements:
             self._rtt[i, j, self._rtt_count[i, j] % _FILTER] = rtt
             self._rtt_count[i, j] += 1
             self._latest[i, j] = rtt
-        self._frame(now)
+        if self._first_report is None:
+            self._first_report = now
+        if self._window_frames:
+            self._frame(now)
         if _number(report.load) and _number(report.capacity) and report.capacity > 0:
             self._reported_load[i], self.capacity[i] = report.load, report.capacity
         else:
@@ -128,6 +133,12 @@ class Measurements:
             self._frames[-1] = (at, self._latest.copy())
         else:
             self._frames.append((at, self._latest.copy()))
+        while self._frames[0][0] <= at - self._window_frames:
+            self._frames.popleft()
+
+    def history_us(self, now: int) -> int:
+        """How long this coordinator has been receiving reports (what its frames can cover)."""
+        return 0 if self._first_report is None else now - self._first_report
 
     def frames_ms(self, network: Network) -> np.ndarray | None:
         """One-way latencies per frame, n × n × F (oldest frame first): a pair's RTT of that frame,

@@ -17,6 +17,7 @@ from replicast.placement.constraints import DeployConfig
 from replicast.placement.coordinator import CoordinatorConfig, CoordinatorCore, elect
 from replicast.placement.decisions import Connect, Deploy, Disconnect, Remove
 from replicast.placement.gc import GCConfig
+from replicast.placement.objective import LatencyObjective
 from replicast.placement.reports import InputReport, ServerReport
 from tests.placement.instances import chain
 
@@ -355,3 +356,18 @@ def test_a_deployed_coordinator_that_loses_its_quorum_collects_and_revives_nothi
         cluster.run(10)
         decisions += step(core, cluster, t * SEC)
     assert any(d.reason == "gc" for d in decisions)
+
+
+def test_under_a_latency_objective_gc_waits_for_a_whole_window_of_rtts():
+    """The objective's p99 is over the frames of its window: GC before the coordinator has that much
+    history would judge a tail from a few calm frames, and without revival its decision is final."""
+    objective = LatencyObjective(within_percent=1000, window_s=120)
+    core, cluster, _ = started(gc=GCConfig(kmin=2, theta=0.0), objective=objective, revival=False)
+    decisions = []
+    for t in range(20, 300, 10):
+        cluster.run(10)
+        decisions += [(t, d) for d in step(core, cluster, t * SEC)]
+    assert core.counters["gc_waiting_history"] >= 1                 # the round at 70 s: 60 s of reports
+    assert decisions and min(t for t, _ in decisions) >= 10 + 120     # reports from 10 s on
+    assert all(d.reason == "gc" for _, d in decisions)
+    cluster.deployment_matches(core)

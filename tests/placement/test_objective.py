@@ -10,7 +10,7 @@ import pytest
 
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.gc import GCConfig, collect
-from replicast.placement.measurements import FRAME_US, FRAMES, Measurements
+from replicast.placement.measurements import FRAME_US, Measurements
 from replicast.placement.objective import LatencyObjective, Objective, arrivals, repair, tail
 from replicast.placement.reports import ServerReport
 from replicast.placement.revival import Collected
@@ -117,7 +117,7 @@ def test_reports_of_one_frame_of_time_make_one_frame_of_rtts():
     """Measurements.frames_ms: the reports received within FRAME_US make one frame (each pair's latest
     RTT then), an unreported direction takes the reverse one, a pair never measured the network's."""
     workload = chain(0, 2)
-    m = Measurements(("s0", "s1", "s2"), workload, random.Random(1))
+    m = Measurements(("s0", "s1", "s2"), workload, random.Random(1), window_us=10 * FRAME_US)
     assert m.frames_ms(line_network([0, 1, 2])) is None
     m.add(ServerReport("s0", {"s1": 10.0}), now=1)
     m.add(ServerReport("s1", {"s2": 40.0}), now=FRAME_US - 1)             # the same frame
@@ -128,6 +128,7 @@ def test_reports_of_one_frame_of_time_make_one_frame_of_rtts():
     assert frames[0, 1].tolist() == [5.0, 15.0] and frames[1, 0].tolist() == [5.0, 15.0]
     assert frames[1, 2].tolist() == [20.0, 20.0] and frames[2, 1].tolist() == [20.0, 20.0]
     assert frames[0, 2].tolist() == [200.0, 200.0] and frames[1, 1].tolist() == [0.0, 0.0]
-    for k in range(FRAMES + 5):
+    assert m.history_us(FRAME_US + 1) == FRAME_US
+    for k in range(15):                                                   # only the window's frames are kept
         m.add(ServerReport("s0", {"s1": 10.0}), now=(k + 2) * FRAME_US)
-    assert m.frames_ms(network).shape == (3, 3, FRAMES)
+    assert m.frames_ms(network).shape == (3, 3, 10)
