@@ -15,9 +15,12 @@ holds).  The coordinator turns it into decisions with its model of each applicat
   (p99), and a replicated deployment's tail is the quantile over time of the *minimum* over its
   paths, well below the minimum of the paths' tails.  So the model is evaluated once per frame of
   the RTTs the servers reported at the same time (``Measurements.frames_ms``), every replica's
-  arrival a vector over the frames, and an application's latency is the :data:`QUANTILE` of its
-  arrivals over the frames — for the static deployment and the collected one alike, so redundancy
-  shows in the modelled tail the way it does in the measured one (docs/placement.md).
+  arrival a vector over the frames.  The static deployment's latency is the :data:`QUANTILE` of its
+  arrivals over the frames; a collected deployment's is that times the :data:`QUANTILE` over the
+  frames of its slowdown against static *in the same frame* — if it is at most ``c`` times static in
+  (nearly) every frame, its p99 is at most ``c`` times static's.  Comparing frame by frame keeps a
+  moment when every path is slow (a busy server delays every heartbeat it answers) from hiding a
+  path that GC removed, which comparing the two tails did (docs/placement.md).
 * **Reference** (:func:`reference`): the same model over the *static* deployment, i.e. the live one
   plus every collected stream and operator replica whose server is up, under today's latencies, so
   "within X % of static" follows the network as it changes.
@@ -126,6 +129,15 @@ def arrivals(deployment: Deployment, network: Network, workload: Workload,
             for app in workload.applications}
 
 
+def slowdown(latency: np.ndarray, static: np.ndarray, quantile: float = QUANTILE) -> float:
+    """The ``quantile`` over frames of ``latency / static`` (1 in a frame where both are 0 or static is
+    unreachable, inf where only ``latency`` is)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(np.isfinite(static) & (static > 0), latency / static,
+                         np.where(np.isfinite(latency) | ~np.isfinite(static), 1.0, np.inf))
+    return float(np.quantile(ratio, quantile, method="higher"))
+
+
 def tail(latencies: Mapping[str, float | np.ndarray], quantile: float = QUANTILE) -> dict[str, float]:
     """Each application's latency as one number: itself, or its ``quantile`` over frames (the higher
     of two neighbouring frames, never an interpolation, so an outage frame (inf) counts as inf)."""
@@ -151,11 +163,11 @@ def static_deployment(deployment: Deployment, collected: Collected, workload: Wo
 
 def reference(deployment: Deployment, collected: Collected, network: Network, workload: Workload, live: set[int],
               delays_ms: Mapping[StreamReplica, float] | None = None,
-              frames_ms: np.ndarray | None = None) -> dict[str, float]:
+              frames_ms: np.ndarray | None = None) -> dict[str, float | np.ndarray]:
     """Each application's modelled latency in the static deployment (:func:`static_deployment`); over
-    ``frames_ms`` (n × n × F), its :data:`QUANTILE` over the frames."""
-    return tail(arrivals(static_deployment(deployment, collected, workload, live), network, workload, delays_ms,
-                         latency_ms=frames_ms))
+    ``frames_ms`` (n × n × F), one per frame."""
+    return arrivals(static_deployment(deployment, collected, workload, live), network, workload, delays_ms,
+                    latency_ms=frames_ms)
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,7 @@ class Objective:
     bounds: Mapping[str, float]
     static: Mapping[str, float]
     frames_ms: np.ndarray | None = None
+    static_frames: Mapping[str, np.ndarray] | None = None     # the static latency per frame
 
     def goals(self) -> dict[str, float]:
         """What revival aims at: half-way between the static latency and the bound, so that the next
@@ -183,13 +196,20 @@ class Objective:
     def now(cls, objective: LatencyObjective, deployment: Deployment, collected: Collected, network: Network,
             workload: Workload, live: set[int], delays_ms: Mapping[StreamReplica, float],
             frames_ms: np.ndarray | None = None) -> "Objective":
-        static = reference(deployment, collected, network, workload, live, delays_ms, frames_ms)
-        return cls(objective, deployment, network, workload, delays_ms, objective.bounds(static), static, frames_ms)
+        per_frame = reference(deployment, collected, network, workload, live, delays_ms, frames_ms)
+        static = tail(per_frame)
+        return cls(objective, deployment, network, workload, delays_ms, objective.bounds(static), static, frames_ms,
+                   per_frame if frames_ms is not None else None)
 
     def latencies(self, without: Removal = _NOTHING, deployment: Deployment | None = None) -> dict[str, float]:
-        """Each application's modelled latency in ``deployment`` (default: this one) less ``without``."""
-        return tail(arrivals(self.deployment if deployment is None else deployment, self.network, self.workload,
-                             self.delays_ms, without, latency_ms=self.frames_ms))
+        """Each application's modelled latency in ``deployment`` (default: this one) less ``without``:
+        over frames, its static latency times its :func:`slowdown` against static frame by frame."""
+        modelled = arrivals(self.deployment if deployment is None else deployment, self.network, self.workload,
+                            self.delays_ms, without, latency_ms=self.frames_ms)
+        if self.static_frames is None:
+            return tail(modelled)
+        return {app: self.static[app] * slowdown(v, self.static_frames[app]) if math.isfinite(self.static[app])
+                else tail({app: v})[app] for app, v in modelled.items()}
 
     def excess(self, latencies: Mapping[str, float], bounds: Mapping[str, float] | None = None) -> float:
         """How far (ms) the worst application is over its bound; ≤ 0 when the objective holds."""
