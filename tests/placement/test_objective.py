@@ -132,3 +132,22 @@ def test_reports_of_one_frame_of_time_make_one_frame_of_rtts():
     for k in range(15):                                                   # only the window's frames are kept
         m.add(ServerReport("s0", {"s1": 10.0}), now=(k + 2) * FRAME_US)
     assert m.frames_ms(network).shape == (3, 3, 10)
+
+
+def test_over_frames_a_moment_when_every_path_is_slow_does_not_hide_a_removed_path():
+    """Frame 0: every link from e's server 2 s slower (a busy server answers every heartbeat late);
+    frames 1-2 as the network says.  The tails alone (2,020 ms static, 2,180 ms with the fast way
+    removed) differ by 8 %; frame by frame the slow way is 9 times static, so within 25 % GC keeps it."""
+    deployment, network, workload = two_paths()
+    frames = np.repeat(network.latency_ms[:, :, None], 3, axis=2)
+    frames[0, 1:, 0] += 2000.0
+    frames[1:, 0, 0] += 2000.0
+    objective = Objective.now(LatencyObjective(within_percent=25), deployment, Collected(), network, workload,
+                              {0, 1, 2, 3}, {}, frames)
+    fast_way = Removal(replicas=frozenset({O0}),
+                       streams=frozenset(s for s in deployment.streams if O0 in (s.source, s.target)))
+    assert objective.static == {"a": 2020.0}
+    assert tail(arrivals(deployment, network, workload, without=fast_way, latency_ms=frames)) == {"a": 2180.0}
+    assert objective.latencies(fast_way) == {"a": pytest.approx(2020.0 * 9)}
+    assert not objective.admits(fast_way)
+    assert objective.latencies() == {"a": 2020.0}
