@@ -326,8 +326,9 @@ def _objective_note(objective: float | None) -> str:
     if objective is None:
         return "No latency objective."
     return (f"Latency objective: p99 at the application within {objective:g} % of static; the coordinator checks "
-            f"it on its model of each application's latency (earliest arrival over the live paths, "
-            f"placement/objective.py), so the measured p99 can still miss it.")
+            f"it on its model of each application's latency (earliest arrival over the live paths, evaluated on "
+            f"every frame of the RTTs reported over the last 10 minutes, placement/objective.py) and collects "
+            f"nothing before it has those 10 minutes, so the measured p99 can still miss it.")
 
 
 def _revival_note(variant: str, rows: list[dict]) -> str:
