@@ -45,6 +45,8 @@ def test_bounds_relative_absolute_or_both():
         LatencyObjective()
     with pytest.raises(ValueError, match="bound_ms must be a number >= 0"):
         LatencyObjective(bound_ms=-1)
+    with pytest.raises(ValueError, match="window_s must be a number > 0, got 0"):
+        LatencyObjective(within_percent=25, window_s=0)
 
 
 def test_gc_stops_where_the_objective_would_break():
