@@ -30,6 +30,7 @@ A few seeds run in CI (``tests/simulator/test_coordinator_hunt.py``); hundreds b
     python3 -m tests.simulator.hunt --seeds 300            # seeds 0-299; prints each failing schedule
     python3 -m tests.simulator.hunt --seed 17 -v           # one seed, its schedule and its outcome
     python3 -m tests.simulator.hunt --setup sim-fig1 --seeds 100   # examples/sim-fig1-placement.toml
+    python3 -m tests.simulator.hunt --setup sim-fig1 --seeds 300 --jobs 16   # seeds in 16 processes
 
 Two setups (``--setup``): ``fig1`` (above; the Fig. 1 query has time and count windows) and
 ``sim-fig1``: ``examples/sim-fig1-placement.toml`` (30 servers, a source of each kind on every
@@ -272,11 +273,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="fig1: the Fig. 1 query on 16 servers (default); sim-fig1: "
                              "examples/sim-fig1-placement.toml at kmax 3 / kmin 2")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every schedule, not only failures")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="schedules simulated at once, in as many processes (default 1); each prints when done")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failures = 0
-    for seed in seeds:
-        outcome = run_schedule(schedule(seed, args.setup))
+    for outcome in _outcomes(seeds, args.setup, args.jobs):
         if not outcome.exact or args.verbose:
             print(f"{'ok  ' if outcome.exact else 'FAIL'} {outcome.schedule.describe()} -> delivered "
                   f"{outcome.delivered}, missing {outcome.missing}, extra {outcome.extra}, decisions "
@@ -284,6 +288,21 @@ def main(argv: list[str] | None = None) -> int:
         failures += not outcome.exact
     print(f"{failures} of {len(seeds)} schedules did not deliver exactly the reference")
     return 1 if failures else 0
+
+
+def _outcome(seed: int, setup: str) -> Outcome:
+    return run_schedule(schedule(seed, setup))
+
+
+def _outcomes(seeds, setup: str, jobs: int):
+    """Each seed's outcome: in seed order with one job, else as the ``jobs`` worker processes finish them."""
+    if jobs == 1:
+        yield from (_outcome(seed, setup) for seed in seeds)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from (future.result() for future in as_completed([pool.submit(_outcome, s, setup) for s in seeds]))
 
 
 if __name__ == "__main__":
