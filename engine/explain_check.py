@@ -6,7 +6,7 @@ in :func:`engine.replay.scheduled_replay` — every stream replica a FIFO channe
 seeded delay, all deliveries interleaved by the seed, and up to two replicas crashing for good at
 random times — on sample records of every source, and compares each run with the one-copy
 reference (``replay --check``'s comparison).  A predicted divergence must show within the seeds
-given (the issue's bar: 1,000); a predicted agreement must hold on all of them (10,000).
+given (1,000: docs/explain.md, "Checked"); a predicted agreement must hold on all of them (10,000).
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ class NodeMetrics:
                                      ["app"], registry=self.registry)
         self.refused = Gauge("replicast_refused_connections", "connections refused by the handshake",
                              registry=self.registry)
-        # Failures the driver survives (issue 11): each is also one log line.
+        # Failures the driver survives (docs/node.md, "Nothing a peer, a source or a sink does stops a
+        # node"): each is also one log line.
         self.task_failures = Counter("replicast_task_failures", "unexpected exceptions in a driver task (restarted)",
                                      ["task"], registry=self.registry)
         self.links_dropped = Counter("replicast_links_dropped", "links closed by this node, by reason",

@@ -1,4 +1,4 @@
-"""MQTT input without second occurrences from QoS-1 redelivery (issue 11, item 8).
+"""MQTT input without second occurrences from QoS-1 redelivery (docs/node.md, "QoS-1 redelivery"; §IV-B).
 
 QoS 1 is at-least-once: when the connection breaks after the broker sent a PUBLISH but before it
 got our PUBACK, it sends the message again after we reconnect (same session), with the same packet

@@ -1,4 +1,5 @@
-"""Supervised asyncio tasks: no driver task may die silently (issue 11, items 3–4).
+"""Supervised asyncio tasks: no driver task may die silently (docs/node.md, "Nothing a peer, a
+source or a sink does stops a node").
 
 Every long-running task of a node (a dial loop per peer, the MQTT client, the metrics refresher)
 runs under :class:`Supervisor`.  An unexpected exception is logged with the task's name and the
