@@ -1,4 +1,4 @@
-"""Issue 10 in the simulator: restart faults for every operator kind, then the peers die for good;
+"""docs/lifecycle.md in the simulator: restart faults for every operator kind, then the peers die for good;
 replicas added and removed mid-stream.  The restarted (or added) replicas join through the same node
 core as on TCP (snapshots, epochs, stream heads) and every application receives exactly the
 reference (§III replication transparency)."""
