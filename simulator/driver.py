@@ -155,7 +155,7 @@ class SimNode:
             return                                    # stale: the timer was re-armed since
         self._timer_when = None
         now = self.now()
-        if self.core.coordination is not None and now > self._load_at[0]:
+        if now > self._load_at[0]:                    # the core's placement plug-in takes it or drops it
             at, work = self._load_at
             self.core.set_load((self.work_us - work) / (now - at))
             self._load_at = (now, self.work_us)

@@ -82,8 +82,7 @@ class Health:
     def refresh(self) -> None:
         self._before_refresh()
         self.metrics.mqtt_connected.set(1 if self._mqtt_connected() else 0)
-        if self.core.coordination is not None:
-            self._measure_load()
+        self._measure_load()                     # the core's placement plug-in takes it or drops it
         self.metrics.refresh(self.core.statistics())
         ready = self.is_ready()
         self.metrics.ready.set(1 if ready else 0)

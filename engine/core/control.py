@@ -28,11 +28,12 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.events import ControlRefused
-from replicast.engine.core.hosted import Hosted, Inbound, Route
+from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route
+from replicast.engine.core.intents import Intent
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.stamper import StampState
@@ -74,19 +75,17 @@ class Control:
         self.out, self.counters, self.restarted, self.new_epoch = outbox, counters, restarted, new_epoch
         self.sender, self.receiver, self.lifecycle, self.stamper = sender, receiver, lifecycle, stamper
         self.failover, self.pairs = failover, pairs
-        #: The last refusal, one line (rule 4).
-        self.last_refusal: str | None = None
         self.to_tell: dict[str, list[DisconnectStream]] = {}    # rule 3: for nodes not connected now
         self.policy = ControlPolicy(outbox.name, hosted, inbound, stamper.peer_stream)   # rule 5
 
     def guarded(self, handler: Callable) -> Callable:
         """``handler`` behind the policy (rule 5): what the policy refuses is counted, not applied."""
-        def apply(src: str, message, now: int) -> None:
+        def apply(src: str, message, now: int):
             reason = self.policy.refusal(src, message)
             if reason is None:
-                handler(src, message, now)
-            else:
-                self._refuse(reason, src)
+                return handler(src, message, now)           # its intents, for the node core to route
+            self._refuse(reason, src)
+            return None
         return apply
 
     def new_logic(self, replica: ReplicaId) -> OperatorReplica | None:
@@ -120,7 +119,8 @@ class Control:
                                                     self.new_epoch(now))
         if self.options.trace_paths:
             hosted.hop = (f"{replica}@{self.out.name}",)
-        hosted.fresh = src == self.out.name and not self.restarted       # from a first start's own configuration
+        if src == self.out.name and not self.restarted:                 # a first start's own configuration
+            hosted.origin = Origin.FIRST_START
         self.pairs.attach(hosted)
         if entry is not None and entry.mode == "entry":
             hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
@@ -180,7 +180,9 @@ class Control:
             inbound = self.inbound[stream] = Inbound(message.source_node, now)
             self.receiver.request(stream, inbound, target)
 
-    def disconnect(self, src: str, message: DisconnectStream, now: int) -> None:
+    def disconnect(self, src: str, message: DisconnectStream, now: int) -> Iterator[Intent]:
+        """Rules 3, 6; yields the failover plug-in's request of the stream its port follows next
+        (:mod:`engine.core.intents` rule 2)."""
         stream = message.stream
         if self.stamper.peer_stream(stream):
             for mine, other in ((stream.source, stream.target), (stream.target, stream.source)):
@@ -189,7 +191,7 @@ class Control:
                     self.stamper.disconnect_peer(hosted, other.index, now)
             return
         if self.inbound.pop(stream, None) is not None:
-            self.failover.disconnected(stream)
+            yield from self.failover.disconnected(stream)
             target = self.hosted.get(stream.target)
             if target is not None and target.logic is not None \
                     and target.state in (ReplicaState.LIVE, ReplicaState.REBUILDING):
@@ -211,5 +213,4 @@ class Control:
 
     def _refuse(self, reason: str, src: str) -> None:
         self.counters["refused_control"] += 1
-        self.last_refusal = f"node {self.out.name}: {reason}"
         self.out.event(ControlRefused(src, reason))

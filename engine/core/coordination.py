@@ -157,6 +157,10 @@ class Coordination:
                 self.counters["decisions_undelivered"] += 1
 
     # -- statistics -------------------------------------------------------------------------------
+    def placement_statistics(self) -> dict[str, Any]:
+        """This node's entry in ``NodeCore.statistics()``: ``{"placement": statistics()}``."""
+        return {"placement": self.statistics()}
+
     def statistics(self) -> dict[str, Any]:
         """Plain data for ``NodeCore.statistics()["placement"]``."""
         out: dict[str, Any] = {"coordinator": self.elected, "coordinating": self.coordinator is not None,

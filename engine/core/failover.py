@@ -37,11 +37,12 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Iterator
 
 from replicast.engine.core.events import ReplicaChanged
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.intents import NONE, CheckPort, Intent, RequestStream
 from replicast.engine.core.modes import preference
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import InboundEvent, InboundState, ReplicaState, advance
@@ -68,28 +69,26 @@ class AllFeed:
     def restored(self, hosted: Hosted) -> None:
         pass
 
-    def disconnected(self, stream: StreamReplica) -> None:
-        pass
+    def disconnected(self, stream: StreamReplica) -> tuple[Intent, ...]:
+        return NONE
 
     def forget(self, replica: ReplicaId) -> None:
         pass
 
-    def check(self, now: int) -> None:
-        pass
+    def check(self, now: int) -> tuple[Intent, ...]:
+        return NONE
 
 
 class Failover:
     """Which upstream replica each port of one node's hosted replicas follows.  It reads the hosted
     replicas and inbound stream replicas, the failure detector (:class:`~engine.core.heard.Heard`),
-    sends through the outbox, and asks the receiver to ``request`` a stream and the lifecycle to
-    ``check_port`` (callbacks: it never holds either)."""
+    and sends through the outbox.  What it asks of the receiver (request a stream the port now
+    follows) and of the lifecycle (check a port with nothing to switch to) it yields as intents
+    from :meth:`check` and :meth:`disconnected` (:mod:`engine.core.intents`): it holds neither."""
 
     def __init__(self, hosted: dict[ReplicaId, Hosted], inbound: dict[StreamReplica, Inbound], outbox: Outbox,
-                 counters: dict[str, int], heard: Heard,
-                 request: Callable[[StreamReplica, Inbound, Hosted], None],
-                 check_port: Callable[[Hosted, int, int], None]):
+                 counters: dict[str, int], heard: Heard):
         self.hosted, self.inbound, self.out, self.counters, self.heard = hosted, inbound, outbox, counters, heard
-        self.request, self.check_port = request, check_port
         self.active: dict[Port, ReplicaId] = {}        # (replica, port) -> upstream replica it follows
         self.told: dict[StreamReplica, int] = {}       # standby stream replica -> punctuation last told
 
@@ -129,8 +128,9 @@ class Failover:
             if stream.target == hosted.replica and inbound.state is InboundState.FOLLOWING:
                 self.active[(stream.target, stream.port)] = stream.source
 
-    def disconnected(self, stream: StreamReplica) -> None:
-        """``stream`` was disconnected: if its port followed it, the port takes its next preference."""
+    def disconnected(self, stream: StreamReplica) -> Iterator[Intent]:
+        """``stream`` was disconnected: if its port followed it, the port takes its next preference
+        (yields the request for it: :mod:`engine.core.intents` rule 2)."""
         key = (stream.target, stream.port)
         if self.active.get(key) != stream.source:
             return
@@ -140,7 +140,7 @@ class Failover:
             if hosted is not None and (other.target, other.port) == key and self.follows(other, hosted):
                 if inbound.state is InboundState.STANDBY:
                     inbound.state = advance(inbound.state, InboundEvent.FOLLOW)
-                self.request(other, inbound, hosted)
+                yield RequestStream(other, inbound, hosted)
 
     def forget(self, replica: ReplicaId) -> None:
         """``replica`` was removed."""
@@ -148,9 +148,11 @@ class Failover:
             del self.active[key]
 
     # -- rule 3: the failure detector -------------------------------------------------------------
-    def check(self, now: int) -> None:
+    def check(self, now: int) -> Iterator[Intent]:
         """Switch every port whose followed upstream's node is suspected (rule 3) or whose followed
-        stream is complete only above the port (rule 4); called at heartbeat ticks."""
+        stream is complete only above the port (rule 4); called at heartbeat ticks.  Yields the
+        requests of the streams switched to and the checks of ports with nothing to switch to
+        (:mod:`engine.core.intents` rule 2: each is routed before the next port is looked at)."""
         followed = {}
         for stream, inbound in self.inbound.items():
             if self.active.get((stream.target, stream.port)) == stream.source:
@@ -163,15 +165,15 @@ class Failover:
                 choice = self._choose(key, suspected)
                 if choice != self.active[key]:
                     seconds = (now - self.heard.last_heard(node, self.heard.started)) / 1e6
-                    self._switch(key, choice, f"nothing heard from node {node} for {seconds:.1f} s")
+                    yield from self._switch(key, choice, f"nothing heard from node {node} for {seconds:.1f} s")
             elif inbound.state is InboundState.FOLLOWING and self.above_port(key, inbound):
                 choice = self._whole(key, now)
                 hosted = self.hosted[key[0]]
                 if choice is None and hosted.state in (ReplicaState.LIVE, ReplicaState.REBUILDING):
-                    self.check_port(hosted, key[1], now)     # nothing to switch to: it rejoins if stuck
+                    yield CheckPort(hosted, key[1])          # nothing to switch to: it rejoins if stuck
                 elif choice != self.active[key]:
-                    self._switch(key, choice, f"{self.active[key]}'s stream is complete only above the port's "
-                                              f"punctuation")
+                    yield from self._switch(key, choice, f"{self.active[key]}'s stream is complete only above "
+                                                         f"the port's punctuation")
 
     def above_port(self, key: Port, inbound: Inbound) -> bool:
         """Whether the stream replica of ``inbound`` is known to be complete only above where port
@@ -200,7 +202,7 @@ class Failover:
                      and not self.heard.suspected(candidates[r].node, now)
                      and not self.above_port(key, candidates[r])), None)
 
-    def _switch(self, key: Port, choice: ReplicaId, why: str) -> None:
+    def _switch(self, key: Port, choice: ReplicaId, why: str) -> Iterator[Intent]:
         target, port = key
         old = self.active[key]
         self.active[key] = choice
@@ -214,4 +216,4 @@ class Failover:
                 self.stand_by(stream, inbound, hosted)
             elif stream.source == choice:
                 inbound.state = advance(inbound.state, InboundEvent.FOLLOW)
-                self.request(stream, inbound, hosted)
+                yield RequestStream(stream, inbound, hosted)

@@ -6,6 +6,7 @@ log), :mod:`engine.core.receiver` (inbound positions), :mod:`engine.core.lifecyc
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from replicast.engine.core.output_log import OutputLog
@@ -20,6 +21,16 @@ if TYPE_CHECKING:
     from replicast.operators.replica import OperatorReplica
 
 KINDS = ("entry", "operator", "application")
+
+
+class Origin(Enum):
+    """What deployed a replica here, set once (lifecycle rule 5, pairs rule 1, stamper)."""
+
+    #: Its node's first start, from the node's own configuration: the cluster is starting, so an
+    #: entry point with no live peer claims its whole stream and a pair's roles follow the indexes.
+    FIRST_START = "first start"
+    #: A restart, or a deployment mid-stream (a coordinator's, a revival): what it missed is unknown.
+    LATER = "later"
 
 
 class Route:
@@ -70,7 +81,7 @@ class Hosted:
         self.records_out = 0
         self.stamp: "StampState | None" = None         # entry-stamped mode: its part in the view (stamper)
         self.joining: "Joining | None" = None          # progress of a join (lifecycle)
-        self.fresh = False                             # deployed by its node's first start (lifecycle rule 5)
+        self.origin = Origin.LATER                     # what deployed it (set by control)
         self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier
         self.horizon: int | None = None                # rebuilding: outputs complete above it
         self.restored: tuple[int, ...] | None = None   # its ports' punctuations when a snapshot was restored

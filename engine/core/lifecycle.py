@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ReplicaChanged, SinkRestarted
-from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.hosted import Hosted, Inbound, Origin
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.output_log import OutputLog
 from replicast.engine.core.states import (InboundEvent, InboundState, JoinEvent, JoinPhase, PortVerdict, ReplicaEvent,
@@ -76,7 +76,6 @@ if TYPE_CHECKING:
     from replicast.engine.core.events import NodeOptions
     from replicast.engine.core.failover import AllFeed, Failover
     from replicast.engine.core.pairs import Pairs, Unpaired
-    from replicast.engine.core.receiver import Receiver
     from replicast.engine.core.sender import Sender
     from replicast.operators.replica import OperatorReplica
 
@@ -99,18 +98,24 @@ class Lifecycle:
     """Replica states of one node's hosted replicas.  It reads the node's options, the hosted
     replicas and the inbound table, sends through the outbox, and drives what a join or rebuild
     needs from the others: the sender's logs (serving, trimming, emitting), the receiver's requests
-    and acknowledgement holds, the mode's plug-ins (failover, pairs), a new incarnation's epoch and
-    operator input (``new_epoch``, ``new_logic``), an entry-stamped start (``stamper_start``) and
-    an entry point's held source items (``release_held``)."""
+    (``request_inputs``: every input of a replica) and acknowledgement holds (``hold_acks``), the
+    mode's plug-ins (failover, pairs), a new incarnation's epoch and operator input (``new_epoch``,
+    ``new_logic``), an entry-stamped start (``stamper_start``) and an entry point's held source
+    items (``release_held``).  Nothing below it calls it back: the receiver's and the plug-ins'
+    port checks, horizons and adopted frontiers come as intents the node core routes to
+    :meth:`check_port`, :meth:`check_horizon` and :meth:`adopt` (:mod:`engine.core.intents`)."""
 
     def __init__(self, options: "NodeOptions", hosted: dict[ReplicaId, Hosted],
                  inbound: dict[StreamReplica, Inbound], outbox: Outbox, counters: dict[str, int], *,
-                 sender: "Sender", receiver: "Receiver", failover: "Failover | AllFeed", pairs: "Pairs | Unpaired",
+                 sender: "Sender", request_inputs: Callable[[Hosted], None],
+                 hold_acks: Callable[[StreamReplica, int, int], None],
+                 failover: "Failover | AllFeed", pairs: "Pairs | Unpaired",
                  new_epoch: Callable[[int, int | None], int],
                  new_logic: "Callable[[ReplicaId], OperatorReplica | None]",
                  stamper_start: Callable[[Hosted, int], None], release_held: Callable[..., None]):
         self.options, self.hosted, self.inbound, self.out, self.counters = options, hosted, inbound, outbox, counters
-        self.sender, self.receiver, self.failover, self.pairs = sender, receiver, failover, pairs
+        self.sender, self.failover, self.pairs = sender, failover, pairs
+        self.request_inputs, self.hold_acks = request_inputs, hold_acks
         self.new_epoch, self.new_logic = new_epoch, new_logic
         self.stamper_start, self.release_held = stamper_start, release_held
         self.joining: set[ReplicaId] = set()          # hosted replicas in JOINING (timers are theirs)
@@ -131,10 +136,10 @@ class Lifecycle:
             return
         timeout = self.options.join_timeout_us
         hosted.joining = Joining(now + timeout, donors)
-        if hosted.kind == "entry" and hosted.entry.mode == "source" and not hosted.fresh:
+        if hosted.kind == "entry" and hosted.entry.mode == "source" and hosted.origin is not Origin.FIRST_START:
             hosted.joining.source_wait = now + timeout    # rule 5: until its source delivers something
         self.joining.add(hosted.replica)
-        self.receiver.request_all(hosted)
+        self.request_inputs(hosted)
         self.step(hosted, now)
 
     def step(self, hosted: Hosted, now: int) -> None:
@@ -236,7 +241,7 @@ class Lifecycle:
                     route.acked = inbound.next
                     self.sender.retrim(upstream)
             else:
-                self.receiver.hold_acks(stream, inbound.next, until)
+                self.hold_acks(stream, inbound.next, until)
 
     def snapshot(self, donor: Hosted) -> dict[str, Any]:
         """``donor``'s state at this instant (rule 2), as plain data."""
@@ -293,7 +298,7 @@ class Lifecycle:
         self.failover.restored(hosted)
         self.pairs.restored(hosted, message.donor, state.get("pair"))
         self._change(hosted, ReplicaEvent.RESTORED, f"restored from {message.donor}'s snapshot")
-        self.receiver.request_all(hosted)
+        self.request_inputs(hosted)
         self.sender.serve_parked(hosted)
         if hosted.kind == "entry":
             self.release_held(hosted, now, covered, copied)
@@ -353,7 +358,7 @@ class Lifecycle:
                 inbound.state = advance(inbound.state, InboundEvent.REBUILD)
         if hosted.kind == "entry":                    # rule 5
             # A first start's entry point has the whole stream; any other knows it from its first punctuation.
-            hosted.log.frontier = NO_PUNCTUATION if hosted.fresh else None
+            hosted.log.frontier = NO_PUNCTUATION if hosted.origin is Origin.FIRST_START else None
             self._change(hosted, ReplicaEvent.CLAIMED, reason)
             self.sender.serve_parked(hosted)
             self.release_held(hosted, now)
@@ -362,7 +367,7 @@ class Lifecycle:
             self._change(hosted, ReplicaEvent.NO_PEER, reason)
             if hosted.kind == "application":          # it delivers all it adopts: ids count afresh
                 self.out.event(SinkRestarted(hosted.replica.name, None, {}))
-        self.receiver.request_all(hosted)
+        self.request_inputs(hosted)
 
     def adopt(self, hosted: Hosted, port: int, frontier: int, now: int) -> None:
         """Port ``port`` of a rebuilding replica starts above ``frontier`` (rule 3)."""

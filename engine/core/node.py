@@ -26,12 +26,15 @@ Rules of this module (h11 style):
    placement coordinator, and the coordinator itself on the elected node, §V).
 6. Each component is given what it reads — the tables it works on (hosted replicas, inbound
    stream replicas), the :class:`~engine.core.outbox.Outbox`, counters, option values, and
-   callbacks for what it asks another component to do — never this core; no module of
+   callbacks for what it asks a component below it to do — never this core; no module of
    ``engine/core/`` imports this one (``tests/engine/test_core_parts.py``; each is built alone there
-   and in ``tests/engine/test_core_alone.py``).  The engine mode's
-   parts are plug-ins chosen here once: :class:`~engine.core.failover.Failover` or
-   :class:`~engine.core.failover.AllFeed`, :class:`~engine.core.pairs.Pairs` or
-   :class:`~engine.core.pairs.Unpaired`.
+   and in ``tests/engine/test_core_alone.py``).  What a component asks of one above it (the
+   lifecycle, the receiver) it returns as intents, which :meth:`NodeCore._route` hands on
+   (:mod:`engine.core.intents`).  The engine mode's parts are plug-ins chosen here once:
+   :class:`~engine.core.failover.Failover` or :class:`~engine.core.failover.AllFeed`,
+   :class:`~engine.core.pairs.Pairs` or :class:`~engine.core.pairs.Unpaired`; so is placement's,
+   :class:`~engine.core.coordination.Coordination` or
+   :class:`~engine.core.uncoordinated.Uncoordinated`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from replicast.engine.core.events import Event, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, Intent, RequestStream
 from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links
@@ -55,6 +59,7 @@ from replicast.engine.core.stamper import Stamper
 from replicast.engine.core.stamping import Stamping
 from replicast.engine.core.states import InboundState, ReplicaState
 from replicast.engine.core.stats import COUNTERS, Latency, server_report, statistics
+from replicast.engine.core.uncoordinated import Uncoordinated
 from replicast.engine.core.views import PersistVotes, Voter, Votes
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica,
                              DisconnectStream, Heartbeat, Hold, JoinStamping, KeySeals, Mark, Message, NoSnapshot, NotHosted,
@@ -97,7 +102,8 @@ class NodeCore:
         self.latency: dict[str, Latency] = {app: Latency() for app in query.applications}
         self.counters = dict.fromkeys(COUNTERS, 0)
         self._build(now, votes)
-        self.coordination: Coordination | None = None
+        #: Placement's plug-in, chosen once: this node's part in placement (§V) or none.
+        self.coordination: Coordination | Uncoordinated = Uncoordinated(self.counters)
         if coordination is not None:
             from replicast.engine.core.coordination import Coordination    # numpy and placement: only when asked for
             self.coordination = Coordination(self.out, coordination, now, server_report=self.server_report,
@@ -117,28 +123,22 @@ class NodeCore:
         # feeding; process pairs or none.
         self.pairs = Pairs(query, hosted, out, counters, heard,
                            release=lambda h, upto: self.sender.release(h, upto),
-                           emit=lambda *a: self.sender.emit(*a),
-                           check_horizon=lambda h, at: self.lifecycle.check_horizon(h, at)) \
+                           emit=lambda *a: self.sender.emit(*a)) \
             if traits.determinants else Unpaired()
-        self.failover = Failover(hosted, inbound, out, counters, heard,
-                                 request=lambda s, i, h: self.receiver.request(s, i, h),
-                                 check_port=lambda h, port, at: self.lifecycle.check_port(h, port, at)) \
-            if traits.follows_one else AllFeed()
+        self.failover = Failover(hosted, inbound, out, counters, heard) if traits.follows_one else AllFeed()
         self.sender = sender = Sender(hosted, out, counters, self.latency, retention_items=options.retention_items,
                                       join_timeout_us=options.join_timeout_us, standbys=traits.follows_one,
                                       pairs=self.pairs)
         self.receiver = receiver = Receiver(query.schemas, hosted, inbound, out, counters, self.failover,
-                                            ack=self.links.ack, emit=sender.emit,
-                                            check_port=lambda h, port, at: self.lifecycle.check_port(h, port, at),
-                                            check_horizon=lambda h, at: self.lifecycle.check_horizon(h, at),
-                                            adopt=lambda h, port, frontier, at: self.lifecycle.adopt(h, port, frontier, at))
+                                            ack=self.links.ack, emit=sender.emit)
         #: Seals per key (operators/key_seals.py) into and out of the hosted replicas.
         self.key_seals = key_seals = KeySealRelay(hosted, inbound, out, counters, emit=sender.emit)
         self.voter = Voter(set(query.streams), self.incarnation, counters, out, votes)
         self.stamper = stamper = Stamper(query, options, hosted, out, counters, self.incarnation, emit=sender.emit,
                                          serve_parked=sender.serve_parked,
                                          rejoin=lambda h, at, reason: self.lifecycle.rejoin(h, at, reason), voter=self.voter)
-        self.lifecycle = lifecycle = Lifecycle(options, hosted, inbound, out, counters, sender=sender, receiver=receiver,
+        self.lifecycle = lifecycle = Lifecycle(options, hosted, inbound, out, counters, sender=sender,
+                                               request_inputs=receiver.request_all, hold_acks=receiver.hold_acks,
                                                failover=self.failover, pairs=self.pairs, new_epoch=self.new_epoch,
                                                new_logic=lambda replica: self.control.new_logic(replica),
                                                stamper_start=stamper.start,
@@ -162,12 +162,26 @@ class NodeCore:
             ViewBallot: self.voter.on_ballot, ViewReply: self.stamper.views.on_reply,
             ViewDecided: self._on_view_decided, JoinStamping: self.stamper.views.on_join,
             Stamped: self.stamper.on_stamped, StampAck: self.stamper.on_ack, Committed: self.stamper.on_committed,
-            Report: self._on_report,
+            Report: lambda src, m, now: self.coordination.on_report(src, m, now),
         })
         guarded = self.control.guarded              # control rule 5: only from this node or the coordinator
         self._handlers.update({DeployReplica: guarded(self.control.deploy), RemoveReplica: guarded(self.control.remove),
                                ConnectStream: guarded(self.control.connect),
                                DisconnectStream: guarded(self.control.disconnect)})
+        #: Where each intent goes (engine.core.intents): what a component asks of one above it.
+        self._routes: dict[type, Callable[[Any, int], None]] = {
+            RequestStream: lambda i, now: receiver.request(i.stream, i.inbound, i.hosted),
+            CheckPort: lambda i, now: lifecycle.check_port(i.hosted, i.port, now),
+            CheckHorizon: lambda i, now: lifecycle.check_horizon(i.hosted, now),
+            AdoptFrontier: lambda i, now: lifecycle.adopt(i.hosted, i.port, i.frontier, now),
+        }
+
+    def _route(self, intents: Iterable[Intent], now: int) -> None:
+        """Route each intent to the component it is for, before the next is taken
+        (:mod:`engine.core.intents` rule 2)."""
+        routes = self._routes
+        for intent in intents:
+            routes[type(intent)](intent, now)
 
     # -- inputs ---------------------------------------------------------------------------------
     def receive(self, src: str, message: Message, *, now: int) -> None:
@@ -178,14 +192,18 @@ class NodeCore:
         if handler is None:
             self.counters["protocol_errors"] += 1       # a handshake frame: the driver's, never ours
         else:
-            handler(src, message, now)
+            intents = handler(src, message, now)
+            if intents:
+                self._route(intents, now)
         self._drain_local(now)
 
     def apply(self, messages: Iterable[Message], *, now: int) -> None:
         """Apply control messages from the node's own configuration."""
         self._now = now
         for message in messages:
-            self._handlers[type(message)](self.name, message, now)
+            intents = self._handlers[type(message)](self.name, message, now)
+            if intents:
+                self._route(intents, now)
         self._drain_local(now)
 
     def set_coordinator(self, node: str | None) -> None:
@@ -210,8 +228,7 @@ class NodeCore:
         self.pairs.on_peer_up(node)
         self.lifecycle.on_peer_change(node, now)
         self.stamper.on_peer_change(node, now)
-        if self.coordination is not None:
-            self.coordination.elect(now)
+        self.coordination.elect(now)
         self._drain_local(now)
 
     def on_peer_down(self, node: str, *, now: int) -> None:
@@ -223,23 +240,21 @@ class NodeCore:
         self.lifecycle.on_peer_change(node, now)
         self.lifecycle.after_peer_down(node, now)
         self.stamper.on_peer_change(node, now)
-        if self.coordination is not None:
-            self.coordination.elect(now)
+        self.coordination.elect(now)
         self._drain_local(now)
 
     def handle_timer(self, *, now: int) -> None:
         """Acks due, keep-alives, peer time-outs, join deadlines and entry-stamped punctuations due at ``now``."""
         self._now = now
         if self.links.on_timer(now):                 # a heartbeat round: the failure detectors check
-            self.failover.check(now)
+            self._route(self.failover.check(now), now)
             self.pairs.check(now)
         if now >= self._punctuate_at:
             self._punctuate_at = now + self.options.punctuation_us
             self.stamper.punctuate(now)
         self.lifecycle.on_timer(now)
         self.stamper.on_timer(now)
-        if self.coordination is not None:
-            self.coordination.on_timer(now)
+        self.coordination.on_timer(now)
         self._drain_local(now)
 
     # -- outputs --------------------------------------------------------------------------------
@@ -294,8 +309,7 @@ class NodeCore:
             if self.stamper.any:
                 deadlines.append(self._punctuate_at)
             deadlines.append(self.stamper.next_deadline())
-        if self.coordination is not None:
-            deadlines.append(self.coordination.next_timer())
+        deadlines.append(self.coordination.next_timer())
         for deadline in deadlines:
             if deadline is not None and deadline < when:
                 when = deadline
@@ -305,8 +319,7 @@ class NodeCore:
         """Counters per replica and application (plain data, for reports and metrics)."""
         out = statistics(self.hosted, self.inbound, self.lifecycle.probes, self.latency, self.rtt_us, self.counters)
         out["key_seals"], out["stale_key_seals"] = self.key_seals.received, self.key_seals.stale
-        if self.coordination is not None:
-            out["placement"] = self.coordination.statistics()
+        out.update(self.coordination.placement_statistics())
         return out
 
     def server_report(self, now: int, load: float = 0.0, capacity: float = 1.0) -> ServerReport:
@@ -355,13 +368,16 @@ class NodeCore:
             item = local.popleft()
             if len(item) == 2:
                 src, message = item
-                self._handlers[type(message)](src, message, now)
-                continue
-            stream, epoch, offset, records, punctuation, path = item
-            inbound = inbound_of(stream)
-            if inbound is not None and inbound.epoch == epoch and inbound.state is InboundState.FOLLOWING \
-                    and offset <= inbound.next:
-                accept(stream, inbound, self.hosted[stream.target], offset, records, punctuation, now, path)
+                intents = self._handlers[type(message)](src, message, now)
+            else:
+                stream, epoch, offset, records, punctuation, path = item
+                inbound = inbound_of(stream)
+                if inbound is None or inbound.epoch != epoch or inbound.state is not InboundState.FOLLOWING \
+                        or offset > inbound.next:
+                    continue
+                intents = accept(stream, inbound, self.hosted[stream.target], offset, records, punctuation, now, path)
+            if intents:
+                self._route(intents, now)
 
     # -- statistics -----------------------------------------------------------------------------
     def _on_heartbeat(self, src: str, message: Heartbeat, now: int) -> None:
@@ -374,16 +390,10 @@ class NodeCore:
         self.voter.on_decided(message)
         self.stamper.views.on_decided(src, message, now)
 
-    def _on_report(self, src: str, message: Report, now: int) -> None:
-        if self.coordination is None:
-            self.counters["stray_reports"] += 1          # this node takes no part in placement
-        else:
-            self.coordination.on_report(src, message, now)
-
     def set_load(self, load: float, capacity: float = 1.0) -> None:
-        """The CPU this server uses and has (cores), as the driver measured it, for placement reports."""
-        if self.coordination is not None:
-            self.coordination.set_load(load, capacity)
+        """The CPU this server uses and has (cores), as the driver measured it, for placement reports
+        (dropped by a node that takes no part in placement: :mod:`engine.core.uncoordinated`)."""
+        self.coordination.set_load(load, capacity)
 
     def _on_statistics_request(self, src: str, message: StatisticsRequest, now: int) -> None:
         self.out.put(src, Statistics(self.name, self.statistics()))

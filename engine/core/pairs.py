@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
 from replicast.engine.core.heard import Heard
-from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.hosted import Hosted, Origin
+from replicast.engine.core.intents import NONE, CheckHorizon, Intent
 from replicast.engine.core.ledger import Ledger
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import PairEvent, PairRole, ReplicaState, advance
@@ -109,13 +110,14 @@ class Unpaired:
 class Pairs:
     """The pairs of one node's hosted operator replicas.  It reads the query (input widths) and the
     hosted replicas, the failure detector, sends through the outbox, and hands the sender what to
-    ``release`` and ``emit`` and the lifecycle what to ``check_horizon`` (callbacks)."""
+    ``release`` and ``emit`` (callbacks: the sender only asks it a value back, :meth:`held`).  A
+    rebuilding backup's horizon check is an intent for the lifecycle, returned by
+    :meth:`on_determinant` (:mod:`engine.core.intents`)."""
 
     def __init__(self, query: "Query", hosted: dict[ReplicaId, Hosted], outbox: Outbox, counters: dict[str, int],
-                 heard: Heard, release: Callable[[Hosted, int | None], None],
-                 emit: Callable[..., None], check_horizon: Callable[[Hosted, int], None]):
+                 heard: Heard, release: Callable[[Hosted, int | None], None], emit: Callable[..., None]):
         self.query, self.hosted, self.out, self.counters, self.heard = query, hosted, outbox, counters, heard
-        self.release, self.emit, self.check_horizon = release, emit, check_horizon
+        self.release, self.emit = release, emit
         self.pairs: dict[ReplicaId, Pair] = {}
 
     def handlers(self) -> dict:
@@ -134,7 +136,7 @@ class Pairs:
             return
         index, node = partners[0]
         event = PairEvent.ALONE
-        if hosted.fresh:
+        if hosted.origin is Origin.FIRST_START:
             event = PairEvent.PAIRED_FIRST if hosted.replica.index < index else PairEvent.PAIRED_SECOND
         pair = self.pairs[hosted.replica] = Pair(PairRole.SOLO, ReplicaId(hosted.replica.name, index), node)
         self._become(hosted, pair, event)
@@ -230,27 +232,29 @@ class Pairs:
         if upto is not None:
             self.release(self.hosted[ack.primary], upto)
 
-    def on_determinant(self, src: str, message: Determinant, now: int) -> None:
+    def on_determinant(self, src: str, message: Determinant, now: int) -> tuple[Intent, ...]:
+        """Rule 3: a backup takes its primary's step; returns a rebuilding backup's horizon check."""
         hosted, pair = self.hosted.get(message.backup), self.pairs.get(message.backup)
         if hosted is None or pair is None or pair.role is not PairRole.BACKUP or src != pair.node \
                 or hosted.state not in _TAKING:
             self.counters["stale_batches"] += 1        # not (or no longer) its backup, or joining
-            return
+            return NONE
         if message.seq <= pair.seq:
-            return                                     # sent again after a reconnect: taken already
+            return NONE                                # sent again after a reconnect: taken already
         records = self._records(hosted, message)
         if message.seq != pair.seq + 1 or records is None:
             self.counters["protocol_errors"] += 1
             self.out.event(ProtocolError(src, f"determinant {message.seq} for {message.backup} after {pair.seq}, "
                                           f"{'malformed' if records is None else 'out of order'}"))
-            return
+            return NONE
         out, forwarded = hosted.logic.step(message.port, records, message.punctuation)
         pair.ledger.take_theirs(message.port, records, message.punctuation)
         pair.seq = message.seq
         self.out.send(src, DeterminantAck(pair.partner, message.seq))
         self.emit(hosted, out, forwarded, now)
         if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
-            self.check_horizon(hosted, now)
+            return (CheckHorizon(hosted),)
+        return NONE
 
     def _records(self, hosted: Hosted, message: Determinant) -> list[Record] | None:
         """The determinant's records, if they fit the port (else None: malformed)."""

@@ -36,10 +36,11 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from replicast.engine.core.events import ProtocolError
 from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.intents import NONE, AdoptFrontier, CheckHorizon, CheckPort, Intent
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import InboundEvent, InboundState, ReplicaState, advance
 from replicast.engine.messages import Batch, Hold, Mark, NotHosted, Resume, StreamHead
@@ -63,17 +64,16 @@ class Receiver:
     """Inbound stream replicas of one node's hosted replicas.  It reads the streams' schemas, the
     hosted replicas and the inbound table, sends through the outbox, consults the mode's plug-in
     (``failover``: which upstream a port follows), and hands on what it cannot do itself:
-    acknowledgements to :mod:`engine.core.links` (``ack``), outputs to the sender (``emit``), and
-    port checks, horizons and adopted frontiers to the lifecycle (callbacks; it holds neither)."""
+    acknowledgements to :mod:`engine.core.links` (``ack``) and outputs to the sender (``emit``).
+    What it asks of the lifecycle — port checks, horizons, adopted frontiers — it returns as
+    intents (:mod:`engine.core.intents`): :meth:`on_batch`, :meth:`accept`, :meth:`on_head` and
+    :meth:`on_not_hosted` return them, for the node core to route; it never holds the lifecycle."""
 
     def __init__(self, schemas: dict, hosted: dict, inbound: dict[StreamReplica, Inbound], outbox: Outbox,
                  counters: dict[str, int], failover: "Failover | AllFeed",
-                 ack: Callable[[str, StreamReplica, int, int, int], None], emit: Callable[..., None],
-                 check_port: Callable[..., None], check_horizon: Callable[[Hosted, int], None],
-                 adopt: Callable[[Hosted, int, int, int], None]):
+                 ack: Callable[[str, StreamReplica, int, int, int], None], emit: Callable[..., None]):
         self.schemas, self.hosted, self.inbound, self.out, self.counters = schemas, hosted, inbound, outbox, counters
         self.failover, self.ack, self.emit = failover, ack, emit
-        self.check_port, self.check_horizon, self.adopt = check_port, check_horizon, adopt
         #: Installed trace queries' tracepoints (engine.core.tracepoints), set by the node core; None while none.
         self.tracer = None
         #: (stream replica, epoch, offset) -> its counts at that offset, noted at a Mark (rule 5).
@@ -111,20 +111,23 @@ class Receiver:
                     inbound.state = advance(inbound.state, InboundEvent.PEER_UP)   # ask again
                 self.request(stream, inbound, hosted)
 
-    def on_not_hosted(self, src: str, message: NotHosted, now: int) -> None:
-        """Rule 6: the sender's node does not host the sending replica; stop waiting for it."""
+    def on_not_hosted(self, src: str, message: NotHosted, now: int) -> Iterator[Intent]:
+        """Rule 6: the sender's node does not host the sending replica; stop waiting for it.
+        Yields intents (:mod:`engine.core.intents` rule 2)."""
         inbound = self.inbound.get(message.stream)
         if inbound is None or inbound.node != src or inbound.state is InboundState.VANISHED:
             return
         inbound.state = advance(inbound.state, InboundEvent.NOT_HOSTED)
         self.counters["vanished_streams"] += 1
         hosted = self.hosted[message.stream.target]
-        self.failover.disconnected(message.stream)     # a port that followed it takes its next preference
+        yield from self.failover.disconnected(message.stream)   # a port that followed it takes its next preference
         if hosted.logic is not None and hosted.state in _TAKING:
-            self.check_port(hosted, message.stream.port, now)
+            yield CheckPort(hosted, message.stream.port)
 
     # -- stream heads (rule 2) --------------------------------------------------------------------
-    def on_head(self, src: str, head: StreamHead, now: int) -> None:
+    def on_head(self, src: str, head: StreamHead, now: int) -> Iterator[Intent]:
+        """Rule 2; yields intents (:mod:`engine.core.intents` rule 2: a rebuilding port's adopted
+        frontier is routed before the stream replica is positioned, as a direct call was)."""
         inbound = self.inbound.get(head.stream)
         if inbound is None or inbound.node != src:
             self.counters["stale_requests"] += 1
@@ -143,7 +146,7 @@ class Receiver:
             if hosted.state is ReplicaState.REBUILDING and port not in hosted.adopted:
                 if inbound.index is None or not following or inbound.epoch != head.epoch:
                     inbound.index = dedup.add_replica()
-                self.adopt(hosted, port, head.frontier, now)
+                yield AdoptFrontier(hosted, port, head.frontier)
             elif following and inbound.epoch == head.epoch:
                 self.counters["gaps"] += 1             # its log was trimmed past what we hold
                 dedup.rebase(inbound.index, self._base(head, inbound))
@@ -155,7 +158,7 @@ class Receiver:
         inbound.epoch, inbound.next = head.epoch, head.offset
         inbound.state = advance(inbound.state, InboundEvent.HEAD)
         if hosted.logic is not None and hosted.state in _TAKING:
-            self.check_port(hosted, port, now)
+            yield CheckPort(hosted, port)
 
     @staticmethod
     def _base(head: StreamHead, inbound: Inbound) -> int | None:
@@ -217,14 +220,15 @@ class Receiver:
             del checkpoints[next(iter(checkpoints))]
 
     # -- batches (rules 3, 4) ---------------------------------------------------------------------
-    def on_batch(self, src: str, batch: Batch, now: int) -> None:
+    def on_batch(self, src: str, batch: Batch, now: int) -> Iterable[Intent]:
+        """Rules 3, 4; returns the intents of :meth:`accept`."""
         inbound = self.inbound.get(batch.stream)
         if inbound is None or inbound.node != src:
             self.counters["stale_batches"] += 1        # removed, or never connected here
-            return
+            return NONE
         if batch.epoch != inbound.epoch or inbound.state is not InboundState.FOLLOWING:
             self.counters["stale_batches"] += 1        # an older incarnation, or not positioned yet
-            return
+            return NONE
         hosted = self.hosted[batch.stream.target]
         records, stream = batch.records, batch.stream
         logic = hosted.logic
@@ -242,26 +246,29 @@ class Receiver:
                 self.counters["malformed_batches"] += 1
                 self.out.event(ProtocolError(src, f"malformed batch on {stream.source} -> {stream.target} "
                                               f"at offset {batch.offset}"))
-                return
+                return NONE
         if batch.offset > inbound.next:
             self.counters["protocol_errors"] += 1
             self.out.event(ProtocolError(src, f"batch on {stream.source} -> {stream.target} skips offsets "
                                           f"{inbound.next}..{batch.offset - 1}"))
-            return
-        self.accept(stream, inbound, hosted, batch.offset, records, batch.punctuation, now, batch.path)
+            return NONE
+        intents = self.accept(stream, inbound, hosted, batch.offset, records, batch.punctuation, now, batch.path)
         if batch.punctuation is not None and src != self.out.name:
             offset = inbound.next
             if self.ack_holds:
                 offset = self._held_ack(stream, offset, now)
             self.ack(src, stream, inbound.epoch, offset, now)   # cumulative, by punctuation
+        return intents
 
     def accept(self, stream: StreamReplica, inbound: Inbound, hosted: Hosted, offset: int, records,
-               punctuation: int | None, now: int, path: tuple[str, ...]) -> None:
-        """Items ``offset …`` of a positioned stream replica: skip what we hold, process the rest."""
+               punctuation: int | None, now: int, path: tuple[str, ...]) -> tuple[Intent, ...]:
+        """Items ``offset …`` of a positioned stream replica: skip what we hold, process the rest.
+        Returns a rebuilding replica's horizon check when its frontier moved (an intent for the
+        lifecycle), else nothing."""
         skip = inbound.next - offset
         n = len(records) + (punctuation is not None)
         if skip >= n:
-            return
+            return NONE
         inbound.next = offset + n
         if punctuation is not None:
             inbound.punctuation = punctuation          # §V-C: how late this stream replica is
@@ -276,4 +283,5 @@ class Receiver:
         if punctuation is not None:
             self.failover.after_punctuation(hosted, stream.port)
         if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
-            self.check_horizon(hosted, now)
+            return (CheckHorizon(hosted),)
+        return NONE

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
-from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.hosted import Hosted, Origin
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import MemberSync, StamperEvent, StamperRole
 from replicast.engine.core.views import Candidacy, Outcome, VoteMemory, Voter
@@ -286,7 +286,7 @@ class ViewChanges:
             if candidacy.latest is not None and not self._holds(hosted, candidacy.latest):
                 hosted.entry.forget()                  # dead members may have stamped what is pending
             state.held, state.next, state.emitted, state.history = {}, 0, 0, deque()
-            if hosted.log.frontier is None and candidacy.latest is None and hosted.fresh:
+            if hosted.log.frontier is None and candidacy.latest is None and hosted.origin is Origin.FIRST_START:
                 hosted.log.frontier = NO_PUNCTUATION   # the cluster's start: the whole stream (lifecycle rule 5)
             state.sync = (0, hosted.log.frontier)      # else known from its first punctuation (None till then)
             self.stamper.live(hosted, f"stamper of view {view.term}")

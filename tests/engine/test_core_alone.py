@@ -15,7 +15,8 @@ from replicast.engine.core.coordination import Coordination, CoordinationSetup
 from replicast.engine.core.events import ControlRefused, DeadLetter, NodeOptions, ReplicaChanged
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
-from replicast.engine.core.hosted import Hosted, Inbound, Route
+from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route
+from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, RequestStream
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.pairs import Pairs, Unpaired
@@ -27,7 +28,7 @@ from replicast.engine.core.states import InboundState, PairRole, ReplicaState, R
 from replicast.engine.core.stats import COUNTERS
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
-                                       RemoveReplica, Resume, Standby, StreamHead)
+                                       NotHosted, RemoveReplica, Resume, Standby, StreamHead)
 from replicast.engine.query_file import load_query
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -78,22 +79,20 @@ def failover_alone():
     s1 = StreamReplica(ReplicaId("load", 1), ReplicaId("load_trend", 1), 0)
     inbound = {s0: Inbound("n2"), s1: Inbound("n3")}
     out, heard = Outbox("n1", {"n2", "n3"}), Heard("n1", 0, 600)
-    requests, checks = Calls(), Calls()
     count = counters()
-    return Failover(hosted, inbound, out, count, heard, requests, checks), hosted, inbound, out, heard, requests, \
-        count, s0, s1
+    return Failover(hosted, inbound, out, count, heard), hosted, inbound, out, heard, count, s0, s1
 
 
 def test_failover_alone_follows_its_preference_and_switches_when_the_detector_fires():
-    failover, hosted, inbound, out, heard, requests, count, s0, s1 = failover_alone()
+    failover, hosted, inbound, out, heard, count, s0, s1 = failover_alone()
     target = hosted[ReplicaId("load_trend", 1)]
     assert failover.follows(s1, target) and not failover.follows(s0, target)     # replica 1 prefers upstream 1
     failover.stand_by(s0, inbound[s0], target)
     assert inbound[s0].state is InboundState.STANDBY and out.messages == [("n2", Standby(s0, NO_PUNCTUATION))]
     heard.note("n2", 1000)
-    failover.check(now=1000)                        # n3 never heard from: suspected
+    intents = list(failover.check(now=1000))       # n3 never heard from: suspected
     assert count["failovers"] == 1 and failover.follows(s0, target)
-    assert requests == [(s0, inbound[s0], target)] and inbound[s0].state is InboundState.UNPOSITIONED
+    assert intents == [RequestStream(s0, inbound[s0], target)] and inbound[s0].state is InboundState.UNPOSITIONED
     assert [type(e) for e in out.events] == [ReplicaChanged]
 
 
@@ -107,11 +106,11 @@ def test_all_feed_alone_follows_everything_and_has_no_standbys():
 
 def test_pairs_alone_hold_output_until_the_backup_acknowledges():
     primary = operator("load_trend", 0)
-    primary.fresh = True
+    primary.origin = Origin.FIRST_START
     hosted = {primary.replica: primary}
     out, releases = Outbox("n1", {"n2"}), Calls()
     count = counters()
-    pairs = Pairs(QUERY, hosted, out, count, Heard("n1", 0, 600), releases, Calls(), Calls())
+    pairs = Pairs(QUERY, hosted, out, count, Heard("n1", 0, 600), releases, Calls())
     pairs.attach(primary)
     assert pairs.pairs[primary.replica].role is PairRole.PRIMARY and primary.gate == 0
     assert set(pairs.handlers()) == {Determinant, DeterminantAck}
@@ -159,18 +158,72 @@ def test_receiver_alone_holds_while_joining_then_follows_a_head_and_acknowledges
     target = operator("load", 0)
     stream = StreamReplica(ReplicaId("cpu_a", 0), target.replica, 0)
     inbound = {stream: Inbound("n2")}
-    out, acks, emits, checks = Outbox("n1", {"n2"}), Calls(), Calls(), Calls()
+    out, acks, emits = Outbox("n1", {"n2"}), Calls(), Calls()
     receiver = Receiver(QUERY.schemas, {target.replica: target}, inbound, out, counters(), AllFeed(),
-                        ack=acks, emit=emits, check_port=checks, check_horizon=Calls(), adopt=Calls())
+                        ack=acks, emit=emits)
     receiver.request(stream, inbound[stream], target)
     assert inbound[stream].state is InboundState.HOLDING and out.messages == [("n2", Hold(stream))]
     target.state = ReplicaState.LIVE
     receiver.on_peer_up("n2")                          # asks again, now for the stream itself
     assert out.messages[-1] == ("n2", Resume(stream, None, 0))
-    receiver.on_head("n2", StreamHead(stream, 7, 0, NO_PUNCTUATION, None), now=1)
-    assert inbound[stream].state is InboundState.FOLLOWING and checks == [(target, 0, 1)]
-    receiver.on_batch("n2", Batch(stream, 7, 0, [(5, "s", 0.5)], 10), now=2)
+    checks = list(receiver.on_head("n2", StreamHead(stream, 7, 0, NO_PUNCTUATION, None), now=1))
+    assert inbound[stream].state is InboundState.FOLLOWING and checks == [CheckPort(target, 0)]
+    assert receiver.on_batch("n2", Batch(stream, 7, 0, [(5, "s", 0.5)], 10), now=2) == ()   # live: no horizon
     assert acks == [("n2", stream, 7, 2, 2)] and emits and inbound[stream].next == 2
+
+
+def test_receiver_alone_has_a_rebuilding_port_adopt_its_frontier_before_the_stream_is_positioned():
+    """What it asks of the lifecycle comes back as intents, each routed before the receiver goes
+    on (engine.core.intents rule 2): the adopted frontier while the stream replica is not yet
+    positioned, then the port check, then — a punctuation moved the frontier — the horizon check."""
+    target = operator("load_trend", 0)                               # one input port
+    target.state = ReplicaState.REBUILDING
+    stream = StreamReplica(ReplicaId("load", 0), target.replica, 0)
+    inbound = {stream: Inbound("n2")}
+    receiver = Receiver(QUERY.schemas, {target.replica: target}, inbound, Outbox("n1", {"n2"}), counters(),
+                        AllFeed(), ack=Calls(), emit=Calls())
+    head = receiver.on_head("n2", StreamHead(stream, 7, 0, 42, None), now=1)
+    assert next(head) == AdoptFrontier(target, 0, 42)
+    assert inbound[stream].state is InboundState.UNPOSITIONED         # the lifecycle adopts first …
+    target.logic.filters[0].adopt(42)                                 # … as its adopt() would
+    assert list(head) == [CheckPort(target, 0)] and inbound[stream].state is InboundState.FOLLOWING
+    assert receiver.on_batch("n2", Batch(stream, 7, 0, [], 50), now=2) == (CheckHorizon(target),)
+
+
+def test_receiver_alone_has_a_vanished_streams_port_choose_again_then_checks_it():
+    failover, hosted, inbound, out, heard, count, s0, s1 = failover_alone()
+    target = hosted[ReplicaId("load_trend", 1)]
+    target.state = ReplicaState.LIVE
+    receiver = Receiver(QUERY.schemas, hosted, inbound, out, count, failover, ack=Calls(), emit=Calls())
+    receiver.request(s0, inbound[s0], target)                   # not preferred: stands by
+    receiver.request(s1, inbound[s1], target)
+    assert inbound[s0].state is InboundState.STANDBY
+    intents = list(receiver.on_not_hosted("n3", NotHosted(s1), now=5))
+    # The failover plug-in's choice first (its preference again: a later head may position it, receiver
+    # rule 6), then the port check that lets the replica rejoin if nothing else can advance the port.
+    assert intents == [RequestStream(s1, inbound[s1], target), CheckPort(target, 0)]
+    assert inbound[s1].state is InboundState.VANISHED and count["vanished_streams"] == 1
+
+
+def test_failover_alone_asks_to_check_a_port_whose_stream_is_complete_above_it_and_has_no_other():
+    failover, hosted, inbound, out, heard, count, s0, s1 = failover_alone()
+    target = hosted[ReplicaId("load_trend", 1)]
+    target.state = ReplicaState.LIVE
+    out.connected.discard("n2")                                 # the other upstream is unreachable
+    assert failover.follows(s1, target)
+    dedup = target.logic.filters[0]
+    inbound[s1].state, inbound[s1].index = InboundState.FOLLOWING, dedup.add_replica(100)   # complete above 100
+    heard.note("n3", 1000)
+    assert list(failover.check(now=1000)) == [CheckPort(target, 0)] and count["failovers"] == 0
+
+
+def test_the_node_core_routes_every_kind_of_intent():
+    from typing import get_args
+
+    from replicast.engine.core.intents import Intent
+    from replicast.engine.core.node import NodeCore
+    core = NodeCore("n1", QUERY, OPTIONS, now=0)
+    assert set(core._routes) == set(get_args(Intent))         # noqa: SLF001
 
 
 # -- the lifecycle --------------------------------------------------------------------------------------
@@ -183,9 +236,9 @@ def test_lifecycle_alone_rebuilds_a_replica_without_peers_and_asks_for_its_input
     out, count = Outbox("n1", {"n2"}), counters()
     sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
                     pairs=Unpaired())
-    receiver = Receiver(QUERY.schemas, hosted, inbound, out, count, AllFeed(), ack=Calls(), emit=sender.emit,
-                        check_port=Calls(), check_horizon=Calls(), adopt=Calls())
-    lifecycle = Lifecycle(OPTIONS, hosted, inbound, out, count, sender=sender, receiver=receiver, failover=AllFeed(),
+    receiver = Receiver(QUERY.schemas, hosted, inbound, out, count, AllFeed(), ack=Calls(), emit=sender.emit)
+    lifecycle = Lifecycle(OPTIONS, hosted, inbound, out, count, sender=sender, request_inputs=receiver.request_all,
+                          hold_acks=receiver.hold_acks, failover=AllFeed(),
                           pairs=Unpaired(), new_epoch=lambda now, previous=None: now, new_logic=lambda r: None,
                           stamper_start=Calls(), release_held=Calls())
     lifecycle.start(target, now=0)
@@ -200,13 +253,13 @@ def test_lifecycle_alone_asks_a_peer_for_a_snapshot_once_its_node_is_connected()
     out, count = Outbox("n2", set()), counters()
     sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
                     pairs=Unpaired())
-    receiver = Receiver(QUERY.schemas, hosted, {}, out, count, AllFeed(), ack=Calls(), emit=sender.emit,
-                        check_port=Calls(), check_horizon=Calls(), adopt=Calls())
-    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, receiver=receiver, failover=AllFeed(),
+    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, request_inputs=Calls(), hold_acks=Calls(),
+                          failover=AllFeed(),
                           pairs=Unpaired(), new_epoch=lambda now, previous=None: now, new_logic=lambda r: None,
                           stamper_start=Calls(), release_held=Calls())
     lifecycle.start(target, now=0)
     assert target.state is ReplicaState.JOINING and out.messages == []          # its peer's node is not up
+    assert lifecycle.request_inputs == [(target,)]                                # the receiver holds its inputs
     out.connected.add("n1")
     lifecycle.on_peer_change("n1", now=10)
     (node, request), = out.messages
@@ -238,7 +291,7 @@ def test_control_alone_refuses_what_it_cannot_apply_and_touches_nothing_else():
     control.remove("n1", RemoveReplica(ReplicaId("load", 0)), now=0)
     control.guarded(control.deploy)("n9", DeployReplica(ReplicaId("load", 0), ("n1",)), 0)
     assert count["refused_control"] == 3 and [type(e) for e in out.events] == [ControlRefused] * 3
-    assert control.last_refusal.startswith("node n1: DeployReplica from n9")
+    assert out.events[-1].reason.startswith("DeployReplica from n9")    # each refusal is its event, one line
 
 
 # -- sources and stamping -----------------------------------------------------------------------------------
@@ -304,3 +357,22 @@ def test_coordination_alone_elects_itself_without_peers_and_reports_to_itself():
     coordination.on_timer(setup.config.settle_us)
     assert told[-1] == ("n1",) and coordination.statistics()["coordinating"]
     assert reports                                                   # it reported (to itself)
+
+
+def test_uncoordinated_alone_counts_stray_reports_and_asks_for_nothing():
+    from replicast.engine.core.uncoordinated import Uncoordinated
+    from replicast.engine.messages import Report
+    from replicast.placement.reports import ServerReport
+    count = counters()
+    plug = Uncoordinated(count)
+    plug.elect(0)
+    plug.set_load(0.5, 2.0)                                          # a driver measures it whatever the plug-in
+    plug.on_timer(10**9)
+    plug.on_report("n2", Report(ServerReport("n2")), now=0)
+    assert count["stray_reports"] == 1 and plug.next_timer() is None and plug.placement_statistics() == {}
+    from replicast.engine.core.node import NodeCore
+    core = NodeCore("n1", QUERY, OPTIONS, now=0)                      # no coordination setup: Uncoordinated
+    core.receive("n2", Report(ServerReport("n2")), now=1)
+    core.set_load(0.5)
+    stats = core.statistics()
+    assert stats["stray_reports"] == 1 and "placement" not in stats and isinstance(core.coordination, Uncoordinated)

@@ -136,3 +136,14 @@ def test_the_import_check_sees_typing_and_relative_imports(tmp_path):
         path = tmp_path / "m.py"
         path.write_text(text)
         assert _imports(path) & NODE, text
+
+
+def test_every_core_module_is_named_in_the_architecture_docs():
+    """A newcomer reading docs/architecture.md ("The node core's modules") can name every module of
+    engine/core/ and what it may touch: each has its row (or shares one) in that section's table."""
+    text = (CORE.parents[1] / "docs" / "architecture.md").read_text()
+    section = text.split("## The node core's modules", 1)[1].split("\n## ", 1)[0]
+    rows = "\n".join(line for line in section.splitlines() if line.startswith("| `"))
+    modules = sorted(p.name for p in CORE.glob("*.py") if p.name != "__init__.py")
+    missing = [name for name in modules if f"`{name}`" not in rows]
+    assert missing == [], f"engine/core modules without a row in docs/architecture.md: {missing}"
