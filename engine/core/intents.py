@@ -2,17 +2,19 @@
 
 Rules of this module (docs/architecture.md, "The node core's modules"):
 
-1. The components call one another in one direction only: the lifecycle calls the receiver and
-   the sender, the receiver calls the sender, the links and the mode's failover plug-in, the pairs
-   plug-in calls the sender.  What would be a call the other way — the receiver or the failover
-   plug-in asking the lifecycle to check a port, the failover plug-in asking the receiver to
-   request a stream, the pairs plug-in asking the lifecycle about a rebuilding replica's horizon —
-   is an intent here, returned to :class:`~engine.core.node.NodeCore`, which routes it
+1. The components call one another in one direction only: the lifecycle calls the receiver, the
+   sender, the stamper and the stamping, the receiver calls the sender, the links and the mode's
+   failover plug-in, the pairs plug-in and the stamper call the sender.  What would be a call the
+   other way — the receiver or the failover plug-in asking the lifecycle to check a port, the
+   failover plug-in asking the receiver to request a stream, the pairs plug-in asking the
+   lifecycle about a rebuilding replica's horizon, the stamper's view changes asking it to rejoin
+   a replica, the stamping asking it to move a join on — is an intent here, returned to :class:`~engine.core.node.NodeCore`, which routes it
    (``NodeCore._route``).  No component holds the one an intent is for.
 2. A method that returns intents returns an iterable of them: a tuple when they are its last
    steps, a generator where its own work goes on after one (the core routes each intent before
    it takes the next, so the order of effects is the order of a direct call).  The caller must
-   exhaust it: a generator not iterated has not run.
+   exhaust it: a generator not iterated has not run.  A generator's own result, if it has one, is
+   its return value (:meth:`engine.core.stamping.Stamping.on_source`: whether a payload was taken).
 3. An intent is plain data: the rows it concerns (:class:`~engine.core.hosted.Hosted`,
    :class:`~engine.core.hosted.Inbound`, compared by identity) and the values the target needs.
    The time is the input call's ``now``, which the core passes when it routes.
@@ -66,7 +68,25 @@ class AdoptFrontier:
     frontier: int
 
 
-Intent = Union[RequestStream, CheckPort, CheckHorizon, AdoptFrontier]
+@dataclass(frozen=True, slots=True)
+class Rejoin:
+    """Start a new incarnation of ``hosted`` (:meth:`engine.core.lifecycle.Lifecycle.rejoin`,
+    lifecycle rule 4): an entry-stamped replica left its stream's view having emitted (stamper
+    rule 5)."""
+
+    hosted: "Hosted"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepJoin:
+    """Move ``hosted``'s join forward (:meth:`engine.core.lifecycle.Lifecycle.step`): a joining
+    entry point holds its first source item and may ask for a snapshot now (lifecycle rule 5)."""
+
+    hosted: "Hosted"
+
+
+Intent = Union[RequestStream, CheckPort, CheckHorizon, AdoptFrontier, Rejoin, StepJoin]
 
 #: What a method with nothing to ask returns.
 NONE: tuple[Intent, ...] = ()

@@ -39,14 +39,14 @@ Rules of this module (h11 style):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from replicast.engine.core.control import Control
 from replicast.engine.core.events import Event, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound
-from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, Intent, RequestStream
+from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, Intent, Rejoin, RequestStream, StepJoin
 from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links
@@ -135,8 +135,7 @@ class NodeCore:
         self.key_seals = key_seals = KeySealRelay(hosted, inbound, out, counters, emit=sender.emit)
         self.voter = Voter(set(query.streams), self.incarnation, counters, out, votes)
         self.stamper = stamper = Stamper(query, options, hosted, out, counters, self.incarnation, emit=sender.emit,
-                                         serve_parked=sender.serve_parked,
-                                         rejoin=lambda h, at, reason: self.lifecycle.rejoin(h, at, reason), voter=self.voter)
+                                         serve_parked=sender.serve_parked, voter=self.voter)
         self.lifecycle = lifecycle = Lifecycle(options, hosted, inbound, out, counters, sender=sender,
                                                request_inputs=receiver.request_all, hold_acks=receiver.hold_acks,
                                                failover=self.failover, pairs=self.pairs, new_epoch=self.new_epoch,
@@ -144,7 +143,7 @@ class NodeCore:
                                                stamper_start=stamper.start,
                                                release_held=lambda *a: self.stamping.release_held(*a))
         self.stamping = Stamping(query.streams, hosted, out, counters, emit=sender.emit, stamp=stamper.on_items,
-                                 step=lifecycle.step, seal=key_seals.emit)
+                                 seal=key_seals.emit)
         self.control = Control(query, options, hosted, inbound, out, counters, restarted=self.restarted,
                                new_epoch=self.new_epoch, sender=sender, receiver=receiver, lifecycle=lifecycle,
                                stamper=stamper, failover=self.failover, pairs=self.pairs)
@@ -174,13 +173,19 @@ class NodeCore:
             CheckPort: lambda i, now: lifecycle.check_port(i.hosted, i.port, now),
             CheckHorizon: lambda i, now: lifecycle.check_horizon(i.hosted, now),
             AdoptFrontier: lambda i, now: lifecycle.adopt(i.hosted, i.port, i.frontier, now),
+            Rejoin: lambda i, now: lifecycle.rejoin(i.hosted, now, i.reason),
+            StepJoin: lambda i, now: lifecycle.step(i.hosted, now),
         }
 
-    def _route(self, intents: Iterable[Intent], now: int) -> None:
+    def _route(self, intents: Iterable[Intent], now: int) -> Any:
         """Route each intent to the component it is for, before the next is taken
-        (:mod:`engine.core.intents` rule 2)."""
-        routes = self._routes
-        for intent in intents:
+        (:mod:`engine.core.intents` rule 2); returns what a generator returned (None for a tuple)."""
+        routes, pending = self._routes, iter(intents)
+        while True:
+            try:
+                intent = next(pending)
+            except StopIteration as done:
+                return done.value
             routes[type(intent)](intent, now)
 
     # -- inputs ---------------------------------------------------------------------------------
@@ -214,7 +219,7 @@ class NodeCore:
     def on_source(self, stream: str, payload: bytes, *, now: int) -> bool:
         """A payload for ``stream`` from an external source; returns whether an entry point here took it."""
         self._now = now
-        taken = self.stamping.on_source(stream, payload, now)
+        taken = self._route(self.stamping.on_source(stream, payload, now), now)
         self._drain_local(now)
         return taken
 
@@ -386,9 +391,9 @@ class NodeCore:
         else:
             self.rtt_us[src] = now - message.echo_us
 
-    def _on_view_decided(self, src: str, message: ViewDecided, now: int) -> None:
+    def _on_view_decided(self, src: str, message: ViewDecided, now: int) -> Iterator[Intent]:
         self.voter.on_decided(message)
-        self.stamper.views.on_decided(src, message, now)
+        return self.stamper.views.on_decided(src, message, now)
 
     def set_load(self, load: float, capacity: float = 1.0) -> None:
         """The CPU this server uses and has (cores), as the driver measured it, for placement reports

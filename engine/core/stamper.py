@@ -79,13 +79,14 @@ class Stamper:
 
     def __init__(self, query: "Query", options: "NodeOptions", hosted: dict[ReplicaId, Hosted], outbox: Outbox,
                  counters: dict[str, int], incarnation: int, *, emit: Callable[..., None],
-                 serve_parked: Callable[[Hosted], None], rejoin: Callable[[Hosted, int, str], None], voter: Voter):
+                 serve_parked: Callable[[Hosted], None], voter: Voter):
         """It reads the query, the node's options, incarnation and hosted replicas, sends through the
-        outbox, and hands the sender what to ``emit`` and whose parked requests to serve; view
-        changes ask the lifecycle to ``rejoin`` (callbacks)."""
+        outbox, and hands the sender what to ``emit`` and whose parked requests to serve
+        (callbacks); a view change's rejoin is an intent for the lifecycle
+        (:mod:`engine.core.view_changes`, :mod:`engine.core.intents`)."""
         self.query, self.options, self.replicas, self.out, self.counters = query, options, hosted, outbox, counters
         self.emit_output, self.serve_parked = emit, serve_parked
-        self.views = ViewChanges(self, options, outbox, counters, incarnation, rejoin, voter)
+        self.views = ViewChanges(self, options, outbox, counters, incarnation, voter)
         #: The hosted entry-stamped replicas, in the order of the hosted table (kept by :meth:`track`):
         #: the timer asks after them at every transmission, and most nodes host none.
         self.stamped: dict[ReplicaId, Hosted] = {}

@@ -21,10 +21,11 @@ Rules of this module:
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from replicast.engine.core.events import DeadLetter
 from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.intents import Intent, StepJoin
 from replicast.engine.core.states import ReplicaState
 from replicast.engine.entry import decode_payload
 from replicast.operators.base import NO_PUNCTUATION
@@ -39,16 +40,20 @@ class Stamping:
     """Source payloads for one node's entry points.  It reads the query's streams and the hosted
     replicas, counts and reports dead letters through the outbox, and hands what an entry point
     emits to the sender (``emit``), what an entry-stamped one takes to the stamper (``stamp``), and
-    a joining one's first held item to the lifecycle (``step``: rule 5 there asks once it holds
-    something), and seals per key to :mod:`engine.core.key_seals` (``seal``: rule 4)."""
+    seals per key to :mod:`engine.core.key_seals` (``seal``: rule 4).  A joining one's first held
+    item moves its join on (lifecycle rule 5 asks once it holds something): an intent for the
+    lifecycle, :class:`~engine.core.intents.StepJoin`, yielded by :meth:`on_source`."""
 
     def __init__(self, streams: dict, hosted: "dict[ReplicaId, Hosted]", outbox: "Outbox", counters: dict[str, int],
-                 *, emit: Callable[..., None], stamp: Callable[..., Any], step: Callable[[Hosted, int], None],
-                 seal: Callable[[Hosted, Any], None]):
+                 *, emit: Callable[..., None], stamp: Callable[..., Any], seal: Callable[[Hosted, Any], None]):
         self.streams, self.hosted, self.out, self.counters = streams, hosted, outbox, counters
-        self.emit, self.stamp, self.step, self.seal = emit, stamp, step, seal
+        self.emit, self.stamp, self.seal = emit, stamp, seal
 
-    def on_source(self, stream: str, payload: bytes, now: int) -> bool:
+    def on_source(self, stream: str, payload: bytes, now: int) -> Generator[Intent, None, bool]:
+        """A source payload for ``stream`` (rules 1-4).  Yields a joining entry point's
+        :class:`~engine.core.intents.StepJoin` when it first holds something (routed before the next
+        entry point takes the payload: :mod:`engine.core.intents` rule 2) and returns whether an
+        entry point here took the payload."""
         if stream not in self.streams:
             self.counters["unknown_streams"] += 1
             self.dead_letter(stream, f"unknown stream {stream!r} (the query's streams: "
@@ -76,7 +81,7 @@ class Stamping:
                 first = not hosted.held
                 hosted.held.extend(segments)      # until it knows whether it continues a peer (lifecycle rule 5)
                 if first and hosted.held:
-                    self.step(hosted, now)      # it may ask for a snapshot now
+                    yield StepJoin(hosted)      # it may ask for a snapshot now
                 continue
             if hosted.copy_tail is not None:      # rule 3
                 segments = self._past_copy(hosted, segments)

@@ -42,9 +42,10 @@ replica seeks one, what it proposes, and how the members follow a decided one.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Iterator
 
 from replicast.engine.core.hosted import Hosted, Origin
+from replicast.engine.core.intents import Intent, Rejoin
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import MemberSync, StamperEvent, StamperRole
 from replicast.engine.core.views import Candidacy, Outcome, VoteMemory, Voter
@@ -68,16 +69,19 @@ class ViewChanges:
     """Rules 4-5 for the entry-stamped replicas of one node (their state is ``Hosted.stamp``)."""
 
     def __init__(self, stamper: "Stamper", options: "NodeOptions", outbox: Outbox, counters: dict[str, int],
-                 incarnation: int, rejoin: Callable[[Hosted, int, str], None], voter: "Voter"):
-        """It reads the node's options and incarnation, sends through the outbox, acts on ``stamper``'s
-        replicas, and asks the lifecycle to ``rejoin`` a replica that left a view having emitted."""
+                 incarnation: int, voter: "Voter"):
+        """It reads the node's options and incarnation, sends through the outbox and acts on
+        ``stamper``'s replicas.  A replica that left a view having emitted must rejoin: that is an
+        intent for the lifecycle (:class:`~engine.core.intents.Rejoin`), yielded by :meth:`on_decided`
+        and :meth:`on_reply` for the node core to route."""
         self.stamper, self.options, self.out, self.counters = stamper, options, outbox, counters
-        self.incarnation, self.rejoin = incarnation, rejoin
+        self.incarnation = incarnation
         #: This node's voter: the terms its node proposed before, and whether its votes were lost (views rules 1-2).
         self.voter = voter
 
     # -- a view decided elsewhere (rule 5) ----------------------------------------------------
-    def on_decided(self, src: str, message: ViewDecided, now: int) -> None:
+    def on_decided(self, src: str, message: ViewDecided, now: int) -> Iterator[Intent]:
+        """Rule 5; yields a rejoin (:mod:`engine.core.intents` rule 2: routed before it asks to join)."""
         hosted = self.stamper.hosted(message.stream, message.target) if message.target >= 0 else None
         if hosted is None:
             return
@@ -91,7 +95,7 @@ class ViewChanges:
             and message.base == state.view.term
         self.learn(state, view)
         if me not in view.members:
-            self.leave(hosted, now, f"left out of view {view.term} of {message.stream}")
+            yield from self.leave(hosted, now, f"left out of view {view.term} of {message.stream}")
             self.stamper.ask_to_join(hosted, {src})
             return
         if carried:                                    # rule 5: committed below the start, dropped above
@@ -100,7 +104,7 @@ class ViewChanges:
                 hosted.entry.unsettle(state.held.pop(seq)[0])
             state.next = state.emitted
         elif state.role is not StamperRole.OUTSIDE or hosted.log.frontier is not None or hosted.log.end:
-            self.leave(hosted, now, f"view {view.term} of {message.stream} does not continue its stream")
+            yield from self.leave(hosted, now, f"view {view.term} of {message.stream} does not continue its stream")
             self.stamper.ask_to_join(hosted, {src})
             return
         else:                                          # a new member: a new stream from the start
@@ -118,12 +122,13 @@ class ViewChanges:
         for index, epoch in view.members:
             state.epochs[index] = max(state.epochs.get(index, epoch), epoch)
 
-    def leave(self, hosted: Hosted, now: int, reason: str) -> None:
-        """Rule 5: out of the view.  A replica that emitted starts a new incarnation (lifecycle rule 4)."""
+    def leave(self, hosted: Hosted, now: int, reason: str) -> Iterator[Intent]:
+        """Rule 5: out of the view.  A replica that emitted starts a new incarnation (lifecycle rule 4):
+        it yields the :class:`~engine.core.intents.Rejoin`."""
         state = hosted.stamp
         state.candidacy = None
         if hosted.log.frontier is not None or hosted.log.end:
-            self.rejoin(hosted, now, reason)   # calls start(): OUTSIDE, asks to join
+            yield Rejoin(hosted, reason)       # the lifecycle's start(): OUTSIDE, asks to join
         else:
             if state.role is not StamperRole.OUTSIDE:
                 self.stamper.set_role(hosted, StamperEvent.LEFT_OUT)
@@ -212,7 +217,8 @@ class ViewChanges:
         for node in candidacy.voters:
             self.out.send(node, message)
 
-    def on_reply(self, src: str, message: ViewReply, now: int) -> None:
+    def on_reply(self, src: str, message: ViewReply, now: int) -> Iterator[Intent]:
+        """A voter's answer to this node's candidacy; yields a rejoin if the replica must leave."""
         hosted = self.stamper.hosted(message.stream, message.candidate)
         state = hosted.stamp if hosted is not None else None
         if state is None or state.candidacy is None:
@@ -230,7 +236,7 @@ class ViewChanges:
                 latest = candidacy.latest
                 if latest is not None and state.role is not StamperRole.OUTSIDE and not self._holds(hosted, latest) \
                         and not self._stamper_alive(hosted, latest):
-                    self.leave(hosted, now, f"a newer view of {hosted.replica.name} than it holds")
+                    yield from self.leave(hosted, now, f"a newer view of {hosted.replica.name} than it holds")
                 return
             candidacy.propose(proposal)
             self._ballot(hosted)

@@ -16,7 +16,7 @@ from replicast.engine.core.events import ControlRefused, DeadLetter, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route
-from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, RequestStream
+from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, RequestStream, StepJoin
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.pairs import Pairs, Unpaired
@@ -51,6 +51,16 @@ def operator(name: str, index: int, peers=("n1", "n2"), epoch: int = 1) -> Hoste
 
 def entry(name: str, index: int, peers=("n1", "n2"), epoch: int = 1) -> Hosted:
     return Hosted(ReplicaId(name, index), "entry", None, EntryPoint(QUERY.streams[name], "source"), peers, epoch)
+
+
+def exhaust(intents):
+    """What a component's intents generator returns, and the intents it yielded (as the core routes them)."""
+    yielded = []
+    while True:
+        try:
+            yielded.append(next(intents))
+        except StopIteration as done:
+            return done.value, yielded
 
 
 class Calls(list):
@@ -301,21 +311,30 @@ def test_stamping_alone_dead_letters_an_unknown_stream_and_emits_a_live_entry_po
     source.state, source.log.frontier = ReplicaState.LIVE, NO_PUNCTUATION
     out, count, emits = Outbox("n1", set()), counters(), Calls()
     seals = Calls()
-    stamping = Stamping(QUERY.streams, {source.replica: source}, out, count, emit=emits, stamp=Calls(), step=Calls(),
-                        seal=seals)
-    assert not stamping.on_source("nope", b"{}", now=0)
+    stamping = Stamping(QUERY.streams, {source.replica: source}, out, count, emit=emits, stamp=Calls(), seal=seals)
+    assert exhaust(stamping.on_source("nope", b"{}", now=0)) == (False, [])
     assert count["unknown_streams"] == 1 and isinstance(out.events[0], DeadLetter)
-    assert stamping.on_source("cpu_a", b'{"ts": 5, "server": "s", "load": 0.5}', now=10)
+    assert exhaust(stamping.on_source("cpu_a", b'{"ts": 5, "server": "s", "load": 0.5}', now=10)) == (True, [])
     (hosted, records, punctuation, now), = emits
     assert hosted is source and [r[1:] for r in records] == [("s", 0.5)] and now == 10
     assert len(seals) == 1 and seals[0][0] is source            # its seals follow its records (none here)
+
+
+def test_stamping_alone_asks_the_lifecycle_to_move_a_join_on_once_a_joining_entry_point_holds_something():
+    joiner = entry("cpu_a", 1)                                   # JOINING: it holds what its source sends
+    out, count, emits = Outbox("n2", set()), counters(), Calls()
+    stamping = Stamping(QUERY.streams, {joiner.replica: joiner}, out, count, emit=emits, stamp=Calls(), seal=Calls())
+    payload = b'{"ts": 5, "server": "s", "load": 0.5}'
+    assert exhaust(stamping.on_source("cpu_a", payload, now=10)) == (True, [StepJoin(joiner)])
+    assert exhaust(stamping.on_source("cpu_a", payload, now=11)) == (True, [])     # only its first item
+    assert emits == [] and len(joiner.held) == 2
 
 
 def test_stamper_alone_knows_its_peer_streams_and_counts_stale_acks():
     options = NodeOptions(entry_modes={"cpu_a": "entry"})
     out, count = Outbox("n1", set()), counters()
     from replicast.engine.core.views import Voter
-    stamper = Stamper(QUERY, options, {}, out, count, 1, emit=Calls(), serve_parked=Calls(), rejoin=Calls(),
+    stamper = Stamper(QUERY, options, {}, out, count, 1, emit=Calls(), serve_parked=Calls(),
                       voter=Voter(set(QUERY.streams), 1, count, out))
     assert stamper.peer_stream(StreamReplica(ReplicaId("cpu_a", 0), ReplicaId("cpu_a", 1), 0))
     assert not stamper.peer_stream(StreamReplica(ReplicaId("cpu_b", 0), ReplicaId("cpu_b", 1), 0))
