@@ -8,8 +8,8 @@ Rules of this module (docs/architecture.md, "The node core's modules"):
    other way — the receiver or the failover plug-in asking the lifecycle to check a port, the
    failover plug-in asking the receiver to request a stream, the pairs plug-in asking the
    lifecycle about a rebuilding replica's horizon, the stamper's view changes asking it to rejoin
-   a replica, the stamping asking it to move a join on — is an intent here, returned to :class:`~engine.core.node.NodeCore`, which routes it
-   (``NodeCore._route``).  No component holds the one an intent is for.
+   a replica, the stamping asking it to move a join on — is an intent here, returned to
+   :class:`~engine.core.node.NodeCore`, which routes it (``NodeCore._route``).  No component holds the one an intent is for.
 2. A method that returns intents returns an iterable of them: a tuple when they are its last
    steps, a generator where its own work goes on after one (the core routes each intent before
    it takes the next, so the order of effects is the order of a direct call).  The caller must

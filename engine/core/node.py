@@ -46,7 +46,8 @@ from replicast.engine.core.events import Event, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound
-from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, Intent, Rejoin, RequestStream, StepJoin
+from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Intent, Rejoin, RequestStream,
+                                           StepJoin)
 from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links

@@ -177,9 +177,9 @@ class CorruptingNetwork(MemoryNetwork):
 
 @pytest.mark.parametrize("nth", [5, 25, 60])
 def test_a_malformed_batch_does_not_silence_its_stream_replica(nth):
-    """Receiver rule 3 (engine/core/receiver.py): a malformed batch was once dropped without advancing the offset, the next batch
-    looked like a gap, and the stream replica's punctuations were ignored for ever (150 records and
-    0 punctuations delivered; windows downstream never closed).  Now it is a protocol error: the
+    """Receiver rule 3 (engine/core/receiver.py): a malformed batch was once dropped without
+    advancing the offset, the next batch looked like a gap, and the stream replica's punctuations
+    were ignored for ever (150 records and 0 punctuations delivered; windows downstream never closed).  Now it is a protocol error: the
     link drops, the stream resumes from what the receiver holds, and with one replica of everything
     (the only path crosses it) every application still gets exactly the reference."""
     place = placement(1, ["n1", "n2", "n3"])
