@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, note, settings, strategies as st
+from hypothesis import HealthCheck, currently_in_test_context, given, note, settings, strategies as st
 
 from replicast.engine.core.node import NodeCore
 from replicast.engine.core.states import StamperRole
@@ -209,13 +209,14 @@ def run_schedule(durable: bool, seed: int, specs: dict, schedule: list, seen: Co
     seen["view changes"] += len(terms) - 1
     seen["restarts"] += net.restarts
     seen["runs with a restart and a view change"] += bool(net.restarts and len(terms) > 1)
-    note(f"views {sorted(terms)}, restarts {net.restarts}")
+    if currently_in_test_context():
+        note(f"views {sorted(terms)}, restarts {net.restarts}")
     assert not watch.twice(), f"events carried with two timestamps: {watch.twice()}"
     assert all(len(ts) == 1 for ts in stamps(net).values())
 
 
-def schedules(durable: bool, examples: int, seen: Counter, phases=tuple(Phase)):
-    @settings(max_examples=examples, deadline=None, derandomize=True, phases=phases,
+def schedules(durable: bool, examples: int, seen: Counter):
+    @settings(max_examples=examples, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(seed=st.integers(0, 1_000), specs=clocks, schedule=st.lists(actions, min_size=3, max_size=12))
     def check(seed, specs, schedule):
@@ -235,12 +236,23 @@ def test_skewed_clocks_and_restarted_voters_never_give_an_event_two_timestamps()
     assert seen["runs with a restart and a view change"] >= runs // 2, seen
 
 
-def test_the_same_property_finds_two_timestamps_when_voters_forget():
-    """The property can fail: with volatile votes (a restarted voter promises anything above its
-    start time), the same search finds an event carried with two timestamps."""
-    seen: Counter = Counter()
+#: A schedule the property's search found with volatile votes (its 1,008th example when the test
+#: runs alone, 66 s; where it lands depends on what ran before it in the process, so the search
+#: itself is not the control): two events carried with two timestamps.
+FOUND_BY_THE_SEARCH = (0, {"e2": ClockSpec(-120, -139), "e1": ClockSpec(-36077, -133), "e3": ClockSpec(-12140, 22),
+                           "f2": ClockSpec(286846, -54), "f1": ClockSpec(-426, 97)},
+                       [("isolate", "e2"), ("heal",), ("isolate", "e3"), ("restart", "f2"), ("crash", "e1"),
+                        ("restart", "f1"), ("wait", 2), ("restart", "e2"), ("isolate", "e2"), ("heal",), ("heal",),
+                        ("restart", "f1")])
+
+
+def test_the_property_fails_when_voters_forget_and_holds_when_they_remember():
+    """The property can fail: on a schedule its search found, volatile votes (a restarted voter
+    promises anything above its start time) carry an event with two timestamps; the same schedule
+    with durable votes does not."""
     with pytest.raises(AssertionError, match="two timestamps"):
-        schedules(False, 400, seen, phases=(Phase.generate,))()
+        run_schedule(False, *FOUND_BY_THE_SEARCH, Counter())
+    run_schedule(True, *FOUND_BY_THE_SEARCH, Counter())
 
 
 def test_a_node_whose_votes_are_unreadable_never_seeks_a_view():
