@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -18,8 +19,8 @@ def parse_duration_us(text: str) -> int:
     """``10s``, ``500ms``, ``1h``, ``30d`` ... -> positive integer µs (pandas.Timedelta's grammar)."""
     import pandas as pd
 
-    try:
-        value = pd.Timedelta(text)
+    try:        # pandas 3 deprecates the lower-case day unit users write ("30d")
+        value = pd.Timedelta(re.sub(r"(\d)\s*d\b", r"\1D", text))
     except ValueError:
         raise TraceError(f"duration {text!r}: expected a number with a unit, e.g. 10s, 500ms, 1h, 30d") from None
     if value.value <= 0 or value.value % 1000:
