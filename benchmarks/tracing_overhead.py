@@ -132,12 +132,10 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
     the medians and returns each query case's overhead (paired median ratio, less 1)."""
     from replicast.engine.core import tracepoints
     from replicast.engine.core.trace_language import parse
-    from replicast.engine.messages import StreamHead
-    from replicast.engine.node import NodeCore, ReplicaState, configure
     from replicast.engine.wire import decode
-    from replicast.operators.base import NO_PUNCTUATION
     from replicast.engine.query_file import parse_query
     from node import QUERY as NODE_QUERY
+    from tests.engine.started import started_core
 
     query = parse_query(NODE_QUERY)
     place = {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]}
@@ -155,17 +153,7 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
             return None
 
     def once(sample: int | str | None) -> float:
-        core = NodeCore("z", query, now=0)
-        core.apply(configure(query, place, "z"), now=0)
-        for peer in place["s"]:
-            core.on_peer_up(peer, now=0)
-        now = 0
-        while any(h.state is ReplicaState.JOINING for h in core.hosted.values()):
-            now = core.next_timer()
-            core.handle_timer(now=now)
-        for stream, inbound in list(core.inbound.items()):
-            core.receive(inbound.node, StreamHead(stream, 0, 0, NO_PUNCTUATION), now=now)
-        core.messages_to_send(), core.events()
+        core, now = started_core(query, place, "z")
         if sample is not None:
             tracepoints.install(core, "bench", parse(QUERY.format(n=NOTHING if sample == HOOKS else sample)))
             if sample == HOOKS:

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from replicast.engine.event_file import read_events
-from replicast.engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics, StreamHead
-from replicast.engine.node import DeadLetter, NodeCore, NodeOptions, ProtocolError, ReplicaState, configure
+from replicast.engine.messages import Batch, Heartbeat, StatisticsRequest, Statistics
+from replicast.engine.node import DeadLetter, NodeCore, NodeOptions, ProtocolError, configure
 from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
 from replicast.engine.wire import PackedRecords, decode, encode
-from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.record import CLOSED
 from tests.engine.memnet import MemoryNetwork
+from tests.engine.started import started_core as started
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY = load_query(ROOT / "examples/fig1.toml")
@@ -98,21 +98,8 @@ def test_k2_six_nodes_equals_reference(seed):
 
 
 def started_core(place: dict, name: str) -> tuple[NodeCore, int]:
-    """The core of ``place[name][0]`` with every peer connected and every replica past its start:
-    no peer answers, so joins time out and replicas rebuild; every inbound stream replica is then
-    positioned at offset 0 of incarnation 0 with a whole log (frontier −∞), as at a cluster start."""
-    core = NodeCore(place[name][0], QUERY, now=0)
-    core.apply(configure(QUERY, place, core.name), now=0)
-    for node in {n for nodes in place.values() for n in nodes} - {core.name}:
-        core.on_peer_up(node, now=0)
-    now = 0
-    while any(h.state is ReplicaState.JOINING for h in core.hosted.values()):
-        now = core.next_timer()
-        core.handle_timer(now=now)
-    for stream, inbound in list(core.inbound.items()):
-        core.receive(inbound.node, StreamHead(stream, 0, 0, NO_PUNCTUATION), now=now)
-    core.messages_to_send(), core.events()
-    return core, now
+    """The core of ``place[name][0]`` started alone (tests/engine/started.py)."""
+    return started(QUERY, place, place[name][0])
 
 
 def upstream_node(core: NodeCore, stream: StreamReplica) -> str:

@@ -11,13 +11,13 @@ import pytest
 from replicast.engine.core import trace_sampling, tracepoints
 from replicast.engine.core.trace_aggregate import finish, merge
 from replicast.engine.core.trace_language import parse
-from replicast.engine.messages import Batch, StreamHead
-from replicast.engine.node import NodeCore, ReplicaState, configure
+from replicast.engine.messages import Batch
+from replicast.engine.node import NodeCore
 from replicast.engine.query_file import parse_query
 from replicast.engine.wire import decode, encode
-from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.record import CLOSED
+from tests.engine.started import started_core
 
 QUERY = """
 [[streams]]
@@ -51,20 +51,7 @@ def test_the_next_and_previous_sampled_slots_are_the_ones_a_scan_finds(n):
 
 def _core(k: int) -> tuple[NodeCore, int]:
     """One node core ``z`` hosting the filter and the application, fed by ``k`` upstream replicas."""
-    query = parse_query(QUERY)
-    place = {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]}
-    core = NodeCore("z", query, now=0)
-    core.apply(configure(query, place, "z"), now=0)
-    for peer in place["s"]:
-        core.on_peer_up(peer, now=0)
-    now = 0
-    while any(h.state is ReplicaState.JOINING for h in core.hosted.values()):
-        now = core.next_timer()
-        core.handle_timer(now=now)
-    for stream, inbound in list(core.inbound.items()):
-        core.receive(inbound.node, StreamHead(stream, 0, 0, NO_PUNCTUATION), now=now)
-    core.messages_to_send(), core.events()
-    return core, now
+    return started_core(parse_query(QUERY), {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]}, "z")
 
 
 def _frames(rows: list, i: int, sizes: list[int]) -> list:
