@@ -257,6 +257,38 @@ async def publish_fig1_round(pub, servers: list[str], tick: int, published: dict
         await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": p}), qos=1)
 
 
+def coordinated_cluster_toml(nodes: list[str], ports: list[int], broker_port: int, *, secret: str,
+                             coordinator: str, output_file: Path) -> str:
+    """A loopback cluster file with the placement coordinator on (docs/placement.md): ``nodes`` on
+    ``ports`` (then their metrics ports), one mosquitto, ``[coordinator]`` with kmax = kmin = 2 and
+    loopback timings plus the lines ``coordinator``, the application ``watch`` written to
+    ``output_file`` (``{node}`` for one file per sink replica)."""
+    listed = "".join(f'[[nodes]]\nname = "{n}"\nport = {ports[i]}\nmetrics_port = {ports[len(nodes) + i]}\n\n'
+                     for i, n in enumerate(nodes))
+    return f"""query = "query.toml"
+secret = "{secret}"
+punctuation_ms = 100
+heartbeat_ms = 200
+peer_timeout_ms = 2000
+placement = "min-cost"
+
+[mqtt]
+broker = "mqtt://127.0.0.1:{broker_port}"
+
+[coordinator]
+kmax = 2
+kmin = 2
+dmin_ms = 0             # loopback: every pair is well under the paper's 30 ms
+report_ms = 300
+settle_s = 3
+{coordinator.strip()}
+
+[outputs.watch]
+file = "{output_file}"
+
+{listed}"""
+
+
 def assert_fig1_reference(query, published: dict[str, list[dict]], arrivals: dict[str, list[dict]],
                           punctuation_ms: float) -> None:
     """Every application received exactly ``replay``'s reference of what was ``published`` (in order

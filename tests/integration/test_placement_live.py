@@ -20,7 +20,8 @@ import aiomqtt
 from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import cluster, collect_outputs, free_ports, kill, metric, mosquitto, wait_for
+from tests.integration.helpers import (cluster, collect_outputs, coordinated_cluster_toml, free_ports, kill, metric,
+                                       mosquitto, wait_for)
 
 NODES = ["c0", "n1", "n2", "n3", "n4"]
 QUERY = """
@@ -50,33 +51,11 @@ KILL_AT = 70
 
 
 def cluster_file(tmp_path, ports, broker_port) -> str:
-    nodes = "".join(f'[[nodes]]\nname = "{n}"\nport = {ports[i]}\nmetrics_port = {ports[5 + i]}\n\n'
-                    for i, n in enumerate(NODES))
-    return f"""query = "query.toml"
-secret = "placement-secret"
-punctuation_ms = 100
-heartbeat_ms = 200
-peer_timeout_ms = 2000
-placement = "min-cost"
-
-[mqtt]
-broker = "mqtt://127.0.0.1:{broker_port}"
-
-[coordinator]
-kmax = 2
-kmin = 2
-dmin_ms = 0             # loopback: every pair is well under the paper's 30 ms
-report_ms = 300
+    return coordinated_cluster_toml(NODES, ports, broker_port, secret="placement-secret", coordinator="""
 utility_period_s = 1
 gc_period_s = 4
 theta = 0
-settle_s = 3
-pin = {{ cpu = "n1", watch = "n4" }}
-
-[outputs.watch]
-file = "{tmp_path / 'out' / 'watch.jsonl'}"
-
-{nodes}"""
+pin = { cpu = "n1", watch = "n4" }""", output_file=tmp_path / "out" / "watch.jsonl")
 
 
 async def drive(broker_port: int, on_kill) -> tuple[list[dict], list[tuple], float, float]:

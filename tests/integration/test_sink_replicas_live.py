@@ -23,7 +23,7 @@ from replicast.consume import Consumer
 from replicast.engine.query_file import load_query
 from replicast.engine.replay import replay
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import cluster, free_ports, kill, mosquitto, wait_for
+from tests.integration.helpers import cluster, coordinated_cluster_toml, free_ports, kill, mosquitto, wait_for
 
 NODES = ["c0", "n1", "n2", "n3", "n4"]
 QUERY = """
@@ -47,34 +47,12 @@ KILL_AT = 40
 
 
 def cluster_file(tmp_path, ports, broker_port) -> str:
-    nodes = "".join(f'[[nodes]]\nname = "{n}"\nport = {ports[i]}\nmetrics_port = {ports[5 + i]}\n\n'
-                    for i, n in enumerate(NODES))
-    return f"""query = "query.toml"
-secret = "sink-replicas-secret"
-punctuation_ms = 100
-heartbeat_ms = 200
-peer_timeout_ms = 2000
-placement = "min-cost"
-
-[mqtt]
-broker = "mqtt://127.0.0.1:{broker_port}"
-
-[coordinator]
-kmax = 2
-kmin = 2
+    return coordinated_cluster_toml(NODES, ports, broker_port, secret="sink-replicas-secret", coordinator="""
 sink_replicas = 2
-dmin_ms = 0             # loopback: every pair is well under the paper's 30 ms
-report_ms = 300
 gc = false
 revival_period_s = 1
 expiry_s = 2
-settle_s = 3
-pin = {{ cpu = ["n1", "n2"], watch = "n4" }}
-
-[outputs.watch]
-file = "{tmp_path / 'out' / 'watch-{node}.jsonl'}"
-
-{nodes}"""
+pin = { cpu = ["n1", "n2"], watch = "n4" }""", output_file=tmp_path / "out" / "watch-{node}.jsonl")
 
 
 def decisions(run_dir) -> list[dict]:
