@@ -24,6 +24,7 @@ late, like one behind a punctuation.  Anything else is rejected with a reason (d
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -35,7 +36,14 @@ from replicast.operators.key_seals import KeySeal, SealTable, key_names, record_
 from replicast.operators.query import StreamSpec
 from replicast.operators.record import CLOSED, FIELD_TYPES, Record, make_record, normalise, short_repr
 
-MODES = ("source", "entry")
+class EntryMode(enum.StrEnum):
+    """Who stamps a stream's records (module docstring; docs/node.md, "Entry points")."""
+
+    SOURCE = "source"       # the source stamps and punctuates
+    ENTRY = "entry"         # the entry points stamp, one stamper per view (§IV-A)
+
+
+MODES = tuple(mode.value for mode in EntryMode)
 #: Raw records a replica remembers as pending at most (entry mode); past it the oldest is forgotten
 #: (counted): if that replica later stamps, such a record is lost, or stamped again if its stamped
 #: copy was the one forgotten — bounded memory where a replica's input runs far from its peers'.
@@ -65,7 +73,7 @@ class EntryPoint:
         if mode not in MODES:
             raise InputError(f"stream {stream.name!r}: entry mode must be one of {MODES}, got {mode!r}")
         self.stream = stream
-        self.mode = mode
+        self.mode = EntryMode(mode)
         self.punctuation = NO_PUNCTUATION       # the largest punctuation emitted (entry mode: stamped or held)
         #: Entry mode, not stamping: raw records received minus stamped copies seen, by fields; a key
         #: whose count returns to 0 is dropped (a negative count: the stamped copy came first).
@@ -98,10 +106,10 @@ class EntryPoint:
         for item in items:
             if isinstance(item, dict) and set(item) == {"punctuation"}:
                 p = item["punctuation"]
-                if self.mode != "source" or isinstance(p, bool) or not isinstance(p, int) or not NO_PUNCTUATION < p <= CLOSED:
+                if self.mode is not EntryMode.SOURCE or isinstance(p, bool) or not isinstance(p, int) or not NO_PUNCTUATION < p <= CLOSED:
                     self.malformed += 1
                     rejects.append(("malformed: punctuations come from the entry point in entry-stamped mode"
-                                    if self.mode != "source" else f"malformed: bad punctuation {p!r}", item))
+                                    if self.mode is not EntryMode.SOURCE else f"malformed: bad punctuation {p!r}", item))
                     continue
                 if p >= self.carried_until:
                     self.carried_until = NO_PUNCTUATION     # its source has caught up with the donor's
@@ -154,9 +162,9 @@ class EntryPoint:
 
     def _seal(self, item: dict, where: str) -> KeySeal:
         """A seal item ``{"punctuation": p, "key": {field: value}}`` checked against the stream's ``seal``."""
-        if self.mode != "source" or not self.seal_names:
+        if self.mode is not EntryMode.SOURCE or not self.seal_names:
             raise InputError(f"{where}: a seal per key needs a source-stamped stream that declares 'seal' "
-                             f"(this one {'is entry-stamped' if self.mode != 'source' else 'declares none'})")
+                             f"(this one {'is entry-stamped' if self.mode is not EntryMode.SOURCE else 'declares none'})")
         p, key = item["punctuation"], item["key"]
         if isinstance(p, bool) or not isinstance(p, int) or not NO_PUNCTUATION < p < CLOSED:
             raise InputError(f"{where}: bad seal punctuation {short_repr(p)}")
@@ -176,7 +184,7 @@ class EntryPoint:
     def _record(self, item: Any, where: str, now: int, stamping: bool, tracking: bool) -> Record | None:
         if not isinstance(item, dict):
             raise InputError(f"{where}: an item must be an object, got {type(item).__name__}")
-        if self.mode == "source":
+        if self.mode is EntryMode.SOURCE:
             if "ts" not in item:
                 raise InputError(f"{where}: missing 'ts' (the stream is source-stamped)")
             values = dict(item)

@@ -38,7 +38,7 @@ from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.stamper import StampState
 from replicast.engine.core.states import InboundState, ReplicaEvent, ReplicaState, advance
-from replicast.engine.entry import EntryPoint
+from replicast.engine.entry import EntryMode, EntryPoint
 from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.key_seals import key_sealing
@@ -122,7 +122,7 @@ class Control:
         if src == self.out.name and not self.restarted:                 # a first start's own configuration
             hosted.origin = Origin.FIRST_START
         self.pairs.attach(hosted)
-        if entry is not None and entry.mode == "entry":
+        if entry is not None and entry.mode is EntryMode.ENTRY:
             hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
         self.stamper.track(hosted)
         self.lifecycle.start(hosted, now)

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ReplicaChanged, SinkRestarted
+from replicast.engine.entry import EntryMode
 from replicast.engine.core.hosted import Hosted, Inbound, Origin
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.output_log import OutputLog
@@ -136,7 +137,7 @@ class Lifecycle:
             return
         timeout = self.options.join_timeout_us
         hosted.joining = Joining(now + timeout, donors)
-        if hosted.kind == "entry" and hosted.entry.mode == "source" and hosted.origin is not Origin.FIRST_START:
+        if hosted.kind == "entry" and hosted.entry.mode is EntryMode.SOURCE and hosted.origin is not Origin.FIRST_START:
             hosted.joining.source_wait = now + timeout    # rule 5: until its source delivers something
         self.joining.add(hosted.replica)
         self.request_inputs(hosted)
@@ -272,7 +273,7 @@ class Lifecycle:
                 return
             hosted.log = log
             hosted.entry.punctuation = max(hosted.entry.punctuation, covered)
-            if hosted.entry.mode == "source":         # its source may still deliver what the donor took
+            if hosted.entry.mode is EntryMode.SOURCE:         # its source may still deliver what the donor took
                 hosted.entry.carried_until = covered
         else:
             hosted.logic.restore(state["logic"])
@@ -314,7 +315,7 @@ class Lifecycle:
         join, options = hosted.joining, self.options
         first = next(((records[0] if records else None, p) for records, p in hosted.held
                       if records or p is not None), None)
-        if hosted.entry.mode != "source" or first is None:
+        if hosted.entry.mode is not EntryMode.SOURCE or first is None:
             return False
         record, punctuation = first
         if record is not None and (record[0] <= covered or record in copied):
