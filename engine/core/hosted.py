@@ -85,6 +85,7 @@ class Hosted:
         self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier
         self.horizon: int | None = None                # rebuilding: outputs complete above it
         self.restored: tuple[int, ...] | None = None   # its ports' punctuations when a snapshot was restored
+        self.dead_end: tuple[int, ...] | None = None   # rebuilding: the restored punctuations that could not advance
         self.parked: dict[StreamReplica, tuple[int | None, int]] = {}   # Resume requests waiting for the log's frontier
         self.held: list = []                           # an entry point's segments taken while it joins
         self.copy_tail: "CopyTail | None" = None       # a joined entry point: its donor's copy still to meet

@@ -258,6 +258,9 @@ class Lifecycle:
     def on_snapshot(self, src: str, message: Snapshot, now: int) -> None:
         hosted = self.hosted.get(message.joiner)
         if hosted is not None and hosted.state is ReplicaState.REBUILDING and hosted.replica in self.probes:
+            if self._dead_end(hosted, message):
+                self.counters["snapshots_skipped"] += 1
+                return
             self.rejoin(hosted, now, f"{message.donor} is live: rejoins from it")   # rule 3
             return
         join = hosted.joining if hosted is not None else None
@@ -303,6 +306,18 @@ class Lifecycle:
         self.sender.serve_parked(hosted)
         if hosted.kind == "entry":
             self.release_held(hosted, now, covered, copied)
+
+    @staticmethod
+    def _dead_end(hosted: Hosted, message: Snapshot) -> bool:
+        """Rule 3: a peer's answer to a rebuilding replica's probe is no way back if it is no further,
+        on any port, than the snapshot this replica restored last and could not advance from (rule 4,
+        :meth:`rejoin`'s ``again``): restoring it again ends the same way — a rejoin, the same
+        snapshot, a rebuild, a probe at once — and the loop would ship the peer's whole state every
+        round trip.  Once the peer has moved past that point on every port, it is tried again."""
+        if hosted.dead_end is None or message.state.get("kind") == "entry":
+            return False
+        point = [f["max_punctuation"] for f in message.state["logic"]["filters"]]
+        return any(p <= q for p, q in zip(point, hosted.dead_end))
 
     def _donor_behind(self, hosted: Hosted, covered: int, copied: list, now: int) -> bool:
         """Rule 5: a source-stamped entry point continues its donor's copy with what its own
@@ -506,6 +521,7 @@ class Lifecycle:
         # such replicas (each giving the other its state).  Rebuild instead.
         again = hosted.restored is not None and hosted.logic is not None and \
             hosted.restored == tuple(f.max_punctuation for f in hosted.logic.filters)
+        hosted.dead_end = hosted.restored if again else None
         hosted.restored = None
         hosted.epoch = self.new_epoch(now, hosted.epoch)
         hosted.logic = self.new_logic(hosted.replica)

@@ -25,7 +25,8 @@ COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_er
             "stale_requests", "known_batches", "refused_control", "streams_cut", "snapshots_given",
             "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams", "failovers",
             "stale_stamps", "refused_ballots", "unanswered_ballots", "early_requests", "stray_reports", "determinants",
-            "takeovers", "donors_behind", "vanished_streams", "peers_rebuilding")
+            "takeovers", "donors_behind", "vanished_streams", "peers_rebuilding",
+            "snapshots_skipped")
 
 
 #: Bounds (µs) of the latency histogram's buckets: wide-area paths are tens to hundreds of ms (§VI).
