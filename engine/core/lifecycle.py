@@ -25,7 +25,9 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    a cluster's start every log is whole, the frontiers are −∞, and rebuilding is simply starting.
    It is ``LIVE`` once its frontier passes the horizon.  One that lost input asks its peers again
    every join time-out (and when a peer's node comes back) and rejoins from the first live one;
-   one that rebuilt because its peers were rebuilding too is reported (``peers_rebuilding``).
+   one that rebuilt because its peers were rebuilding too is reported (``peers_rebuilding``).  One
+   that rebuilt because the snapshot it restored could not advance (rule 4) skips an answer no
+   further than that snapshot on some port (``snapshots_skipped``): it would end the same way.
 4. A replica whose port can no longer advance — every input it can hear is complete only above where
    the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.  This
    is checked at every event that changes a port's inputs: a stream head, a disconnected input
