@@ -26,7 +26,8 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
    It is ``LIVE`` once its frontier passes the horizon.  One that lost input asks its peers again
    every join time-out (and when a peer's node comes back) and rejoins from the first live one;
    one that rebuilt because its peers were rebuilding too is reported (``peers_rebuilding``).  One
-   that rebuilt because the snapshot it restored could not advance (rule 4) skips an answer no
+   that rebuilt because the snapshot it restored could not advance (rule 4) does not ask if it has
+   a horizon (it is LIVE there on its own), and otherwise (a count window) skips an answer no
    further than that snapshot on some port (``snapshots_skipped``): it would end the same way.
 4. A replica whose port can no longer advance — every input it can hear is complete only above where
    the port is — rejoins: a new incarnation, from a snapshot if a peer is live, else rebuilt.  This
@@ -410,8 +411,12 @@ class Lifecycle:
                                                                 f"too: no replica of {hosted.replica.name} is exact"
                                                                 if beside else "")))
         hosted.horizon = horizon
-        if horizon != NO_PUNCTUATION and any(node for i, node in enumerate(hosted.peers)
-                                             if i != hosted.replica.index):
+        # A rebuild after a snapshot that could not advance (rule 4's ``again``) becomes LIVE at its
+        # horizon on its own: its inputs start above what its peers hold, and asking them only
+        # rejoins and rebuilds again.  Only one that never reaches a horizon (a count window) asks.
+        settles = hosted.dead_end is not None and horizon < CLOSED
+        if horizon != NO_PUNCTUATION and not settles and any(node for i, node in enumerate(hosted.peers)
+                                                             if i != hosted.replica.index):
             self.probes[hosted.replica] = now          # it lost input: ask its peers until one is live
         hosted.log.frontier = horizon if hosted.log.frontier is None else max(hosted.log.frontier, horizon)
         self.sender.serve_parked(hosted)
