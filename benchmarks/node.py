@@ -61,19 +61,7 @@ from replicast.operators.plan import ReplicaId, StreamReplica  # noqa: E402
 from replicast.operators.record import CLOSED  # noqa: E402
 
 SECRET = "benchmark-secret"
-QUERY = """
-[[streams]]
-name = "s"
-fields = { server = "str", load = "float" }
-[[operators]]
-name = "f"
-kind = "filter"
-input = "s"
-where = "load >= 0.0"
-[[applications]]
-name = "app"
-input = "f"
-"""
+from tests.engine.started import FILTER_QUERY as QUERY  # noqa: E402
 
 
 def free_ports(n: int) -> list[int]:

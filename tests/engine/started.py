@@ -6,6 +6,22 @@ from replicast.engine.messages import StreamHead
 from replicast.engine.node import NodeCore, ReplicaState, configure
 from replicast.operators.base import NO_PUNCTUATION
 
+#: One stream, a filter every record passes, one application: the smallest query with a port
+#: (the node benchmarks' and the tracing tests' query).
+FILTER_QUERY = """
+[[streams]]
+name = "s"
+fields = { server = "str", load = "float" }
+[[operators]]
+name = "f"
+kind = "filter"
+input = "s"
+where = "load >= 0.0"
+[[applications]]
+name = "app"
+input = "f"
+"""
+
 
 def started_core(query, place: dict, node: str) -> tuple[NodeCore, int]:
     """The core of ``node`` with every peer of ``place`` connected and every replica past its

@@ -17,21 +17,7 @@ from replicast.engine.query_file import parse_query
 from replicast.engine.wire import decode, encode
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.record import CLOSED
-from tests.engine.started import started_core
-
-QUERY = """
-[[streams]]
-name = "s"
-fields = { server = "str", load = "float" }
-[[operators]]
-name = "f"
-kind = "filter"
-input = "s"
-where = "load >= 0.0"
-[[applications]]
-name = "app"
-input = "f"
-"""
+from tests.engine.started import FILTER_QUERY as QUERY, started_core
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 100, 1000, 40_009])
