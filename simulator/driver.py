@@ -287,7 +287,7 @@ class Simulation:
             if node == server:
                 self._deliver(node, server, item)
             else:
-                self.network.send(server, node, item, now, len(payload))
+                self.network.send(server, node, item, now, len(payload), connection=False)
 
     def _deliver(self, dst: str, src: str, items: list) -> None:
         node = self.nodes.get(dst)

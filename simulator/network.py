@@ -300,8 +300,13 @@ class Network:
         return t
 
     # -- sending --------------------------------------------------------------------------------
-    def send(self, src: str, dst: str, items: list, now: int, size_bytes: int = 0) -> bool:
-        """Put ``items`` on the link ``src -> dst`` at ``now``; False if refused (drop-mode outage)."""
+    def send(self, src: str, dst: str, items: list, now: int, size_bytes: int = 0, connection: bool = True) -> bool:
+        """Put ``items`` on the link ``src -> dst`` at ``now``; False if refused (drop-mode outage).
+
+        ``connection=False``: the items do not ride the engines' connection ``src -> dst`` but a
+        source's own (its MQTT publication, retried until acknowledged), so :meth:`drop` — a node
+        crashing or a peer timing out — does not lose them; outages hold or drop them as any item.
+        """
         link = self.links.get((src, dst)) or self.link(src, dst)
         delay = self.sent_delay = self._delay(link, now)
         start = now
@@ -319,7 +324,7 @@ class Network:
         if arrival < link.last:
             arrival = link.last
         link.last = arrival
-        self.env.call_at(arrival, self._arrive, link, link.epoch, items)
+        self.env.call_at(arrival, self._arrive, link, link.epoch if connection else None, items)
         return True
 
     def _held(self, link: Link, now: int) -> tuple[int | None, int]:
@@ -342,8 +347,8 @@ class Network:
         """The connection ``src -> dst`` is gone: what is in flight is lost."""
         self.link(src, dst).epoch += 1      # items sent before are skipped when they come due
 
-    def _arrive(self, link: Link, epoch: int, items: list) -> None:
-        if epoch == link.epoch:             # not sent on a connection dropped since
+    def _arrive(self, link: Link, epoch: int | None, items: list) -> None:
+        if epoch is None or epoch == link.epoch:    # not sent on a connection dropped since
             self.hops += 1
             self.messages += len(items)
             self.deliver(link.dst, link.src, items)

@@ -1,0 +1,49 @@
+"""A source is external to the engine on its server (docs/simulator.md, "Sources are external"):
+its publications ride its own connection to each entry replica (MQTT, retried until acknowledged),
+so the engine on the source's server crashing must not lose a publication already on its way to the
+other entry replicas.  Found by the sim-fig1 fault hunt (seed 85): a ping published 75 ms before its
+server's engine crashed was dropped with the engine's connections, and two join outputs per
+application went missing."""
+
+from collections import Counter
+from pathlib import Path
+
+from replicast.engine.node import NodeOptions
+from replicast.engine.query_file import load_query
+from replicast.simulator.driver import Observer, Simulation
+from replicast.simulator.network import FixedDelays
+
+QUERY = load_query(Path(__file__).resolve().parents[2] / "examples/entry-stamped-query.toml")
+MS = 1_000
+S = 1_000_000
+
+
+class Deliveries(Observer):
+    def __init__(self):
+        self.records = []
+
+    def delivered(self, node, event):
+        self.records.extend(event.records)
+
+
+def test_a_publication_in_flight_when_the_sources_engine_crashes_still_arrives():
+    nodes = ["e1", "e2", "e3", "f1", "f2", "app"]
+    rtt = {a: {b: 40.0 for b in nodes if b != a} for a in nodes}      # 20 ms one way
+    placement = {"cpu": ["e1", "e2", "e3"], "pass": ["f1", "f2"], "out": ["app"]}
+    options = NodeOptions(punctuation_us=50 * MS, heartbeat_us=100 * MS, peer_timeout_us=500 * MS,
+                          entry_modes={"cpu": "entry"})
+    observer = Deliveries()
+    sim = Simulation(QUERY, placement, FixedDelays(rtt, nodes), {n: i for i, n in enumerate(nodes)}, options=options,
+                     observer=observer)
+    published = []
+    for i in range(40):                                  # every 100 ms from 0.5 s to 4.4 s, from e1's server
+        payload = f'{{"server": "s", "load": {i}.0}}'.encode()
+        sim.env.call_at(S // 2 + i * 100 * MS, sim.publish, "e1", "cpu", payload)
+        published.append(("s", float(i)))
+    # e1's engine crashes 5 ms after the publication at 2.0 s left for e2 and e3 (20 ms away).
+    sim.env.call_at(2 * S + 5 * MS, sim.crash, "e1")
+    sim.run(until=10 * S)
+    counts = Counter(record[1:] for record in observer.records)
+    assert ("s", 15.0) in counts, "the publication in flight at the crash was lost with the engine's connections"
+    assert sorted(counts) == published
+    assert set(counts.values()) == {1}
