@@ -12,7 +12,7 @@ import sys
 import paho.mqtt.publish as publish
 
 from replicast.operators.record import CLOSED
-from tests.integration.helpers import ROOT, free_ports, wait_for, wait_port
+from tests.integration.helpers import ROOT, free_ports, mosquitto, wait_for, wait_port
 
 
 def test_consume_reaches_the_embedded_broker_and_prints_each_record_once(tmp_path):
@@ -77,3 +77,73 @@ def test_a_consumer_killed_and_restarted_gets_what_was_published_while_it_was_aw
             if process.poll() is None:
                 process.terminate()
                 process.wait(10)
+
+
+def resumed_session_gets_again(port: int, client_id: str, sent: int = 5) -> list[bytes]:
+    """MQTT 3.1.1 §4.4: QoS-1 messages a client received but had not acknowledged when its
+    connection broke are sent again when it resumes its session (``clean_session = false``).
+    ``sent`` messages are published to a subscriber that never acknowledges them, its connection is
+    cut (its socket shut, no DISCONNECT: as a SIGKILLed consumer's), and the same client id resumes
+    the session; returns the payloads sent again before a marker published after the resumption
+    (a broker sends a resumed session's in-flight messages before new ones, so the marker coming
+    first means none will come)."""
+    import socket
+    import threading
+
+    import paho.mqtt.client as mqtt
+
+    def client(**options) -> mqtt.Client:
+        return mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False,
+                           protocol=mqtt.MQTTv311, **options)
+
+    received, subscribed = [], threading.Event()
+    first = client(manual_ack=True)                           # never acknowledges: all stay in flight
+    first.on_subscribe = lambda *_: subscribed.set()
+    first.on_message = lambda _c, _u, message: received.append(message.payload)
+    first.connect("127.0.0.1", port)
+    first.subscribe("replicast/out/alerts", qos=1)
+    first.loop_start()
+    try:
+        assert subscribed.wait(10), "no SUBACK"
+        publish.multiple([{"topic": "replicast/out/alerts", "payload": f"m{i}", "qos": 1} for i in range(sent)],
+                         hostname="127.0.0.1", port=port, client_id=f"{client_id}-pub")
+        wait_for(lambda: len(received) == sent, 10, "the messages in flight")
+        first.socket().shutdown(socket.SHUT_RDWR)
+    finally:
+        first.loop_stop()
+    again, marker = [], threading.Event()
+    second = client()
+
+    def on_message(_c, _u, message) -> None:
+        (marker.set() if message.payload == b"marker" else again.append(message.payload))
+    second.on_message = on_message
+    second.on_connect = lambda *_: publish.single("replicast/out/alerts", "marker", qos=1, hostname="127.0.0.1",
+                                                  port=port, client_id=f"{client_id}-marker")
+    second.connect("127.0.0.1", port)
+    second.loop_start()
+    try:
+        assert marker.wait(20), "the marker published after the resumption never came"
+    finally:
+        second.disconnect()
+        second.loop_stop()
+    return again
+
+
+def test_the_embedded_broker_forgets_messages_in_flight_at_a_disconnect_mosquitto_sends_them_again(tmp_path):
+    """Why docs/consume.md names mosquitto where the consumer itself may be killed: amqtt 0.12.1
+    (the newest release) drops a session's in-flight QoS-1 messages when its connection ends — its
+    handler's ``stop`` cancels the PUBACK waits and ``_handle_qos1_message_flow`` then removes them
+    from ``inflight_out`` — so a consumer resuming its session with the same client id and
+    ``clean_session = false`` gets nothing again; no broker setting changes it.  mosquitto sends them
+    again.  If this fails for amqtt, a release fixed it: docs/consume.md must say so."""
+    port = free_ports(1)[0]
+    broker = subprocess.Popen([sys.executable, "-m", "replicast.engine.aio.broker", "--port", str(port)], cwd=ROOT,
+                              stderr=open(tmp_path / "broker.log", "w"))
+    try:
+        wait_port(port)
+        assert resumed_session_gets_again(port, "test-in-flight-amqtt") == []
+    finally:
+        broker.terminate()
+        broker.wait(10)
+    with mosquitto(tmp_path) as port:
+        assert resumed_session_gets_again(port, "test-in-flight-mosquitto") == [f"m{i}".encode() for i in range(5)]
