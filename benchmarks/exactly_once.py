@@ -358,18 +358,29 @@ def consumer_only(args) -> int:
     """The library (records and batches) against a plain subscriber, alternately, with the CPU time
     each took per item handed out; the publisher is another process."""
     kinds = ["records", "batches", "plain"] if hasattr(Consumer, "batches") else ["records", "plain"]
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    cpus: dict[str, list[float]] = {kind: [] for kind in kinds}
+    print(f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
     with Mosquitto() as port:
         async def network():
             for r in range(args.rounds):
                 for kind in kinds:
                     rate, seen, cpu = await end_to_end(port, args.records, args.batch, kind, f"{kind}{r}")
                     assert seen == (2 if kind == "plain" else 1) * args.records, (kind, seen)
+                    rates[kind].append(rate)
+                    cpus[kind].append(cpu)
                     what = "items (copies)" if kind == "plain" else "unique records"
                     print(f"round {r}: {'plain aiomqtt subscriber' if kind == 'plain' else 'library, ' + kind}: "
                           f"{rate:,.0f} {what}/s, CPU {cpu:.2f} µs each "
                           f"(max RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)",
                           flush=True)
         asyncio.run(network())
+    for kind in kinds:
+        name = "plain aiomqtt subscriber, copies/s" if kind == "plain" else f"library, {kind}(), unique records/s"
+        print(f"median of {args.rounds} rounds, {name}: {statistics.median(rates[kind]):,.0f} "
+              f"(min {min(rates[kind]):,.0f}, max {max(rates[kind]):,.0f}); CPU {statistics.median(cpus[kind]):.2f} µs "
+              f"each{'; target >= 200,000' if kind != 'plain' else ''}")
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
     return 0
 
 
