@@ -46,7 +46,7 @@ import aiomqtt
 from replicast.engine.query_file import load_query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import (ROOT, fig1_cluster_toml, free_ports, kill, make_cluster_module, metric,
-                                       mosquitto, replicast)
+                                       mosquitto, publish_fig1_round, replicast)
 
 PUNCTUATION_MS = 100
 TICK_S = 0.1
@@ -100,24 +100,6 @@ def ready(port: int) -> bool:
 
 def max_gap(times: list[float]) -> float:
     return max((b - a for a, b in zip(times, times[1:])), default=0.0)
-
-
-async def publish_round(clients: list, servers: list[str], tick: int, published: dict[str, list]) -> None:
-    """One round of the Fig. 1 sources (as helpers.publish_fig1_round) written to every client's broker:
-    the same payloads, so every cluster fed by ``clients`` gets the same records with the same ``ts``."""
-    payloads = []
-    for n, server in enumerate(servers):
-        ts = time.time_ns() // 1000
-        cpu = {"ts": ts, "server": server, "load": round(((tick * 7 + n * 3) % 20) / 20, 2)}
-        pings = [{"ts": ts, "src": server, "dst": servers[(n + d) % len(servers)], "rtt_ms": float(10 + (tick + d) % 30)}
-                 for d in (1, 2)]
-        for stream, items in ((f"cpu_{server}", [cpu]), (f"ping_{server}", pings)):
-            published[stream] += items
-            payloads.append((f"replicast/in/{stream}", json.dumps(items)))
-    p = time.time_ns() // 1000 - 1
-    payloads += [(f"replicast/in/{stream}", json.dumps({"punctuation": p})) for stream in published]
-    for topic, payload in payloads:
-        await asyncio.gather(*(c.publish(topic, payload, qos=1) for c in clients))
 
 
 @contextlib.contextmanager
@@ -217,7 +199,7 @@ def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, 
                         raw_task = asyncio.create_task(collect_raw(sub))
                         tick = -1
                         while (tick := tick + 1) < TICKS or (kills or down is not None) and tick < max_ticks:
-                            await publish_round(pubs, make.SERVERS, tick, published)
+                            await publish_fig1_round(pubs, make.SERVERS, tick, published)   # the same payloads to both
                             whole = down is None and (not kills or all(ready(port) for port in metrics[0].values()))
                             ready_since = (tick if ready_since is None else ready_since) if whole else None
                             if kills and tick >= kills[0][0] and whole and tick - ready_since >= SETTLE:

@@ -243,7 +243,12 @@ def fig1_cluster_toml(tmp_path: Path, broker_port: int, ports: list[int], *, pun
 
 async def publish_fig1_round(pub, servers: list[str], tick: int, published: dict[str, list]) -> None:
     """One round of the Fig. 1 cluster's sources over MQTT: a cpu record and two pings per server,
-    then a punctuation on every stream; ``published`` collects what went out, by stream."""
+    then a punctuation on every stream; ``published`` collects what went out, by stream.  ``pub``: a
+    client, or a list of clients that all get the same payloads (same records, same ``ts``)."""
+    clients = pub if isinstance(pub, list) else [pub]
+
+    async def send(stream: str, payload) -> None:
+        await asyncio.gather(*(c.publish(f"replicast/in/{stream}", json.dumps(payload), qos=1) for c in clients))
     for n, server in enumerate(servers):
         ts = time.time_ns() // 1000
         cpu = {"ts": ts, "server": server, "load": round(((tick * 7 + n * 3) % 20) / 20, 2)}
@@ -251,10 +256,10 @@ async def publish_fig1_round(pub, servers: list[str], tick: int, published: dict
                  for d in (1, 2)]
         for stream, items in ((f"cpu_{server}", [cpu]), (f"ping_{server}", pings)):
             published[stream] += items
-            await pub.publish(f"replicast/in/{stream}", json.dumps(items), qos=1)
+            await send(stream, items)
     p = time.time_ns() // 1000 - 1
     for stream in published:
-        await pub.publish(f"replicast/in/{stream}", json.dumps({"punctuation": p}), qos=1)
+        await send(stream, {"punctuation": p})
 
 
 def coordinated_cluster_toml(nodes: list[str], ports: list[int], broker_port: int, *, secret: str,
