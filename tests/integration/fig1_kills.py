@@ -44,6 +44,7 @@ from pathlib import Path
 import aiomqtt
 
 from replicast.engine.query_file import load_query
+from replicast.operators.query import Query
 from replicast.operators.record import CLOSED
 from tests.integration.helpers import (ROOT, fig1_cluster_toml, free_ports, kill, make_cluster_module, metric,
                                        mosquitto, publish_fig1_round, replicast)
@@ -138,7 +139,7 @@ def brokers(directory: Path, kind: str, n: int):
 class Run:
     """What a walkthrough saw: the input, each consumer's lines, the plain subscriber's copies, the
     kill events, and the twin's alerts consumer (None without a twin)."""
-    query: object
+    query: Query
     published: dict[str, list]
     consumers: dict[str, Lines]
     raw: dict[str, Counter]
@@ -172,7 +173,7 @@ def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, 
             metrics.append(dict(zip(["app", *make.SERVERS], ports[7:])))
         restarted: list[subprocess.Popen] = []
         consumers: dict[str, Lines] = {}
-        twin_lines: list[Lines] = []
+        watched: dict[str, Lines] = {}           # every consumer process, by its log's name
         published = {f"{kind}_{s}": [] for s in make.SERVERS for kind in ("cpu", "ping")}
         raw: dict[str, Counter] = {app: Counter() for app in make.APPLICATIONS}
         events: list[tuple[str, str, float]] = []        # (what, node, monotonic time)
@@ -181,11 +182,10 @@ def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, 
             processes = states[0]
             try:
                 for app in make.APPLICATIONS:
-                    consumers[app] = consume(app, broker_ports[0], tmp_path)
+                    consumers[app] = watched[f"consume-{app}.log"] = consume(app, broker_ports[0], tmp_path)
                 if twin:
-                    twin_lines.append(consume("alerts", broker_ports[1], tmp_path, "twin-"))
-                logs = [f"consume-{app}.log" for app in make.APPLICATIONS] + ["consume-twin-alerts.log"][:len(twin_lines)]
-                for log in logs:
+                    watched["consume-twin-alerts.log"] = consume("alerts", broker_ports[1], tmp_path, "twin-")
+                for log in watched:
                     wait_for_text(tmp_path / log, "subscribed to", 30)
 
                 async def drive() -> None:
@@ -237,15 +237,15 @@ def walkthrough(tmp_path: Path, sink_replicas: int, kills_plan: list[tuple[int, 
                                 return
 
                 asyncio.run(drive())
-                for log, lines in zip(logs, [*consumers.values(), *twin_lines]):
+                for log, lines in watched.items():
                     assert lines.process.wait(60) == 0, (tmp_path / log).read_text()[-2000:]
                     lines.thread.join(10)
             finally:
-                for process in [*(c.process for c in [*consumers.values(), *twin_lines]), *restarted]:
+                for process in [*(c.process for c in watched.values()), *restarted]:
                     if process.poll() is None:
                         process.terminate()
                         process.wait(10)
-    return Run(query, published, consumers, raw, raw_payloads, events, twin_lines[0] if twin_lines else None)
+    return Run(query, published, consumers, raw, raw_payloads, events, watched.get("consume-twin-alerts.log"))
 
 
 def wait_for_text(path: Path, text: str, timeout: float) -> None:
