@@ -96,3 +96,24 @@ def test_copies_split_differently_lagging_or_repeated_count_as_the_per_record_ru
         assert got == expected
         assert {rank for _, _, rank, _ in got} == {1, 2, 3, 4, 5, 6}   # three copies of two equal records
         assert sum(c for c, _ in got.values()) > 150
+
+
+def test_copies_of_batches_without_a_sampled_record_are_not_read_in_step_or_lagging():
+    """Rule 1: the copies a duplicate filter takes unread (below its punctuation) are answered by
+    their content keys — the one in step by the last key, a lagging one by the cold keys — so
+    the tracer does not decode them either (a copy it must decode would have its records)."""
+    rows = [(1_000_000 + i, f"s{i % 7}", (i % 100) / 100) for i in range(20_000)]
+    core, now = _core(3)
+    tracepoints.install(core, "q", parse(f"From a In Arrival Select COUNT Sample 1/{10**9}"))
+    sent = [_frames(rows, i, [1_000]) for i in range(3)]
+    lags = [0, 0, 4]                                   # u1 in step with u0, u2 four batches behind
+    for step in range(len(sent[0]) + max(lags)):
+        for i, lag in enumerate(lags):
+            if 0 <= step - lag < len(sent[i]):
+                now += 1_000
+                core.receive(f"u{i}", sent[i][step - lag], now=now)
+                core.messages_to_send(), core.events()
+    copies = [m.records for i in (1, 2) for m in sent[i]]
+    assert core.counters["known_batches"] == len(copies)         # the filter took every copy unread
+    assert [r for r in copies if r._records is not None] == []     # and so did the tracer
+    assert tracepoints.take(core)["q"] == []
