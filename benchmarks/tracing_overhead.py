@@ -32,11 +32,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,23 +132,24 @@ def paired(rounds: list[dict], case: int, lower_is_better: bool = True) -> float
     return statistics.median(ratios) - 1
 
 
-def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float]:
-    """The node core alone: CPU seconds per case in each of ``rounds`` alternating rounds; prints
-    the medians and returns each query case's overhead (paired median ratio, less 1)."""
-    from replicast.engine.core import tracepoints
-    from replicast.engine.core.trace_language import parse
+def _bench_messages(k: int, records: int, batch: int) -> list:
+    """Per upstream replica, its batch frames decoded (records included), as the core receives them."""
     from replicast.engine.wire import decode
-    from replicast.engine.query_file import parse_query
-    from node import QUERY as NODE_QUERY
-    from tests.engine.started import started_core
-
-    query = parse_query(NODE_QUERY)
-    place = {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]}
     frames, _ = batch_frames(k, records, batch)
     messages = [[decode(frame[4:]) for frame in per] for per in frames]
     for per in messages:                               # decode the records now, not in the first round
         for message in per:
             getattr(message.records, "stamps", None)
+    return messages
+
+
+def _bench_core(k: int, case: int | str | None):
+    """A started core hosting the Filter and its application, with ``case``'s query installed."""
+    from replicast.engine.core import tracepoints
+    from replicast.engine.core.trace_language import parse
+    from replicast.engine.query_file import parse_query
+    from node import QUERY as NODE_QUERY
+    from tests.engine.started import started_core
 
     class Returning(tracepoints.Tracer):
         """The tracer with an Arrival hook that returns at once (the HOOKS case)."""
@@ -152,18 +158,33 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
         def arrival(self, *args) -> None:
             return None
 
-    def once(sample: int | str | None) -> float:
-        core, now = started_core(query, place, "z")
-        if sample is not None:
-            tracepoints.install(core, "bench", parse(QUERY.format(n=NOTHING if sample == HOOKS else sample)))
-            if sample == HOOKS:
-                core.tracer.__class__ = Returning
+    core, now = started_core(parse_query(NODE_QUERY), {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]},
+                             "z")
+    if case is not None:
+        tracepoints.install(core, "bench", parse(QUERY.format(n=NOTHING if case == HOOKS else case)))
+        if case == HOOKS:
+            core.tracer.__class__ = Returning
+    return core, now
+
+
+def _feed(core, now: int, messages: list) -> None:
+    """The benchmark's loop: each batch's k copies in turn, the core's output drained after each."""
+    for copies in zip(*messages):
+        for i, message in enumerate(copies):
+            core.receive(f"u{i}", message, now=now)
+        core.messages_to_send(), core.events()
+
+
+def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float]:
+    """The node core alone: CPU seconds per case in each of ``rounds`` alternating rounds; prints
+    the medians and returns each query case's overhead (paired median ratio, less 1)."""
+    messages = _bench_messages(k, records, batch)
+
+    def once(case: int | str | None) -> float:
+        core, now = _bench_core(k, case)
         gc.collect()
         start = time.process_time()
-        for copies in zip(*messages):
-            for i, message in enumerate(copies):
-                core.receive(f"u{i}", message, now=now)
-            core.messages_to_send(), core.events()
+        _feed(core, now, messages)
         return time.process_time() - start
 
     runs = [{case: once(case) for case in rotated(CASES, r)} for r in range(rounds)]
@@ -182,6 +203,62 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
             f" (target <= {target:.0%}: {'met' if overhead[case] <= target else 'NOT MET'})"
         print(f"    {label(case):>9}: {per_record:.3f} µs per distinct record   [{spread}]   "
               f"{overhead[case]:+.1%} against no query{verdict}")
+    return overhead
+
+
+def _case_arg(case: int | str | None) -> str:
+    return "none" if case is None else str(case)
+
+
+def _parse_case(text: str) -> int | str | None:
+    return None if text == "none" else HOOKS if text == HOOKS else int(text)
+
+
+def count_child(k: int, records: int, batch: int, case: int | str | None, loop: bool) -> None:
+    """(In a process of its own, under valgrind) the in-process case's setup, then its loop if ``loop``."""
+    messages = _bench_messages(k, records, batch)
+    core, now = _bench_core(k, case)
+    gc.collect()
+    gc.disable()                                       # a collection's place must not move the count
+    if loop:
+        _feed(core, now, messages)
+
+
+def _instructions(k: int, records: int, batch: int, case: int | str | None, loop: bool) -> int:
+    """Instructions one count_child process executes (valgrind's cachegrind, no cache simulation)."""
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+               sys.executable, __file__, "--k", str(k), "--records", str(records), "--batch", str(batch),
+               "--count-case", _case_arg(case), "--count-loop", str(int(loop))]
+    if shutil.which("setarch"):
+        command = ["setarch", "-R", *command]          # the same addresses every run: dicts keyed by id()
+    env = {**os.environ, "PYTHONHASHSEED": "0"}        # the same string hashes every run
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    match = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if match is None:
+        raise RuntimeError(f"valgrind said no instruction count: {done.stderr[-500:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def instructions(k: int, records: int, batch: int, jobs: int) -> dict[int, float]:
+    """The in-process loop's instructions per case (Linux, valgrind): the count of a process that
+    runs the loop less that of one that only sets it up.  Load does not move it: a run repeats
+    to a few hundred instructions.  It counts no cache miss (CPU time does), and what was
+    allocated before the loop moves it a little (the same tracer code loaded two ways: 0.14 %)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    cases = list(CASES)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        counts = {(case, loop): pool.submit(_instructions, k, records, batch, case, loop)
+                  for case in cases for loop in (False, True)}
+        loops = {case: counts[(case, True)].result() - counts[(case, False)].result() for case in cases}
+    print(f"  instructions (the in-process loop under valgrind, k={k}, {records} records in batches of {batch}):")
+    overhead = {}
+    for case in cases:
+        line = f"    {label(case):>9}: {loops[case] / records:8.1f} instructions per distinct record"
+        if case is not None:
+            overhead[case] = loops[case] / loops[None] - 1
+            line += f"   {overhead[case]:+.2%} against no query"
+        print(line)
     return overhead
 
 
@@ -227,10 +304,19 @@ def main() -> int:
                         help="the query's sampling cases N (Sample 1/N), comma-separated (default 1000,100); "
                              "a huge N (1000000000) samples nothing: the cost of batches without a sampled "
                              f"record; '{HOOKS}' (in-process only): the hooks called, returning at once")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count the in-process loop's instructions per case under valgrind (Linux; "
+                             "minutes: valgrind runs Python ~50 times slower): a figure load does not move")
+    parser.add_argument("--jobs", type=int, default=2, help="valgrind processes at once (default 2)")
+    parser.add_argument("--count-case", help=argparse.SUPPRESS)      # (a child of --instructions)
+    parser.add_argument("--count-loop", type=int, help=argparse.SUPPRESS)
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--in-process", action="store_true", help="only the node core alone (no TCP)")
     only.add_argument("--tcp", action="store_true", help="only the node over TCP")
     args = parser.parse_args()
+    if args.count_case is not None:
+        count_child(args.k, args.records, args.batch, _parse_case(args.count_case), bool(args.count_loop))
+        return 0
     global CASES
     try:
         CASES = (None, *(n if n == HOOKS else int(n) for n in args.samples.split(",")))
@@ -239,6 +325,8 @@ def main() -> int:
     print(f"load average at start: {load()}")
     if not args.tcp:
         in_process(args.k, args.records, args.batch, args.rounds)
+        if args.instructions:
+            instructions(args.k, args.records, args.batch, args.jobs)
     if not args.in_process:
         tcp(args.k, args.records, args.batch, args.rounds if args.tcp_rounds is None else args.tcp_rounds)
     print(f"load average at end: {load()}")

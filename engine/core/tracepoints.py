@@ -186,9 +186,10 @@ class Tracer:
         #: generations of COLD_KEYS (rule 1)
         self._cold_keys: set[int] = set()
         self._older_keys: set[int] = set()
-        #: the hash of the key of the last cold batch new to its filter (its next copy's, in step)
-        #: and how many of its copies are still to come (its port's k - 1 at first); it joins the
-        #: cold keys only if some are still to come when the next such batch comes (rule 1)
+        #: the hash of the key of the last cold batch new to a filter fed by k > 1 stream replicas
+        #: (its next copy's, in step) and how many of its copies are still to come (k - 1 at
+        #: first); it joins the cold keys only if some are still to come when the next such batch
+        #: comes (rule 1)
         self._last_key = self._due = 0
         self._timed = False                            # whether an Arrival query reads later_us
         self.emitting = False                          # whether any query listens to emissions (the sender's test)
@@ -341,9 +342,9 @@ class Tracer:
             span = where.span
             if span is not None and span[0] is records:
                 if self._low <= span[1] and span[2] < self._high or self._cold(span[1], span[2]):
-                    if key is not None and span[3] is not None:     # a batch new to its filter: its
-                        if self._due > 0:                           # copies may be taken unread
-                            self._keep_cold()                       # (below its punctuation)
+                    if key is not None and span[3] is not None and where.k > 1:   # a batch new to its
+                        if self._due > 0:                           # filter: its copies may be taken
+                            self._keep_cold()                       # unread (below its punctuation)
                         self._last_key, self._due = hash(key), where.k - 1
                     return
             elif key is not None:                      # a copy of a batch with no sampled record?
