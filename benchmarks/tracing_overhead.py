@@ -5,6 +5,7 @@
     python3 benchmarks/tracing_overhead.py --in-process --records 200000 --rounds 7   # the core alone
     python3 benchmarks/tracing_overhead.py --tcp --records 500000 --rounds 5          # the node over TCP
     python3 benchmarks/tracing_overhead.py --rounds 41 --tcp-rounds 7 --samples hooks,1000,100,1000000000
+    python3 benchmarks/tracing_overhead.py --in-process --instructions --rounds 41   # + instruction counts
 
 Two measurements, each with the cases in alternating rounds (each round in another order: every
 case starts as many rounds); every figure is the median of the rounds, and every ratio is
@@ -22,6 +23,13 @@ denominator alike).
   acknowledged every stream replica's end, and the node's CPU µs per distinct record beside it.
   Before the upstreams connect, the query is installed on the running node over its metrics port
   (``PUT /trace/queries/ID``, as ``replicast trace-query`` does).
+
+* Instructions (``--instructions``, with the in-process measurement; Linux, valgrind): the
+  in-process loop of each case run once in a process of its own under valgrind's cachegrind,
+  counted as the instructions of a process that runs it less those of one that only sets it up
+  (hash and address-space randomisation off).  A count repeats to a few hundred instructions
+  whatever the machine's load, so it resolves what CPU time on a shared machine cannot; it
+  counts no cache miss, which CPU time does.
 
 The query is the win share per upstream replica at every port, an ``Arrival`` query — every copy
 of every record passes its hook, the sampled ones become events.
@@ -144,7 +152,8 @@ def _bench_messages(k: int, records: int, batch: int) -> list:
 
 
 def _bench_core(k: int, case: int | str | None):
-    """A started core hosting the Filter and its application, with ``case``'s query installed."""
+    """A started core hosting the Filter and its application, with ``case``'s query installed; and
+    the tracer (made for the no-query case too, and removed: keep it until the loop has run)."""
     from replicast.engine.core import tracepoints
     from replicast.engine.core.trace_language import parse
     from replicast.engine.query_file import parse_query
@@ -160,11 +169,13 @@ def _bench_core(k: int, case: int | str | None):
 
     core, now = started_core(parse_query(NODE_QUERY), {"s": [f"u{i}" for i in range(k)], "f": ["z"], "app": ["z"]},
                              "z")
-    if case is not None:
-        tracepoints.install(core, "bench", parse(QUERY.format(n=NOTHING if case == HOOKS else case)))
-        if case == HOOKS:
-            core.tracer.__class__ = Returning
-    return core, now
+    tracepoints.install(core, "bench", parse(QUERY.format(n=NOTHING if case in (None, HOOKS) else case)))
+    tracer = core.tracer
+    if case is None:                                   # made as in the other cases (the same objects
+        tracepoints.remove(core, "bench")              # allocated before the loop), then removed
+    elif case == HOOKS:
+        tracer.__class__ = Returning
+    return core, now, tracer
 
 
 def _feed(core, now: int, messages: list) -> None:
@@ -181,7 +192,7 @@ def in_process(k: int, records: int, batch: int, rounds: int) -> dict[int, float
     messages = _bench_messages(k, records, batch)
 
     def once(case: int | str | None) -> float:
-        core, now = _bench_core(k, case)
+        core, now, _tracer = _bench_core(k, case)
         gc.collect()
         start = time.process_time()
         _feed(core, now, messages)
@@ -217,7 +228,7 @@ def _parse_case(text: str) -> int | str | None:
 def count_child(k: int, records: int, batch: int, case: int | str | None, loop: bool) -> None:
     """(In a process of its own, under valgrind) the in-process case's setup, then its loop if ``loop``."""
     messages = _bench_messages(k, records, batch)
-    core, now = _bench_core(k, case)
+    core, now, _tracer = _bench_core(k, case)
     gc.collect()
     gc.disable()                                       # a collection's place must not move the count
     if loop:

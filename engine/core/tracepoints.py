@@ -32,7 +32,10 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    those are read; another is read in one C-level pass.  Batches a port already saw whole
    (equal content keys: the k copies of one emission, DESIGN.md "Identical batches") are sampled
    once; their copies reuse the answer and are never decoded for it — a cold one by the hash of
-   its key alone (the last :data:`COLD_KEYS` to twice that many remembered).
+   its key alone: the copy in step (the next at a port fed by k > 1 stream replicas) by the last
+   such key, kept in one slot; a key whose copies are still to come when the next such batch
+   comes joins a set (the last :data:`COLD_KEYS` to twice that many remembered), so in-step
+   copies and a port fed by one stream replica write no table.
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
    the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
    :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
