@@ -32,10 +32,7 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    those are read; another is read in one C-level pass.  Batches a port already saw whole
    (equal content keys: the k copies of one emission, DESIGN.md "Identical batches") are sampled
    once; their copies reuse the answer and are never decoded for it — a cold one by the hash of
-   its key alone: the copy in step (the next at a port fed by k > 1 stream replicas) by the last
-   such key, kept in one slot; a key whose copies are still to come when the next such batch
-   comes joins a set (the last :data:`COLD_KEYS` to twice that many remembered), so in-step
-   copies and a port fed by one stream replica write no table.
+   its key alone (the last :data:`COLD_KEYS` to twice that many remembered).
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
    the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
    :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
@@ -167,8 +164,8 @@ class Tracer:
     name and its inbound table.  (Slots: the hooks' test of a batch without a sampled record
     reads a few of them, from one object.)"""
 
-    __slots__ = ("_plain", "_low", "_high", "_last_key", "_due", "emitting",   # the hooks' (one cache line)
-                 "_cold_keys", "name", "inbound", "queries", "points", "ports", "remembered", "generations", "_recent",
+    __slots__ = ("_plain", "_low", "_high", "_last_key", "_cold_keys", "emitting",   # the hooks' (one cache line)
+                 "name", "inbound", "queries", "points", "ports", "remembered", "generations", "_recent",
                  "_older_keys", "_timed", "waiting", "_keys", "events", "baggage", "arrival_sample",
                  "overflow", "context")
 
@@ -189,11 +186,7 @@ class Tracer:
         #: generations of COLD_KEYS (rule 1)
         self._cold_keys: set[int] = set()
         self._older_keys: set[int] = set()
-        #: the hash of the key of the last cold batch new to a filter fed by k > 1 stream replicas
-        #: (its next copy's, in step) and how many of its copies are still to come (k - 1 at
-        #: first); it joins the cold keys only if some are still to come when the next such batch
-        #: comes (rule 1)
-        self._last_key = self._due = 0
+        self._last_key = 0                             # the one added last (the next copy's, in step)
         self._timed = False                            # whether an Arrival query reads later_us
         self.emitting = False                          # whether any query listens to emissions (the sender's test)
         self._plain = False                            # only Arrival queries are installed
@@ -237,7 +230,6 @@ class Tracer:
         self._timed = any("later_us" in partial.fields for _, partial in points.get("Arrival", []))
         self._low = self._high = 0                     # (caches for one N)
         self._cold_keys, self._older_keys = set(), set()
-        self._last_key = self._due = 0
         self.emitting = bool(self.baggage or points.keys() & _EMITTING)
         #: only Arrival queries: a batch without a sampled slot returns at once (rule 1)
         self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
@@ -325,15 +317,6 @@ class Tracer:
         self._low, self._high = stretch[1] << SLOT_SHIFT, stretch[2] << SLOT_SHIFT
         return True
 
-    def _keep_cold(self) -> None:
-        """The last cold batch new to its filter still has copies to come, out of step: its key's
-        hash joins the cold keys (two generations of :data:`COLD_KEYS`; rule 1)."""
-        keys = self._cold_keys
-        if len(keys) >= COLD_KEYS:
-            self._older_keys = keys
-            keys = self._cold_keys = set()
-        keys.add(self._last_key)
-
     # -- hooks --------------------------------------------------------------------------------------
     def arrival(self, stream: "StreamReplica", hosted: "Hosted", records, key, punctuation: int | None,
                 now: int, path: tuple[str, ...] = ()) -> None:
@@ -341,21 +324,20 @@ class Tracer:
         duplicate filter ran)."""
         # an application delivers a record, sorted, after the batch that brought it: remember its baggage
         if self._plain:                                # only Arrival queries: rule 1's constant-time test first
-            where = hosted.logic.filters[stream.port]
-            span = where.span
+            span = hosted.logic.filters[stream.port].span
             if span is not None and span[0] is records:
                 if self._low <= span[1] and span[2] < self._high or self._cold(span[1], span[2]):
-                    if key is not None and span[3] is not None and where.k > 1:   # a batch new to its
-                        if self._due > 0:                           # filter: its copies may be taken
-                            self._keep_cold()                       # unread (below its punctuation)
-                        self._last_key, self._due = hash(key), where.k - 1
+                    if key is not None and span[3] is not None:     # a batch new to its filter: for its
+                        keys = self._cold_keys                      # copies (their filter may take them
+                        if len(keys) >= COLD_KEYS:                  # unread: below its punctuation)
+                            self._older_keys = keys
+                            keys = self._cold_keys = set()
+                        self._last_key = known = hash(key)
+                        keys.add(known)
                     return
             elif key is not None:                      # a copy of a batch with no sampled record?
                 known = hash(key)
-                if known == self._last_key:            # in step: a copy of the last one
-                    self._due -= 1
-                    return
-                if known in self._cold_keys or known in self._older_keys:
+                if known == self._last_key or known in self._cold_keys or known in self._older_keys:
                     return
         keep = 0
         if self.baggage and hosted.kind == "application" and path and is_baggage(path):
