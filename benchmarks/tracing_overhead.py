@@ -29,7 +29,8 @@ denominator alike).
   counted as the instructions of a process that runs it less those of one that only sets it up
   (hash and address-space randomisation off).  A count repeats to a few hundred instructions
   whatever the machine's load, so it resolves what CPU time on a shared machine cannot; it
-  counts no cache miss, which CPU time does.
+  counts no cache miss, which CPU time does, and what was allocated before the loop moves it by
+  up to 0.25 %.
 
 The query is the win share per upstream replica at every port, an ``Arrival`` query — every copy
 of every record passes its hook, the sampled ones become events.
@@ -254,7 +255,7 @@ def instructions(k: int, records: int, batch: int, jobs: int) -> dict[int, float
     """The in-process loop's instructions per case (Linux, valgrind): the count of a process that
     runs the loop less that of one that only sets it up.  Load does not move it: a run repeats
     to a few hundred instructions.  It counts no cache miss (CPU time does), and what was
-    allocated before the loop moves it a little (the same tracer code loaded two ways: 0.14 %)."""
+    allocated before the loop moves it by up to 0.25 % (docs/tracing.md, "Overhead")."""
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
     cases = list(CASES)
