@@ -40,7 +40,7 @@ import simpy
 
 from replicast.engine.node import add_replica, remove_replica
 from replicast.engine.node import shape
-from replicast.engine.node import VoteMemory, Votes
+from replicast.engine.node import Start, VoteMemory, Votes
 from replicast.engine.messages import Batch, ConnectStream, DeployReplica
 from replicast.operators.plan import ReplicaId
 from replicast.engine.node import (DeadLetter, Decided, Delivered, NodeCore, NodeOptions, PeerTimedOut, ProtocolError, configure,
@@ -87,7 +87,7 @@ class SimNode:
         setup = sim.coordination(name) if sim.coordination is not None else None
         self.core = NodeCore(name, sim.query, sim.options, now=now,
                              incarnation=None if incarnation is None else max(now, incarnation),
-                             restarted=restarted, coordination=setup,
+                             start=Start.RESTARTED if restarted else Start.FRESH, coordination=setup,
                              votes=sim.votes.get(name, Votes(VoteMemory.DURABLE)))
         if setup is not None and incarnation is not None:       # restarted: the coordinator deploys the rest
             self.core.apply(configure_pinned(sim.query, sim.placement, name, sim.options.entry_modes), now=now)

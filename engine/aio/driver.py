@@ -47,8 +47,8 @@ from replicast.engine.aio.vote_store import VoteStore, VoteStoreError, vote_path
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import shorten
 from replicast.engine.messages import Snapshot
-from replicast.engine.node import (CoreFailed, DeadLetter, Delivered, GuardedCore, NodeCore, SinkRestarted, Votes,
-                                   configure, configure_pinned)
+from replicast.engine.node import (CoreFailed, DeadLetter, Delivered, GuardedCore, NodeCore, SinkRestarted, Start,
+                                   Votes, configure, configure_pinned)
 from replicast.engine.wire import encode
 from replicast.operators.errors import ReplicastError
 
@@ -83,7 +83,8 @@ class NodeDriver:
         self._votes = VoteStore(vote_path(state_dir, name), str(config.path.resolve()), name) \
             if state_dir is not None else None
         self._votes_failed = False
-        self.core = GuardedCore(NodeCore(name, config.query, config.options(), now=now_us(), restarted=restarted,
+        self.core = GuardedCore(NodeCore(name, config.query, config.options(), now=now_us(),
+                                         start=Start.RESTARTED if restarted else Start.FRESH,
                                          coordination=config.coordination(name),
                                          votes=self._votes.load() if self._votes is not None else Votes()),
                                 on_error=self._core_failed)

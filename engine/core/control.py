@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.events import ControlRefused
-from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route
+from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route, Start
 from replicast.engine.core.intents import Intent
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.outbox import Outbox
@@ -68,11 +68,11 @@ class Control:
 
     def __init__(self, query: "Query", options: "NodeOptions", hosted: dict[ReplicaId, Hosted],
                  inbound: dict[StreamReplica, Inbound], outbox: Outbox, counters: dict[str, int], *,
-                 restarted: bool, new_epoch: Callable[[int], int], sender: "Sender", receiver: "Receiver",
+                 start: Start, new_epoch: Callable[[int], int], sender: "Sender", receiver: "Receiver",
                  lifecycle: "Lifecycle", stamper: "Stamper", failover: "Failover | AllFeed",
                  pairs: "Pairs | Unpaired"):
         self.query, self.options, self.hosted, self.inbound = query, options, hosted, inbound
-        self.out, self.counters, self.restarted, self.new_epoch = outbox, counters, restarted, new_epoch
+        self.out, self.counters, self.start, self.new_epoch = outbox, counters, start, new_epoch
         self.sender, self.receiver, self.lifecycle, self.stamper = sender, receiver, lifecycle, stamper
         self.failover, self.pairs = failover, pairs
         self.to_tell: dict[str, list[DisconnectStream]] = {}    # rule 3: for nodes not connected now
@@ -119,7 +119,7 @@ class Control:
                                                     self.new_epoch(now))
         if self.options.trace_paths:
             hosted.hop = (f"{replica}@{self.out.name}",)
-        if src == self.out.name and not self.restarted:                 # a first start's own configuration
+        if src == self.out.name and self.start is Start.FRESH:          # a first start's own configuration
             hosted.origin = Origin.FIRST_START
         self.pairs.attach(hosted)
         if entry is not None and entry.mode is EntryMode.ENTRY:

@@ -10,17 +10,28 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from replicast.engine.core.output_log import OutputLog
-from replicast.engine.core.states import InboundState, ReplicaState, RouteState
+from replicast.engine.core.copy_tail import CopyTail
+from replicast.engine.core.states import Basis, InboundState, RebuildPhase, ReplicaState, RouteState
+from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
 
 if TYPE_CHECKING:
     from replicast.engine.core.lifecycle import Joining
     from replicast.engine.core.stamper import StampState
-    from replicast.engine.core.stamping import CopyTail
     from replicast.engine.entry import EntryPoint
     from replicast.operators.replica import OperatorReplica
 
 KINDS = ("entry", "operator", "application")
+
+
+class Start(Enum):
+    """How this node's process began, set once when its core is built: the driver knows (a state
+    file it wrote before, a simulated restart) and passes it to :class:`engine.core.node.NodeCore`."""
+
+    #: The node's first start: the replicas its own configuration deploys are of :attr:`Origin.FIRST_START`.
+    FRESH = "fresh"
+    #: The process continues an earlier one of this node: what its replicas missed is unknown.
+    RESTARTED = "restarted"
 
 
 class Origin(Enum):
@@ -61,11 +72,21 @@ class Inbound:
 
 
 class Hosted:
-    """One replica hosted here: its logic, state, incarnation, output log and routes."""
+    """One replica hosted here: its logic, state, incarnation, output log and routes.
+
+    Its phases are enums with tables (:mod:`engine.core.states`): ``state`` (:class:`ReplicaState`),
+    ``basis`` (:class:`Basis`: what the incarnation was built from) and ``rebuild``
+    (:class:`RebuildPhase`, while ``REBUILDING``); a join's, a stamper's and a pair's phases are in
+    their own objects.  The attributes that may be None are values legitimately absent, each said
+    where it is set below (docs/architecture.md, "Hosted's optional values")."""
 
     def __init__(self, replica: ReplicaId, kind: str, logic: "OperatorReplica | None", entry: "EntryPoint | None",
                  peers: tuple[str, ...], epoch: int):
-        self.replica, self.kind, self.logic, self.entry, self.peers = replica, kind, logic, entry, peers
+        self.replica, self.kind, self.peers = replica, kind, peers
+        #: Its input machinery: None for an entry point (it has no input port), fixed by ``kind``.
+        self.logic = logic
+        #: Its source's entry point: None for an operator or application, fixed by ``kind``.
+        self.entry = entry
         self.epoch = epoch                             # this incarnation (messages rule 2)
         self.state = ReplicaState.JOINING
         self.hop: tuple[str, ...] = ()                 # (replica@node,) when the core traces paths
@@ -73,23 +94,34 @@ class Hosted:
         self.routes: dict[StreamReplica, Route] = {}   # downstream stream replica -> route
         # The log is trimmed to the lowest retained acknowledgement (the floor); ``lagging`` counts
         # the routes still at the floor, so an ack rescans the routes only when the floor can rise
-        # (amortised O(1) per ack).  ``floor`` None: rescan on the next ack or emit.
+        # (amortised O(1) per ack).  Both are a cache of the routes, not a phase: ``retained`` is
+        # whether some route waits for the log, ``floor`` None that no floor is cached (nothing is
+        # retained, or not computed yet: rescan on the next ack or emit).
         self.floor: int | None = None
         self.lagging = 0
-        self.retained = True                           # some route waits for the log
+        self.retained = True
         self.records_in = 0
         self.records_out = 0
-        self.stamp: "StampState | None" = None         # entry-stamped mode: its part in the view (stamper)
-        self.joining: "Joining | None" = None          # progress of a join (lifecycle)
+        #: Entry-stamped mode only (its entry point's mode is ENTRY, set at deploy, never changed):
+        #: its part in the stream's view; the phase is the ``StamperRole`` in it.  None: source-stamped.
+        self.stamp: "StampState | None" = None
+        #: The progress of a join (lifecycle rule 1), present only while ``state`` is JOINING (the
+        #: phase is its ``JoinPhase``); None otherwise, and for an entry-stamped replica, whose view
+        #: says when it joins.
+        self.joining: "Joining | None" = None
         self.origin = Origin.LATER                     # what deployed it (set by control)
+        self.basis = Basis.SCRATCH                     # what this incarnation was built from (lifecycle)
+        self.basis_at: tuple[int, ...] = ()            # SNAPSHOT, DEAD_END: its ports' punctuations then
+        self.rebuild = RebuildPhase.ADOPTING           # while REBUILDING: is the horizon known (lifecycle rule 3)
         self.adopted: dict[int, int] = {}              # rebuilding: port -> adopted frontier
-        self.horizon: int | None = None                # rebuilding: outputs complete above it
-        self.restored: tuple[int, ...] | None = None   # its ports' punctuations when a snapshot was restored
-        self.dead_end: tuple[int, ...] | None = None   # rebuilding: the restored punctuations that could not advance
+        self.horizon = NO_PUNCTUATION                  # rebuilding, CATCHING_UP: outputs complete above it
         self.parked: dict[StreamReplica, tuple[int | None, int]] = {}   # Resume requests waiting for the log's frontier
         self.held: list = []                           # an entry point's segments taken while it joins
-        self.copy_tail: "CopyTail | None" = None       # a joined entry point: its donor's copy still to meet
-        #: A process-pair primary (engine.core.pairs): items from this offset on wait for its backup's ack.
+        #: A joined entry point: the records of its donor's copy it may still take from its own
+        #: source (stamping rule 3); empty once past the copy (and for any other replica).
+        self.copy_tail = CopyTail.none()
+        #: A process-pair primary (engine.core.pairs): items from this offset on wait for its backup's
+        #: ack.  Present only while its pair role is PRIMARY (the phase is ``PairRole``'s); None: nothing held.
         self.gate: int | None = None
 
     def __repr__(self) -> str:

@@ -66,8 +66,9 @@ from replicast.engine.entry import EntryMode
 from replicast.engine.core.hosted import Hosted, Inbound, Origin
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.output_log import OutputLog
-from replicast.engine.core.states import (InboundEvent, InboundState, JoinEvent, JoinPhase, PortVerdict, ReplicaEvent,
-                                          ReplicaState, RouteEvent, RouteState, advance)
+from replicast.engine.core.states import (Basis, BasisEvent, InboundEvent, InboundState, JoinEvent, JoinPhase,
+                                          PortVerdict, RebuildEvent, RebuildPhase, ReplicaEvent, ReplicaState,
+                                          RouteEvent, RouteState, advance)
 from replicast.engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRequest
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -281,11 +282,13 @@ class Lifecycle:
             hosted.entry.punctuation = max(hosted.entry.punctuation, covered)
             if hosted.entry.mode is EntryMode.SOURCE:         # its source may still deliver what the donor took
                 hosted.entry.carried_until = covered
+            hosted.basis = advance(hosted.basis, BasisEvent.RESTORED)
         else:
             hosted.logic.restore(state["logic"])
-            hosted.restored = tuple(f.max_punctuation for f in hosted.logic.filters)
+            hosted.basis = advance(hosted.basis, BasisEvent.RESTORED)
+            hosted.basis_at = tuple(f.max_punctuation for f in hosted.logic.filters)
             if hosted.kind == "application":          # its output ids continue the donor's counts
-                p = hosted.restored[0]
+                p = hosted.basis_at[0]
                 self.out.event(SinkRestarted(hosted.replica.name, None if p == NO_PUNCTUATION else p,
                                          hosted.logic.given()))
             hosted.log = OutputLog.restore(state["log"], message.donor, state["epoch"])
@@ -317,10 +320,10 @@ class Lifecycle:
         :meth:`rejoin`'s ``again``): restoring it again ends the same way — a rejoin, the same
         snapshot, a rebuild, a probe at once — and the loop would ship the peer's whole state every
         round trip.  Once the peer has moved past that point on every port, it is tried again."""
-        if hosted.dead_end is None or message.state.get("kind") == "entry":
+        if hosted.basis is not Basis.DEAD_END or message.state.get("kind") == "entry":
             return False
         point = [f["max_punctuation"] for f in message.state["logic"]["filters"]]
-        return any(p <= q for p, q in zip(point, hosted.dead_end))
+        return any(p <= q for p, q in zip(point, hosted.basis_at))
 
     def _donor_behind(self, hosted: Hosted, covered: int, copied: list, now: int) -> bool:
         """Rule 5: a source-stamped entry point continues its donor's copy with what its own
@@ -382,7 +385,7 @@ class Lifecycle:
             self.sender.serve_parked(hosted)
             self.release_held(hosted, now)
         else:
-            hosted.adopted, hosted.horizon = {}, None
+            hosted.adopted, hosted.rebuild = {}, RebuildPhase.ADOPTING     # a new rebuild (states: _REBUILD)
             self._change(hosted, ReplicaEvent.NO_PEER, reason)
             if hosted.kind == "application":          # it delivers all it adopts: ids count afresh
                 self.out.event(SinkRestarted(hosted.replica.name, None, {}))
@@ -411,10 +414,11 @@ class Lifecycle:
                                                                 f"too: no replica of {hosted.replica.name} is exact"
                                                                 if beside else "")))
         hosted.horizon = horizon
+        hosted.rebuild = advance(hosted.rebuild, RebuildEvent.ADOPTED)
         # A rebuild after a snapshot that could not advance (rule 4's ``again``) becomes LIVE at its
         # horizon on its own: its inputs start above what its peers hold, and asking them only
         # rejoins and rebuilds again.  Only one that never reaches a horizon (a count window) asks.
-        settles = hosted.dead_end is not None and horizon < CLOSED
+        settles = hosted.basis is Basis.DEAD_END and horizon < CLOSED
         if horizon != NO_PUNCTUATION and not settles and any(node for i, node in enumerate(hosted.peers)
                                                              if i != hosted.replica.index):
             self.probes[hosted.replica] = now          # it lost input: ask its peers until one is live
@@ -423,7 +427,7 @@ class Lifecycle:
         self.check_horizon(hosted, now)
 
     def check_horizon(self, hosted: Hosted, now: int) -> None:
-        if hosted.state is ReplicaState.REBUILDING and hosted.horizon is not None \
+        if hosted.state is ReplicaState.REBUILDING and hosted.rebuild is RebuildPhase.CATCHING_UP \
                 and hosted.logic.operator.frontier >= hosted.horizon:
             reason = "started" if hosted.horizon == NO_PUNCTUATION else f"complete past horizon {hosted.horizon}"
             self._change(hosted, ReplicaEvent.CAUGHT_UP, reason)
@@ -526,10 +530,11 @@ class Lifecycle:
         # Stuck again before any port moved since a snapshot: the donor was stuck as this replica
         # is (it had not heard yet), and asking peers again could go round for ever between two
         # such replicas (each giving the other its state).  Rebuild instead.
-        again = hosted.restored is not None and hosted.logic is not None and \
-            hosted.restored == tuple(f.max_punctuation for f in hosted.logic.filters)
-        hosted.dead_end = hosted.restored if again else None
-        hosted.restored = None
+        again = hosted.basis is Basis.SNAPSHOT and hosted.logic is not None and \
+            hosted.basis_at == tuple(f.max_punctuation for f in hosted.logic.filters)
+        hosted.basis = advance(hosted.basis, BasisEvent.STUCK_AGAIN if again else BasisEvent.REJOIN)
+        if not again:
+            hosted.basis_at = ()
         hosted.epoch = self.new_epoch(now, hosted.epoch)
         hosted.logic = self.new_logic(hosted.replica)
         hosted.log = OutputLog(frontier=None)

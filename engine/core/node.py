@@ -45,7 +45,7 @@ from replicast.engine.core.control import Control
 from replicast.engine.core.events import Event, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
-from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.hosted import Hosted, Inbound, Start
 from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Intent, Rejoin, RequestStream,
                                            StepJoin)
 from replicast.engine.core.key_seals import KeySealRelay
@@ -80,13 +80,13 @@ class NodeCore:
     """The pure node: see the module docstring for its contract."""
 
     def __init__(self, name: str, query: Query, options: NodeOptions = NodeOptions(), *, now: int,
-                 incarnation: int | None = None, restarted: bool = False,
+                 incarnation: int | None = None, start: Start = Start.FRESH,
                  coordination: "CoordinationSetup | None" = None, votes: Votes = Votes()):
         self.name = name
-        #: This process continues an earlier one of this node (the driver knows: a state file, a
-        #: simulated restart).  Entry points deployed by a first start claim their whole stream;
-        #: any other start of an entry point with no live peer cannot know what it missed.
-        self.restarted = restarted
+        #: Whether this process continues an earlier one of this node (the driver knows: a state
+        #: file, a simulated restart).  Entry points deployed by a first start claim their whole
+        #: stream; any other start of an entry point with no live peer cannot know what it missed.
+        self.start = start
         # Epochs name replica incarnations (messages rule 2) and must never repeat for one replica:
         # a restarted process starts above every epoch of the one before — its start time in µs
         # does on a real clock; a driver that may restart a node within one µs (a simulator, a
@@ -145,7 +145,7 @@ class NodeCore:
                                                release_held=lambda *a: self.stamping.release_held(*a))
         self.stamping = Stamping(query.streams, hosted, out, counters, emit=sender.emit, stamp=stamper.on_items,
                                  seal=key_seals.emit)
-        self.control = Control(query, options, hosted, inbound, out, counters, restarted=self.restarted,
+        self.control = Control(query, options, hosted, inbound, out, counters, start=self.start,
                                new_epoch=self.new_epoch, sender=sender, receiver=receiver, lifecycle=lifecycle,
                                stamper=stamper, failover=self.failover, pairs=self.pairs)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {

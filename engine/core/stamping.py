@@ -20,9 +20,9 @@ Rules of this module:
 
 from __future__ import annotations
 
-from collections import Counter, deque
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
+from replicast.engine.core.copy_tail import CopyTail
 from replicast.engine.core.events import DeadLetter
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.intents import Intent, StepJoin
@@ -83,11 +83,11 @@ class Stamping:
                 if first and hosted.held:
                     yield StepJoin(hosted)      # it may ask for a snapshot now
                 continue
-            if hosted.copy_tail is not None:      # rule 3
+            if not hosted.copy_tail.done:         # rule 3
                 segments = self._past_copy(hosted, segments)
             for records, punctuation in segments:
                 self.emit(hosted, records, punctuation, now)
-            if hosted.copy_tail is None:          # seals behind the records they cover (rule 4)
+            if hosted.copy_tail.done:             # seals behind the records they cover (rule 4)
                 self.seal(hosted, seals)
         return True
 
@@ -109,36 +109,10 @@ class Stamping:
     def _past_copy(hosted: Hosted, segments: list) -> list:
         tail = hosted.copy_tail
         kept = [([r for r in records if not tail.carries(r)], punctuation) for records, punctuation in segments]
-        if tail.done or any(p is not None and p >= tail.last_ts for _, p in segments):
-            hosted.copy_tail = None               # past the copy, or a punctuation made the rest late
+        if any(p is not None and p >= tail.last_ts for _, p in segments):
+            tail.clear()                          # a punctuation made the rest late: past the copy
         return kept
 
     def dead_letter(self, stream: str, reason: str, item) -> None:
         self.counters["dead_letters"] += 1
         self.out.event(DeadLetter(stream, reason, item))
-
-
-class CopyTail:
-    """The records of a donor's copied log that a joined entry point may still take from its own
-    subscription, in stream order (rule 3)."""
-
-    def __init__(self, records: list):
-        self.order = deque(records)
-        self.left = Counter(records)
-        self.last_ts = max((r[0] for r in records), default=NO_PUNCTUATION)
-
-    @property
-    def done(self) -> bool:
-        return not self.order
-
-    def carries(self, record) -> bool:
-        """Whether ``record`` is the copy's next one (or a later one: those before it never came)."""
-        if not self.left.get(record):
-            self.order.clear()                    # past the copy: nothing later can be in it
-            self.left.clear()
-            return False
-        while True:
-            first = self.order.popleft()
-            self.left[first] -= 1
-            if first == record:
-                return True

@@ -99,6 +99,29 @@ class JoinPhase(Enum):
     ASKING = "asking"
 
 
+class Basis(Enum):
+    """What a hosted replica's incarnation was built from (:mod:`engine.core.lifecycle` rules 2-4);
+    :attr:`Hosted.basis_at <engine.core.hosted.Hosted>` holds the ports' punctuations it names."""
+
+    #: Nothing restored: a first start, a claimed stream, a rebuild from upstream logs.
+    SCRATCH = "scratch"
+    #: A live peer's snapshot, restored at its ports' punctuations (rule 2).
+    SNAPSHOT = "snapshot"
+    #: A rebuild because the snapshot it restored could not advance (rule 4): a peer's snapshot no
+    #: further than those punctuations on some port would end the same way (rule 3).
+    DEAD_END = "dead end"
+
+
+class RebuildPhase(Enum):
+    """One rebuild without a live peer (:mod:`engine.core.lifecycle` rule 3); a rebuild starts at
+    ADOPTING (a new one, not a transition), and only while the replica is ``REBUILDING`` it counts."""
+
+    #: Some port has not adopted the first frontier it was offered: the horizon is not known yet.
+    ADOPTING = "adopting"
+    #: Every port adopted a frontier; the operator named the horizon its outputs are complete above.
+    CATCHING_UP = "catching up"
+
+
 class CandidacyPhase(Enum):
     """One attempt to get a view decided (:mod:`engine.core.views` rule 2)."""
 
@@ -223,6 +246,24 @@ class MemberEvent(Enum):
     LINK_LOST = "link lost"
 
 
+class BasisEvent(Enum):
+    """What changes what an incarnation is built from (:mod:`engine.core.lifecycle`)."""
+
+    #: A live peer's snapshot was restored (rule 2).
+    RESTORED = "restored"
+    #: A rejoin from a restored snapshot before any port moved past it (rule 4's ``again``): rebuild.
+    STUCK_AGAIN = "stuck again"
+    #: Any other rejoin: the new incarnation starts from nothing (rule 4).
+    REJOIN = "rejoin"
+
+
+class RebuildEvent(Enum):
+    """What moves a rebuild (:mod:`engine.core.lifecycle` rule 3)."""
+
+    #: The last port adopted its frontier: the horizon is known.
+    ADOPTED = "adopted"
+
+
 class CandidacyEvent(Enum):
     """What moves a candidacy (:mod:`engine.core.views` rule 2)."""
 
@@ -311,6 +352,17 @@ _MEMBER = {
     (MemberSync.TOLD, MemberEvent.ACKED): MemberSync.CONFIRMED,
     (MemberSync.TOLD, MemberEvent.LINK_LOST): MemberSync.LOST,
 }
+#: Only a replica joining from scratch restores a snapshot (a rejoin starts every join from scratch);
+#: only a restored snapshot can be a dead end.
+_B, _BE = Basis, BasisEvent
+_BASIS = {
+    (_B.SCRATCH, _BE.RESTORED): _B.SNAPSHOT,
+    (_B.SNAPSHOT, _BE.STUCK_AGAIN): _B.DEAD_END,
+    **{(state, _BE.REJOIN): _B.SCRATCH for state in Basis},
+}
+_REBUILD = {
+    (RebuildPhase.ADOPTING, RebuildEvent.ADOPTED): RebuildPhase.CATCHING_UP,
+}
 #: A candidacy that ends (decided, refused, timed out) is dropped; the next one starts at PROMISING.
 _CANDIDACY = {
     (CandidacyPhase.PROMISING, CandidacyEvent.PROMISED): CandidacyPhase.ACCEPTING,
@@ -331,10 +383,12 @@ _PAIR = {
     (_P.BACKUP, _PE.RESTORED): _P.BACKUP,
 }
 _TABLES = {ReplicaState: _REPLICA, RouteState: _ROUTE, InboundState: _INBOUND, JoinPhase: _JOIN,
-           StamperRole: _STAMPER, MemberSync: _MEMBER, CandidacyPhase: _CANDIDACY, PairRole: _PAIR}
+           Basis: _BASIS, RebuildPhase: _REBUILD, StamperRole: _STAMPER, MemberSync: _MEMBER,
+           CandidacyPhase: _CANDIDACY, PairRole: _PAIR}
 #: Each table's event enum.
 EVENTS = {ReplicaState: ReplicaEvent, RouteState: RouteEvent, InboundState: InboundEvent, JoinPhase: JoinEvent,
-          StamperRole: StamperEvent, MemberSync: MemberEvent, CandidacyPhase: CandidacyEvent, PairRole: PairEvent}
+          Basis: BasisEvent, RebuildPhase: RebuildEvent, StamperRole: StamperEvent, MemberSync: MemberEvent,
+          CandidacyPhase: CandidacyEvent, PairRole: PairEvent}
 
 
 def advance(current: Enum, event: Enum) -> Enum:

@@ -27,7 +27,7 @@ from typing import Callable
 
 from replicast.engine.core.configure import add_replica, remove_replica
 from replicast.engine.core.views import VoteMemory, Votes
-from replicast.engine.node import Delivered, NodeCore, NodeOptions, configure
+from replicast.engine.node import Delivered, NodeCore, NodeOptions, Start, configure
 from replicast.engine.messages import Message
 from replicast.engine.wire import decode, encode
 from replicast.operators.query import Query
@@ -102,7 +102,7 @@ class MemoryNetwork:
         old, now = self.cores[node], self.clock(node)
         self.restarts += 1
         core = self.cores[node] = NodeCore(node, self.query, self.options, now=now,
-                                           incarnation=max(now, old.max_epoch() + 1), restarted=True,
+                                           incarnation=max(now, old.max_epoch() + 1), start=Start.RESTARTED,
                                            votes=self._votes(node))
         core.apply(configure(self.query, self.placement, node, self.options.entry_modes, mode=self.options.mode),
                    now=now)

@@ -15,7 +15,7 @@ from replicast.engine.core.coordination import Coordination, CoordinationSetup
 from replicast.engine.core.events import ControlRefused, DeadLetter, NodeOptions, ReplicaChanged
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
-from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route
+from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route, Start
 from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, RequestStream, StepJoin
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.outbox import Outbox
@@ -294,7 +294,7 @@ def test_control_policy_alone_takes_the_node_itself_and_the_coordinator_only():
 def test_control_alone_refuses_what_it_cannot_apply_and_touches_nothing_else():
     out, count = Outbox("n1", set()), counters()
     # The collaborators a refusal never reaches are left out (None): a refusal touches nothing else.
-    control = Control(QUERY, OPTIONS, {}, {}, out, count, restarted=False, new_epoch=lambda now: now, sender=None,
+    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now, sender=None,
                       receiver=None, lifecycle=None, stamper=type("NoPeers", (), {"peer_stream": lambda s, x: False})(),
                       failover=AllFeed(), pairs=Unpaired())
     control.deploy("n1", DeployReplica(ReplicaId("nope", 0), ("n1",)), now=0)

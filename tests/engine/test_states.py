@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from replicast.engine.core.states import (EVENTS, CandidacyPhase, IllegalTransition, InboundEvent, InboundState,
-                                          JoinEvent, JoinPhase, MemberSync, PairRole, ReplicaEvent, ReplicaState,
-                                          RouteEvent, RouteState, StamperEvent, StamperRole, advance, transitions)
+from replicast.engine.core.states import (EVENTS, Basis, BasisEvent, CandidacyPhase, IllegalTransition, InboundEvent,
+                                          InboundState, JoinEvent, JoinPhase, MemberSync, PairRole, RebuildEvent,
+                                          RebuildPhase, ReplicaEvent, ReplicaState, RouteEvent, RouteState,
+                                          StamperEvent, StamperRole, advance, transitions)
 
 #: The kinds the node core keeps (issue's list: replica, inbound stream replica, join, stamper, candidacy
-#: — and the routes, members and pairs that have tables too).
-KINDS = [ReplicaState, RouteState, InboundState, JoinPhase, StamperRole, MemberSync, CandidacyPhase, PairRole]
+#: — and the routes, bases, rebuilds, members and pairs that have tables too).
+KINDS = [ReplicaState, RouteState, InboundState, JoinPhase, Basis, RebuildPhase, StamperRole, MemberSync,
+         CandidacyPhase, PairRole]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
@@ -64,13 +66,27 @@ def test_tables_say_what_the_core_relies_on():
         advance(JoinPhase.ASKING, JoinEvent.LINKED)
     with pytest.raises(IllegalTransition):
         advance(StamperRole.OUTSIDE, StamperEvent.LEFT_OUT)
+    # What an incarnation is built from (lifecycle rules 2-4): only a restored snapshot is a dead end,
+    # and a snapshot is restored only by a join from scratch (a rejoin starts one).
+    assert advance(Basis.SNAPSHOT, BasisEvent.STUCK_AGAIN) is Basis.DEAD_END
+    assert all(advance(basis, BasisEvent.REJOIN) is Basis.SCRATCH for basis in Basis)
+    for basis in (Basis.SCRATCH, Basis.DEAD_END):
+        with pytest.raises(IllegalTransition):
+            advance(basis, BasisEvent.STUCK_AGAIN)
+    for basis in (Basis.SNAPSHOT, Basis.DEAD_END):
+        with pytest.raises(IllegalTransition):
+            advance(basis, BasisEvent.RESTORED)
+    # A rebuild's horizon is named once (lifecycle rule 3): its last port adopts once.
+    assert advance(RebuildPhase.ADOPTING, RebuildEvent.ADOPTED) is RebuildPhase.CATCHING_UP
+    with pytest.raises(IllegalTransition):
+        advance(RebuildPhase.CATCHING_UP, RebuildEvent.ADOPTED)
 
 
 def markdown() -> str:
     """The tables as docs/lifecycle.md shows them: per kind, events down, states across."""
     parts = []
-    for kind in [ReplicaState, InboundState, RouteState, JoinPhase, StamperRole, CandidacyPhase, MemberSync,
-                 PairRole]:
+    for kind in [ReplicaState, InboundState, RouteState, JoinPhase, Basis, RebuildPhase, StamperRole, CandidacyPhase,
+                 MemberSync, PairRole]:
         table = transitions(kind)
         states = list(kind)
         head = f"| `{kind.__name__}` ↓ event, state → | " + " | ".join(s.name for s in states) + " |"
