@@ -78,7 +78,7 @@ class Hosted:
     ``basis`` (:class:`Basis`: what the incarnation was built from) and ``rebuild``
     (:class:`RebuildPhase`, while ``REBUILDING``); a join's, a stamper's and a pair's phases are in
     their own objects.  The attributes that may be None are values legitimately absent, each said
-    where it is set below (docs/architecture.md, "Hosted's optional values")."""
+    where it is set below (docs/architecture.md, "Hosted's states and optional values")."""
 
     def __init__(self, replica: ReplicaId, kind: str, logic: "OperatorReplica | None", entry: "EntryPoint | None",
                  peers: tuple[str, ...], epoch: int):

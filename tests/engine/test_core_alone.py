@@ -24,11 +24,12 @@ from replicast.engine.core.receiver import Receiver
 from replicast.engine.core.sender import Sender
 from replicast.engine.core.stamper import Stamper
 from replicast.engine.core.stamping import Stamping
-from replicast.engine.core.states import InboundState, PairRole, ReplicaState, RouteState
+from replicast.engine.core.states import (Basis, IllegalTransition, InboundState, PairRole, RebuildPhase, ReplicaState,
+                                          RouteState)
 from replicast.engine.core.stats import COUNTERS
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
-                                       NotHosted, RemoveReplica, Resume, Standby, StreamHead)
+                                       NotHosted, RemoveReplica, Resume, Snapshot, Standby, StreamHead)
 from replicast.engine.query_file import load_query
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -276,6 +277,37 @@ def test_lifecycle_alone_asks_a_peer_for_a_snapshot_once_its_node_is_connected()
     assert node == "n1" and request.donor == ReplicaId("load", 0)
 
 
+def test_lifecycle_alone_names_what_an_incarnation_is_built_from_and_where_a_rebuild_is():
+    """Lifecycle rules 2-4 as states (engine/core/states.py, ``Basis`` and ``RebuildPhase``): a join
+    restores a snapshot (SNAPSHOT, at its ports' punctuations); stuck again before any port moved
+    past it, the rejoin rebuilds (DEAD_END, same punctuations), ADOPTING until its port adopts a
+    frontier, then CATCHING_UP to the horizon; any other rejoin starts from SCRATCH."""
+    target, donor = operator("load_trend", 1), operator("load_trend", 0)
+    donor.logic.filters[0].adopt(30)                          # the donor's port stands at 30
+    hosted = {target.replica: target}
+    out, count = Outbox("n2", {"n1"}), counters()
+    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
+                    pairs=Unpaired())
+    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, request_inputs=Calls(), hold_acks=Calls(),
+                          failover=AllFeed(), pairs=Unpaired(), new_epoch=lambda now, previous=None: now,
+                          new_logic=lambda r: operator(r.name, r.index).logic, stamper_start=Calls(),
+                          release_held=Calls())
+    lifecycle.start(target, now=0)
+    assert target.basis is Basis.SCRATCH and target.basis_at == ()
+    state = lifecycle.snapshot(donor)
+    lifecycle.on_snapshot("n1", Snapshot(target.replica, donor.replica, state), now=5)
+    assert target.state is ReplicaState.LIVE and target.basis is Basis.SNAPSHOT and target.basis_at == (30,)
+    lifecycle.rejoin(target, now=10, reason="its port cannot advance")
+    assert target.basis is Basis.DEAD_END and target.basis_at == (30,)
+    assert target.state is ReplicaState.REBUILDING and target.rebuild is RebuildPhase.ADOPTING
+    lifecycle.adopt(target, 0, 40, now=11)
+    assert target.rebuild is RebuildPhase.CATCHING_UP and target.horizon > NO_PUNCTUATION
+    with pytest.raises(IllegalTransition):                    # one horizon per rebuild
+        lifecycle.adopt(target, 0, 50, now=12)
+    lifecycle.rejoin(target, now=20, reason="again")          # not from a snapshot: from scratch
+    assert target.basis is Basis.SCRATCH and target.basis_at == ()
+
+
 # -- control ----------------------------------------------------------------------------------------------
 
 def test_control_policy_alone_takes_the_node_itself_and_the_coordinator_only():
@@ -302,6 +334,23 @@ def test_control_alone_refuses_what_it_cannot_apply_and_touches_nothing_else():
     control.guarded(control.deploy)("n9", DeployReplica(ReplicaId("load", 0), ("n1",)), 0)
     assert count["refused_control"] == 3 and [type(e) for e in out.events] == [ControlRefused] * 3
     assert out.events[-1].reason.startswith("DeployReplica from n9")    # each refusal is its event, one line
+
+
+@pytest.mark.parametrize("start, src, origin", [(Start.FRESH, "n1", Origin.FIRST_START),
+                                                 (Start.RESTARTED, "n1", Origin.LATER),
+                                                 (Start.FRESH, "n3", Origin.LATER)])
+def test_control_alone_deploys_a_first_starts_own_replicas_as_first_start_only(start, src, origin):
+    """How the node's process began (``Start``, from the driver) decides what its own configuration
+    deploys: a fresh start's entry points claim their whole stream (lifecycle rule 5), a restarted
+    node's do not, nor does anything a coordinator deploys."""
+    out, count, started = Outbox("n1", set()), counters(), []
+    stub = type("Stub", (), {"track": lambda s, h: None, "start": lambda s, h, now: started.append(h),
+                             "peer_stream": lambda s, x: False})()
+    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=start, new_epoch=lambda now: now, sender=None,
+                      receiver=None, lifecycle=stub, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+    control.deploy(src, DeployReplica(ReplicaId("cpu_a", 0), ("n1",)), now=0)   # (past the policy: control rule 5)
+    hosted, = started
+    assert hosted.origin is origin and count["refused_control"] == 0
 
 
 # -- sources and stamping -----------------------------------------------------------------------------------
@@ -395,3 +444,23 @@ def test_uncoordinated_alone_counts_stray_reports_and_asks_for_nothing():
     core.set_load(0.5)
     stats = core.statistics()
     assert stats["stray_reports"] == 1 and "placement" not in stats and isinstance(core.coordination, Uncoordinated)
+
+
+def test_stamping_alone_meets_a_donors_copy_then_is_past_it():
+    """Stamping rule 3 (engine/core/copy_tail.py): a joined entry point's own records that its
+    donor's copy carries are dropped, in order; the first it does not carry ends the copy, and the
+    tail is empty (done) from then on — never None."""
+    joined = entry("cpu_a", 1)
+    assert joined.copy_tail.done                                 # nothing to meet before a join
+    out, emits = Outbox("n2", set()), Calls()
+    stamping = Stamping(QUERY.streams, {joined.replica: joined}, out, counters(), emit=emits, stamp=Calls(),
+                        seal=Calls())
+    a, b = (5, "s", 0.5), (6, "s", 0.7)
+    stamping.release_held(joined, 0, covered=4, copied=[a, b])  # the copy: a and b, above the donor's 4
+    joined.state = ReplicaState.LIVE
+    assert not joined.copy_tail.done
+    exhaust(stamping.on_source("cpu_a", b'{"ts": 5, "server": "s", "load": 0.5}', now=10))
+    assert not joined.copy_tail.done and [r for _, records, _, _ in emits for r in records] == []
+    exhaust(stamping.on_source("cpu_a", b'{"ts": 7, "server": "s", "load": 0.9}', now=11))   # not in the copy
+    assert joined.copy_tail.done and [r[0] for _, records, _, _ in emits for r in records] == [7]
+
