@@ -85,13 +85,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "PlanetLab-like trace (made under OUT/traces on first use; --trace, --duration, --servers "
                            "change it); writes fig4_paper.csv, fig4_paper_ccdf.csv and the report fig4_paper.md")
     fig4.add_argument("--servers", type=int, metavar="N", help="with --paper-scale: servers (default 100)")
-    _simulated_figure(
+    fig5 = _simulated_figure(
         figures, "fig5", run_fig5, "1-5", "30min",
         "network cost of static min-cost vs garbage collection vs GC + revival, per kmax (simulator)",
         "Fig. 5: min-cost deployments simulated over 30 min of trace, left static (Fig. 4's runs), with the "
         "coordinator's garbage collection (kmin 2, no revival), and with garbage collection and revival (kmin 1), "
         "both under the latency objective p99 within 25 % of static; the network cost each ends at, against static "
         "kmax 1, the p99 against static and the GC and revival decisions.  Writes fig5.csv and fig5.png.")
+    fig5.add_argument("--paper-scale", action="store_true",
+                      help="the static min-cost bars at the paper's scale on the reference tier, in time segments: 100 "
+                           "servers, 10 applications, a month of fig4 --paper-scale's trace (--trace, --duration, "
+                           "--servers change it); writes fig5_paper.csv and the report fig5_paper.md")
+    fig5.add_argument("--servers", type=int, metavar="N", help="with --paper-scale: servers (default 100)")
+    fig5.add_argument("--segments", type=int, metavar="N",
+                      help="with --paper-scale: time segments per kmax (default: one per simulated day)")
+    fig5.add_argument("--spark", nargs="?", const="local[*]", metavar="MASTER",
+                      help="with --paper-scale: the segments as Spark tasks on MASTER (default local[*]; e.g. "
+                           "spark://host:7077, whose workers see OUT at the same path)")
+    fig5.add_argument("--spark-python", metavar="PATH", help="with --spark: the Python the Spark workers run")
 
     every = figures.add_parser(
         "all", help="every experiment, then report.md with the paper's numbers alongside",
@@ -236,11 +247,37 @@ def run_fig5(args: argparse.Namespace) -> int:
     from replicast.experiments import fig5
 
     started = time.monotonic()
+    if args.paper_scale:
+        return run_fig5_paper(args, started)
+    if args.servers is not None or args.segments is not None or args.spark is not None:
+        raise ReplicastError("--servers, --segments and --spark go with fig5 --paper-scale")
     result = fig5.run(args.out, _scale(args), kmax=_kmax(args.kmax, fig5.KMAX))
     for row in result["rows"]:
         print(f"kmax={row['kmax']} {row['variant']:<29} cost {row['final_cost_ratio']:.2f}x static kmax 1 "
               f"(saves {row['saving_vs_static']:.0%} of static), p99 {row['p99_ms']:.0f} ms")
     _done("fig5", started, [args.out / "fig5.csv", args.out / "fig5.png"])
+    return 0
+
+
+def run_fig5_paper(args: argparse.Namespace, started: float) -> int:
+    from replicast.experiments import fig5_paper
+
+    servers = args.servers if args.servers is not None else fig5_paper.SERVERS
+    if servers < 2:
+        raise ReplicastError(f"--servers must be at least 2, got {servers}")
+    if args.segments is not None and args.segments < 1:
+        raise ReplicastError(f"--segments must be at least 1, got {args.segments}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
+    days = _seconds(args.duration, "--duration") / 86400 if args.duration else fig5_paper.DAYS
+    result = fig5_paper.run(args.out, trace=args.trace, servers=servers, days=days,
+                            kmax=_kmax(args.kmax, fig5_paper.KMAX), segments=args.segments, spark=args.spark,
+                            spark_python=args.spark_python, jobs=args.jobs, progress=not args.no_progress)
+    for row in result["rows"]:
+        print(f"min-cost kmax={row['kmax']}: cost {row['cost_ratio']:.2f}x kmax {result['rows'][0]['kmax']} "
+              f"(paper {row['paper_cost_ratio'] or '?'}x); latency p99 {row['p99_ms']:.0f} ms, p99.9 "
+              f"{row['p999_ms']:.0f} ms, max {row['max_ms']:.0f} ms, P(> 1 s) {row['p_over_1s']:.2e}")
+    _done("fig5 --paper-scale", started, [args.out / n for n in ("fig5_paper.csv", "fig5_paper.md")])
     return 0
 
 
