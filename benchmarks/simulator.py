@@ -43,8 +43,10 @@ Two figures:
 
 7. ``--baseline PYTHON`` (repeatable) without ``--timing-paper``: the reference tier end to end
    (sim-fig1 over ``--trace``/``--duration-s``, each ``--kmax``) with this checkout's interpreter
-   and with each baseline's, every run in its own process: the CPU ratio and whether the
-   deliveries' count and latency quantiles are the same.  The issue's comparison is against
+   and with each baseline's, every run in its own process: the CPU ratio, whether the
+   deliveries' count and latency quantiles are the same, and whether every delivery (application,
+   ts, arrival, path) and every bandwidth row are (a sha256 of each table's rows in one order,
+   computed after the timed run).  The issue's comparison is against
    cd9ce3d (before the one package: its ``simulator`` is imported as such)::
 
        git worktree add --detach /tmp/cd9 cd9ce3d && python3 -m venv --system-site-packages /tmp/cd9/.venv
@@ -287,10 +289,26 @@ scenario.trace = sys.argv[1] or scenario.trace
 scenario.duration_s = float(sys.argv[2]) if sys.argv[2] else scenario.duration_s
 prepared = Prepared(scenario)
 cpu = time.process_time()
-s = run(prepared, int(sys.argv[3])).summary
-print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": s["wall_s"], "delivered": s["delivered"],
+result = run(prepared, int(sys.argv[3]))
+cpu = time.process_time() - cpu
+s = result.summary
+# Every delivery (application, ts, arrival, path) and bandwidth row (bucket, stream, records,
+# bytes), in one order, hashed: equal digests are the same deliveries and the same traffic.
+import hashlib
+import pyarrow as pa
+digests = {}
+for name, table in (("deliveries", result.recorder.deliveries()), ("bandwidth", result.recorder.bandwidth())):
+    table = table.select([c for c in table.column_names if c not in ("latency_us", "cost")])
+    table = pa.table({c: table[c].cast(pa.string()) if pa.types.is_dictionary(table[c].type) else table[c]
+                      for c in table.column_names})
+    table = table.sort_by([(c, "ascending") for c in table.column_names])
+    digest = hashlib.sha256()
+    for column in table.columns:
+        digest.update("\x1f".join(map(str, column.to_pylist())).encode())
+    digests[name] = digest.hexdigest()[:16]
+print(json.dumps({"cpu_s": cpu, "wall_s": s["wall_s"], "delivered": s["delivered"],
                   "latency_ms": s["latency_ms"], "simulated_s": s["simulated_s"], "module": run.__module__,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, **digests}))
 """
 
 
@@ -317,7 +335,14 @@ def reference_against(baselines: list[str], trace: str | None, seconds: float | 
         for python, r in zip(baselines, runs[1:]):
             same = (r["delivered"], r["latency_ms"]) == (runs[0]["delivered"], runs[0]["latency_ms"])
             print(f"  kmax {k}: {r['cpu_s'] / runs[0]['cpu_s']:.2f}x less cpu than {python}; deliveries and "
-                  f"latency quantiles {'the same' if same else 'DIFFERENT'}")
+                  f"latency quantiles {'the same' if same else 'DIFFERENT'}; every delivery "
+                  f"{_same(r, runs[0], 'deliveries')}; bandwidth rows {_same(r, runs[0], 'bandwidth')}")
+
+
+def _same(run: dict, mine: dict, table: str) -> str:
+    """Whether two runs' digests of ``table`` (every row, in one order) are equal."""
+    return (f"the same (sha256 {mine[table]})" if run[table] == mine[table]
+            else f"DIFFERENT (sha256 {run[table]} against {mine[table]})")
 
 
 #: One sweep in its own process (its peak RSS its own), run by any checkout's interpreter: only
