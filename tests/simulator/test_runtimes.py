@@ -118,9 +118,9 @@ async def run_tcp(query, publications, broker_port: int, *, placement=PLACEMENT,
     tasks = [asyncio.create_task(d.run(install_signals=False)) for d in drivers]
     try:
         await wait(lambda: all(d.is_ready() for d in drivers), 30, "the nodes to connect")
-        async with aiomqtt.Client("127.0.0.1", broker_port) as client:
+        async with aiomqtt.Client("127.0.0.1", broker_port, timeout=30) as client:
             for _, stream, body in publications:         # QoS 1, one at a time: per-topic order kept
-                await client.publish(f"replicast/in/{stream}", body, qos=1)
+                await client.publish(f"replicast/in/{stream}", body, qos=1)   # a lost PUBACK: TimeoutError
         await wait(lambda: closed == set(query.applications), 60, "every application to close")
         assert all(d.refused == 0 for d in drivers)
         # Every node pair's single connection went through its delay relay (and carried data).
@@ -131,9 +131,13 @@ async def run_tcp(query, publications, broker_port: int, *, placement=PLACEMENT,
     finally:
         for d in drivers:
             d.stop()
+        done, stuck = await asyncio.wait(tasks, timeout=30)
+        for task in stuck:                               # a node that does not stop fails the test, not CI's time
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for relay in relays:
             relay.close()
+    assert not stuck, f"{len(stuck)} nodes did not stop within 30 s of stop()"
     return outputs
 
 
