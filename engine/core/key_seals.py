@@ -40,6 +40,7 @@ class KeySealRelay:
         self.hosted, self.inbound, self.out, self.counters, self.sender_emit = hosted, inbound, outbox, counters, emit
         self.received = 0          # seals applied
         self.stale = 0             # seals dropped (rule 2)
+        self.tracer = None         # installed trace queries (engine.core.tracepoints), None while none
 
     def emit(self, hosted: "Hosted", seals: Sequence[KeySeal]) -> None:
         """``hosted`` seals these keys, after everything it emitted so far (rule 1)."""
@@ -69,5 +70,7 @@ class KeySealRelay:
             self.counters["protocol_errors"] += 1    # a key of another arity: not this query's seal
         self.received += len(seals)
         out, forwarded = logic.on_key_seals(message.stream.port, inbound.index, seals)
+        if self.tracer is not None and out:
+            self.tracer.sealed(hosted, message.stream.port, out, now)     # docs/tracing.md, seal waits
         self.sender_emit(hosted, out, None, now)   # rule 3
         self.emit(hosted, forwarded)

@@ -280,12 +280,12 @@ class NodeCore:
     @property
     def tracer(self) -> "Tracer | None":
         """Installed trace queries' tracepoints (engine.core.tracepoints); None, and free, while there
-        are none.  The sender and the receiver hold it (their hooks are the tracepoints)."""
+        are none.  The sender, the receiver and the seal relay hold it (their hooks are the tracepoints)."""
         return self.sender.tracer
 
     @tracer.setter
     def tracer(self, tracer: "Tracer | None") -> None:
-        self.sender.tracer = self.receiver.tracer = tracer
+        self.sender.tracer = self.receiver.tracer = self.key_seals.tracer = tracer
 
     @property
     def outbox(self) -> list[tuple[str, Message]]:

@@ -1,6 +1,6 @@
 """Tracepoints of the node core and the trace queries evaluated at them (Pivot Tracing; docs/tracing.md).
 
-The node core calls two hooks, each behind one ``if core.tracer is not None`` — the whole cost of
+The node core calls its hooks, each behind one ``if … tracer is not None`` — the whole cost of
 tracing while no query is installed (``NodeCore.tracer`` is None then):
 
 * :meth:`Tracer.arrival` from the receiver, for every batch a replica's port takes: each copy of
@@ -8,7 +8,8 @@ tracing while no query is installed (``NodeCore.tracer`` is None then):
   drop, from which upstream replica, its rank among the copies, how much later than the first),
   and a passed record that waits in a sorter (§IV-C) is a ``Wait`` event when its punctuation
   releases it (an entry-stamped stream's records waiting for every member to hold their stamp
-  are ``Wait`` events of kind ``stamper``, from :meth:`Tracer.emit`);
+  are ``Wait`` events of kind ``stamper``, from :meth:`Tracer.emit`; a window closed by its
+  producers' seals per key is one of kind ``seal``, from :meth:`Tracer.sealed`: rule 8);
 * :meth:`Tracer.emit` from the sender, for every batch a replica emits: ``Source`` (an entry
   point's records), ``Emit`` (an operator's), ``Send`` (the batch, to each downstream replica) and
   ``Deliver`` (an application's records, with their latency and the path of first arrivals).
@@ -73,10 +74,21 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    with their count (:mod:`engine.core.trace_aggregate` rule 4) — with ``GroupBy`` on the
    stream replica and ``Where`` on the outcome, a batch is one or two table updates, not one
    per sampled copy.  The table is the one per-event adds would give.
+8. Seal waits (Blazes' seal per key, docs/explain.md "Seal per key in the engine"): while a ``Wait``
+   query is installed, each port of a replica whose windows close at seals per key remembers when
+   its input first carried each new newest timestamp (from the batch's span: no record read),
+   forgetting what its punctuation closes.  A window a seal closes emits outputs whose ``ts`` is
+   the window's end (a count window's: its last record's); each sampled output is a ``Wait``
+   event of kind ``seal`` whose ``wait_us`` is the seal's arrival less the first arrival at that
+   port of a record with a timestamp at least the output's — how long the window's end had
+   already passed at this replica (other keys' records were past it) when its own producer's
+   seal closed it; 0 when the seal came first.  The relay calls :meth:`Tracer.sealed` behind its
+   ``tracer is not None`` test; a window closed by a punctuation has no seal wait.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 from itertools import compress, repeat
 from math import gcd
@@ -167,7 +179,7 @@ class Tracer:
     __slots__ = ("_plain", "_low", "_high", "_last_key", "_cold_keys", "emitting",   # the hooks' (one cache line)
                  "name", "inbound", "queries", "points", "ports", "remembered", "generations", "_recent",
                  "_older_keys", "_timed", "waiting", "_keys", "events", "baggage", "arrival_sample",
-                 "overflow", "context")
+                 "overflow", "context", "passed")
 
     def __init__(self, name: str, inbound: "dict[StreamReplica, Inbound]"):
         self.name, self.inbound = name, inbound
@@ -191,6 +203,9 @@ class Tracer:
         self.emitting = False                          # whether any query listens to emissions (the sender's test)
         self._plain = False                            # only Arrival queries are installed
         self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
+        #: (replica, port) of a window closed by seals -> ([newest ts], [when it first arrived]): the
+        #: times its input first passed each timestamp, both ascending (rule 8)
+        self.passed: dict[tuple, tuple[list[int], list[int]]] = {}
         self._keys: dict[tuple[int, int], list] = {}   # (key's hash, N) -> sampled records
         self.events = 0
         self.baggage = self.arrival_sample = 0
@@ -235,6 +250,7 @@ class Tracer:
         self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
         if "Wait" not in points:
             self.waiting.clear()
+            self.passed.clear()
 
     def take(self) -> dict[str, list]:
         """Per query id, its partial table since the last call (rule 6); events beyond a table's
@@ -348,6 +364,8 @@ class Tracer:
         points = self.points
         arrivals, waits = points.get("Arrival"), points.get("Wait")
         port, replica, logic = stream.port, hosted.replica, hosted.logic
+        if waits is not None and records and logic is not None and logic.sealing is not None:
+            self._passing(replica, port, records, logic.filters[port].span, logic.operator.frontier, now)
         sorted_port = waits is not None and logic is not None and logic.sorters is not None
         if records and (arrivals is not None or sorted_port or keep):
             if keep:
@@ -524,6 +542,40 @@ class Tracer:
                     partial.add(event)
                     self.events += 1
         self.waiting[(replica, port)] = keep
+
+    def _passing(self, replica, port: int, records, span, frontier: int, now: int) -> None:
+        """A batch reached a port of a window closed by seals: remember when its input first
+        carried a timestamp this high, and forget what the operator's ``frontier`` closed (rule 8)."""
+        newest = span[2] if span is not None and span[0] is records else max(map(_ts, records))
+        remembered = self.passed.get((replica, port))
+        if remembered is None:
+            remembered = self.passed[(replica, port)] = ([], [])
+        stamps, times = remembered
+        if not stamps or newest > stamps[-1]:
+            if len(stamps) >= MAX_WAITING:             # oldest forgotten first
+                del stamps[:MAX_WAITING // 2], times[:MAX_WAITING // 2]
+            stamps.append(newest)
+            times.append(now)
+        if stamps[0] <= frontier + 1:                  # windows ending there are closed: no seal to come
+            cut = bisect_right(stamps, frontier + 1)
+            del stamps[:cut], times[:cut]
+
+    def sealed(self, hosted: "Hosted", port: int, records, now: int) -> None:
+        """A seal per key that came to ``port`` closed windows of ``hosted``, which emits ``records``
+        (their outputs): a ``Wait`` event of kind ``seal`` for each sampled one (rule 8)."""
+        waits = self.points.get("Wait")
+        if waits is None:
+            return
+        replica = hosted.replica
+        stamps, times = self.passed.get((replica, port), ((), ()))
+        node, name = self.name, str(replica)
+
+        def event(record) -> dict:
+            ts = record[0]
+            i = bisect_left(stamps, ts)                # the first arrival of a timestamp ≥ the output's
+            return {"node": node, "replica": name, "port": port, "kind": "seal",
+                    "wait_us": now - times[i] if i < len(times) else 0, "ts": ts}
+        self._fire(waits, records, None, event)
 
     def emit(self, hosted: "Hosted", records, punctuation: int | None, now: int,
              path: tuple[str, ...]) -> tuple[str, ...]:
