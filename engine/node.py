@@ -40,6 +40,8 @@ from replicast.engine.core.trace_language import TraceQuery, TraceQueryError, pa
 from replicast.engine.core.tracepoints import (install as _install_trace, installed as installed_trace_queries,
                                                remove as _remove_trace, source_context as _trace_context,
                                                take as _take_traces)
+#: For a driver holding a bare NodeCore (the simulator's trace queries: simulator/trace_queries.py).
+install_trace_query, take_trace_tables = _install_trace, _take_traces
 from replicast.engine.core.views import PersistVotes, StreamVotes, VoteMemory, Votes
 from replicast.engine.messages import Message
 from replicast.operators.errors import ReplicastError

@@ -23,6 +23,7 @@ from replicast.engine.node import MODES, parse_mode
 from replicast.examples import example_path
 from replicast.operators.errors import ReplicastError
 from replicast.simulator.runs import cpus, simulate_runs
+from replicast.simulator.trace_queries import trace_queries
 
 if TYPE_CHECKING:
     from replicast.simulator.latency import Histogram
@@ -74,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="reference (default): the node cores process every message; timing: only the delivery "
                              "times of the reference content, over arrays (simulator/timing.py; docs/simulator.md, "
                              "'The timing tier')")
+    parser.add_argument("--trace-query", action="append", metavar="FILE_OR_TEXT",
+                        help="evaluate this trace query (docs/tracing.md; a file holding one, or its text) at every "
+                             "node over each run (repeatable); answers in k<K>/trace-queries.json")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(run=run, extra="sim")
 
@@ -113,10 +117,14 @@ def run(args: argparse.Namespace) -> int:
         raise ReplicastError("--check needs source-stamped streams (entry-stamped timestamps depend on the run)")
     if args.jobs is not None and args.jobs < 1:
         raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
+    queries = trace_queries(args.trace_query or ())
     out = args.out or Path("out") / "simulate" / scenario.name
     if isinstance(out, str) and args.spark is None:
         raise ReplicastError(f"--out {out}: only a Spark sweep (--spark) writes to a URL other than file://; "
                              f"give a directory")
+    if queries and (args.tier == "timing" or args.segments is not None or args.spark is not None or args.deployment):
+        raise ReplicastError("--trace-query needs whole runs of the node cores; drop --tier timing, --segments, "
+                             "--spark and --deployment")
     if args.tier == "timing":
         if args.segments is not None or args.spark is not None or args.check:
             raise ReplicastError("--tier timing runs whole windows in this process; drop --segments, --spark and "
@@ -137,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     log.info("scenario %s: %d servers of trace %s, %.0f s simulated, kmax %s, %s", scenario.name,
              len(prepared.servers), scenario.trace, (prepared.end - prepared.start) / 1e6,
              ", ".join(map(str, scenario.kmax)), f"{jobs} worker processes" if jobs > 1 else "in this process")
-    outcomes = simulate_runs(prepared, out, jobs=jobs, check=args.check, progress=not args.no_progress)
+    outcomes = simulate_runs(prepared, out, jobs=jobs, check=args.check, progress=not args.no_progress,
+                             trace_queries=queries)
     runs, curves, failures = [], [], 0
     for k, outcome in zip(scenario.kmax, outcomes):
         if args.check:
@@ -168,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  coordinator: {_decisions(s['coordinator']['decisions'])}; network cost {s['network_cost']:.0f}"
                   + (f" against {static['network_cost']:.0f} static ({static['latency_ms']['p99']} ms p99 static)"
                      if static else ""))
-    print(f"wrote {out}/ (deliveries.parquet, bandwidth.parquet, summary.json per kmax), {png} and {cost_png}")
+    print(f"wrote {out}/ (deliveries.parquet, bandwidth.parquet, summary.json"
+          + (", trace-queries.json" if queries else "") + f" per kmax), {png} and {cost_png}")
     return 1 if failures else 0
 
 

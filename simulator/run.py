@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from replicast.simulator.recorder import Recorder
 from replicast.simulator.scenario import Scenario, ScenarioError
 from replicast.simulator.segments import Segment
 from replicast.simulator.sources import Source, messages, payload, reference_records
+from replicast.simulator.trace_queries import TraceCollector
 from replicast.traces.store import TraceStore
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
@@ -42,6 +43,7 @@ class RunResult:
     recorder: Recorder
     inputs: dict[str, list[Record]]
     summary: dict[str, Any] = field(default_factory=dict)
+    trace: list[dict[str, Any]] = field(default_factory=list)    # trace queries' answers (simulator.trace_queries)
 
 
 class Prepared:
@@ -121,7 +123,8 @@ def build_sources(scenario: Scenario, query: Query, servers: dict[str, int]) -> 
 
 def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: bool = False,
         desc: str = "", on_progress: Callable[[int, int], None] | None = None, segment: Segment | None = None,
-        sink: Path | None = None, deployment: str | None = None, coordinator: bool = True) -> RunResult:
+        sink: Path | None = None, deployment: str | None = None, coordinator: bool = True,
+        trace_queries: Sequence[tuple[str, str]] = ()) -> RunResult:
     """Simulate ``prepared`` at degree ``kmax``; see the module docstring.
 
     ``progress`` shows a tqdm bar in simulated seconds.  ``on_progress(done_s, total_s)``, if given,
@@ -132,7 +135,8 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
     the deliveries and bandwidth tables to Parquet files in that directory as they are made
     (:class:`~simulator.recorder.Recorder`); ``deployment`` replaces the scenario's kind;
     ``coordinator = False`` runs a scenario with a ``[coordinator]`` table without it (the static
-    deployment it starts from, for comparison).
+    deployment it starts from, for comparison).  ``trace_queries`` (``(id, text)``) are evaluated at
+    every node's core over the run (:mod:`simulator.trace_queries`), their answers in ``result.trace``.
     """
     scenario, query = prepared.scenario, prepared.query
     if deployment is not None and deployment != scenario.deployment:
@@ -175,11 +179,14 @@ def run(prepared: Prepared, kmax: int, *, keep_records: bool = False, progress: 
         _start_source(sim, prepared, source, inputs if keep_records else None, begin, end, closes)
     _schedule_faults(sim, scenario, placement, processing, prepared.start)
     limit = prepared.end + round(scenario.drain_s * 1e6) if closes else end
+    traced = TraceCollector(sim, trace_queries) if trace_queries else None
     wall = time.perf_counter()
     _run(sim, done, limit, progress, desc or f"kmax={kmax}", on_progress)
     wall = time.perf_counter() - wall
     recorder.close()
     result = RunResult(kmax, shape(scenario.mode, placement, query.applications), recorder, inputs)
+    if traced is not None:
+        result.trace = traced.answers()
     seconds = (prepared.end - prepared.start if segment is None else segment.end - segment.begin) / 1e6
     result.summary = summarise(result, sim, prepared, wall, completed=done.triggered or not closes, begin=begin,
                                seconds=seconds)

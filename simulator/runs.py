@@ -18,7 +18,7 @@ import queue
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,19 +44,22 @@ class _Stopped(Exception):
 
 
 def simulate_runs(prepared: Any, out: Path, *, jobs: int | None = None, check: bool = False,
-                  progress: bool = True) -> Iterator[Outcome]:
+                  progress: bool = True, trace_queries: Sequence[tuple[str, str]] = ()) -> Iterator[Outcome]:
     """Every kmax of ``prepared.scenario``: up to ``jobs`` (default: the CPUs) at once in worker
     processes, or one after the other here if that is 1; each writes ``out/k<K>/``.  The outcomes
-    in the scenario's kmax order (``replicast experiment`` runs its simulations through this too)."""
+    in the scenario's kmax order (``replicast experiment`` runs its simulations through this too).
+    ``trace_queries`` (``(id, text)``) are answered in ``out/k<K>/trace-queries.json``."""
     jobs = min(jobs or cpus(), len(prepared.scenario.kmax))
     if jobs == 1:
-        yield from (simulate_one(prepared, k, out, check, progress=progress) for k in prepared.scenario.kmax)
+        yield from (simulate_one(prepared, k, out, check, progress=progress, trace_queries=trace_queries)
+                    for k in prepared.scenario.kmax)
     else:
-        yield from _in_workers(prepared.scenario, jobs, out, check, progress=progress)
+        yield from _in_workers(prepared.scenario, jobs, out, check, progress=progress, trace_queries=trace_queries)
 
 
 def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: bool = False,
-                 on_progress: Callable[[int, int], None] | None = None) -> Outcome:
+                 on_progress: Callable[[int, int], None] | None = None,
+                 trace_queries: Sequence[tuple[str, str]] = ()) -> Outcome:
     """Run ``prepared`` at kmax ``k``, write ``out/k<k>/`` and, with ``check``, compare every
     application's output with the non-replicated ``engine.replay`` of the same input."""
     from replicast.engine.replay import replay
@@ -67,7 +70,9 @@ def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: boo
     wall = time.perf_counter()
     # Streamed to out/k<k>/ as it is made (Recorder's sink): memory stays flat whatever the run's length.
     result = simulate(prepared, k, keep_records=check, progress=progress, on_progress=on_progress,
-                      sink=out / f"k{k}")
+                      sink=out / f"k{k}", trace_queries=trace_queries)
+    if result.trace:
+        (out / f"k{k}" / "trace-queries.json").write_text(json.dumps(result.trace, indent=2) + "\n", encoding="utf-8")
     coordinator = prepared.scenario.coordinator
     if coordinator is not None and coordinator.compare_static:
         log.info("kmax=%d: the same deployment without the coordinator, for comparison", k)
@@ -88,7 +93,8 @@ def simulate_one(prepared: Any, k: int, out: Path, check: bool, *, progress: boo
     return Outcome(result.summary, curve_sample(result.recorder.totals.histogram), mismatched)
 
 
-def _in_workers(scenario: Any, jobs: int, out: Path, check: bool, progress: bool) -> list[Outcome]:
+def _in_workers(scenario: Any, jobs: int, out: Path, check: bool, progress: bool,
+                trace_queries: Sequence[tuple[str, str]] = ()) -> list[Outcome]:
     """Each kmax in a worker process of its own; the outcomes in ``scenario.kmax`` order.
 
     Workers send progress ``(index, done_s, total_s)`` and their log records through one Manager
@@ -127,7 +133,8 @@ def _in_workers(scenario: Any, jobs: int, out: Path, check: bool, progress: bool
         # fewer workers than runs the small ones fill in beside it instead of queueing behind the
         # others (sim-fig1 on 2 cores: 14.8 s; submitted in kmax order, 3 waited for 1: 18.4 s).
         order = sorted(range(len(scenario.kmax)), key=lambda i: -scenario.kmax[i])
-        submitted = {i: pool.submit(_work, scenario, i, scenario.kmax[i], out, check, reports, stop, levels)
+        submitted = {i: pool.submit(_work, scenario, i, scenario.kmax[i], out, check, reports, stop, levels,
+                                 trace_queries)
                      for i in order}
         futures = [submitted[i] for i in range(len(scenario.kmax))]
         try:
@@ -177,7 +184,7 @@ def _forward(reports: Any, bars: dict[int, Any], kmax: tuple[int, ...], show: bo
 
 
 def _work(scenario: Any, index: int, k: int, out: Path, check: bool, reports: Any, stop: Any,
-          levels: dict[str, int]) -> Outcome:
+          levels: dict[str, int], trace_queries: Sequence[tuple[str, str]] = ()) -> Outcome:
     """One run in a worker process: build the shared parts, simulate, write, check."""
     from replicast.simulator.run import Prepared
 
@@ -190,7 +197,7 @@ def _work(scenario: Any, index: int, k: int, out: Path, check: bool, reports: An
             raise _Stopped(f"kmax={k}: stopped because another run failed")
         reports.put((index, done_s, total_s))
 
-    return simulate_one(Prepared(scenario), k, out, check, on_progress=report)
+    return simulate_one(Prepared(scenario), k, out, check, on_progress=report, trace_queries=trace_queries)
 
 
 def cpus() -> int:

@@ -73,8 +73,8 @@ def by_hand(publications: list, end: int) -> dict[str, int]:
     delays alone: its seal is its first message at or after ``end`` (sources seal with the first
     record of each punctuation interval), arriving after its one-way delay; the window's end passed
     at n0 with the first record at or past it from any producer."""
-    first = {HOME[stream]: min(when for when, s, body in publications if s == stream and when >= end) + ONE_WAY_US[HOME[stream]]
-             for stream in HOME}
+    first = {server: min(when for when, s, _ in publications if s == stream and when >= end) + ONE_WAY_US[server]
+             for stream, server in HOME.items()}
     return {server: at - min(first.values()) for server, at in first.items()}
 
 
