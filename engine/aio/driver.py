@@ -235,7 +235,8 @@ class NodeDriver:
 
     def _on_source(self, stream: str, payload: bytes, traceparent: str | None = None) -> None:
         """One source message (MQTT or a TCP source line): the core takes it or dead-letters it; an
-        MQTT 5 message's W3C ``traceparent`` goes with it into the trace baggage (docs/tracing.md)."""
+        MQTT 5 message's W3C ``traceparent`` (a TCP line's ``traceparent`` field) goes with it into the
+        trace baggage (docs/tracing.md)."""
         try:
             traced = traceparent is not None and self.core.trace_context(stream, traceparent)
             self.core.on_source(stream, payload, now=now_us())

@@ -8,6 +8,12 @@ validation, dead letters and counters are the same as for MQTT.  In source-stamp
 connects to every node that hosts a replica of the stream's entry point and sends each of them the
 same lines, as MQTT would deliver them to every subscriber.
 
+A line may carry a W3C trace context as its items' ``"traceparent"`` field
+(``{"ts": …, "traceparent": "00-<trace id>-<span id>-<flags>"}``), as an MQTT 5 message carries it
+as a user property: the field is taken out of every item before the core sees the line, and the
+first one goes with the line into the trace baggage (docs/tracing.md, "External traces").  A line
+without the word ``"traceparent"`` is handed on untouched (one substring test).
+
 The port is open to whoever can reach it, so what a source may cost the node is bounded
 (``[source_connections]``, :class:`engine.source_protocol.SourceLimits`, docs/node.md):
 
@@ -30,6 +36,7 @@ Apart from the challenge line, the node never writes to a source.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import ssl
@@ -56,11 +63,33 @@ def split_line(line: bytes) -> tuple[str, bytes]:
     return stream.decode("utf-8", errors="replace"), payload
 
 
+#: A line holding this may carry a trace context (tested before any JSON is parsed).
+_TRACEPARENT = b'"traceparent"'
+
+
+def trace_field(payload: bytes) -> tuple[bytes, str | None]:
+    """``payload`` less its items' ``traceparent`` fields, and the first of them (None: none, or a
+    payload that is not JSON, handed on as it is for the core to dead-letter)."""
+    if _TRACEPARENT not in payload:
+        return payload, None
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return payload, None
+    found = None
+    for item in body if isinstance(body, list) else [body]:
+        if isinstance(item, dict) and "traceparent" in item:
+            value = item.pop("traceparent")
+            if found is None and isinstance(value, str):
+                found = value
+    return json.dumps(body).encode(), found
+
+
 class SourceServer:
     """A node's ``source_port``: accepts source connections within ``limits`` and hands each line
-    to ``feed(stream, payload)``."""
+    to ``feed(stream, payload, traceparent)``."""
 
-    def __init__(self, limits: SourceLimits, feed: Callable[[str, bytes], None], metrics: NodeMetrics, *,
+    def __init__(self, limits: SourceLimits, feed: Callable[[str, bytes, str | None], None], metrics: NodeMetrics, *,
                  secret: bytes, tls: ssl.SSLContext | None = None):
         if limits.auth is Auth.TLS and tls is None:
             raise ValueError("auth = \"tls\" needs the cluster's [tls] files")
@@ -248,7 +277,8 @@ class SourceConnection(asyncio.Protocol):
     # -- lines and time -------------------------------------------------------------------------
     def _line(self, line: bytes) -> None:
         if line.strip():
-            self.server.feed(*split_line(line))
+            stream, payload = split_line(line)
+            self.server.feed(stream, *trace_field(payload))
             self.lines += 1
 
     def _arm(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
