@@ -41,8 +41,9 @@ TRACEPOINTS: dict[str, tuple[str, ...]] = {
     "Source": ("node", "replica", "stream", "ts", "age_us"),
     # each copy of a sampled record reaching a replica's duplicate filter (§IV-B, Alg. 1)
     "Arrival": ("node", "replica", "port", "upstream", "upstream_node", "outcome", "rank", "later_us", "age_us", "ts"),
-    # a passed record waiting in a sorter for the punctuation that releases it (§IV-C), or a stamped
-    # record waiting for every entry replica to hold its stamp (entry-stamped mode)
+    # a passed record waiting in a sorter for the punctuation that releases it (§IV-C), a stamped
+    # record waiting for every entry replica to hold its stamp (entry-stamped mode), or a keyed
+    # window's output waiting for its producer's seal per key (tracepoints rule 8)
     "Wait": ("node", "replica", "port", "kind", "wait_us", "ts"),
     # a record an operator replica emits
     "Emit": ("node", "replica", "ts", "age_us"),
