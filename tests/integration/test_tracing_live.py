@@ -185,56 +185,88 @@ def test_the_dashboard_shows_a_running_cluster_in_a_browser_and_a_kill_moves_the
             assert all(not queries for queries in trace.queries().values())    # the dashboard removed its own
 
 
-def test_a_producers_traceparent_comes_out_with_the_applications_records(tmp_path):
-    """W3C Trace Context over MQTT 5 (docs/tracing.md): a source message's ``traceparent`` user
-    property rides in the baggage across the link (a on b: cpu → busy → alerts) and the
-    application's messages carry the same trace id — once a Hop query asks for baggage."""
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.properties import Properties
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
+
+@pytest.mark.parametrize("entry", ["mqtt", "tcp"])
+def test_a_producers_traceparent_comes_out_with_the_applications_records(tmp_path, entry):
+    """W3C Trace Context (docs/tracing.md): a source message's ``traceparent`` — an MQTT 5 user
+    property, or a TCP source line's field (a's source port) — rides in the baggage across the link
+    (a on b: cpu → busy → alerts) and the application's messages carry the same trace id — once a
+    Hop query asks for baggage."""
     from tests.integration.helpers import two_node_cluster, wait_for
-    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    ports = free_ports(5)
     with mosquitto(tmp_path) as broker_port:
-        path = two_node_cluster(tmp_path, secret="trace-secret", ports=free_ports(4), broker_port=broker_port,
-                                broker=f"mqtt://127.0.0.1:{broker_port}",
+        path = two_node_cluster(tmp_path, secret="trace-secret", ports=ports[:4], broker_port=broker_port,
+                                broker=f"mqtt://127.0.0.1:{broker_port}", node_a=f"source_port = {ports[4]}",
                                 placement='cpu = ["a"]\nbusy = ["b"]\nalerts = ["a"]')
         with cluster(path, tmp_path / "run"):
             traced = ClusterTrace(load_cluster(path))
-
-            async def drive(rounds: int) -> list[str]:
-                seen: list[str] = []
-                async with aiomqtt.Client("127.0.0.1", broker_port, identifier="tp-pub",
-                                          protocol=aiomqtt.ProtocolVersion.V5) as pub, \
-                        aiomqtt.Client("127.0.0.1", broker_port, identifier="tp-sub",
-                                       protocol=aiomqtt.ProtocolVersion.V5) as sub:
-                    await sub.subscribe("replicast/out/alerts", qos=1)
-
-                    async def collect():
-                        async for message in sub.messages:
-                            pairs = getattr(message.properties, "UserProperty", None) or []
-                            seen.extend(v for k, v in pairs if k == "traceparent")
-                    task = asyncio.create_task(collect())
-                    for tick in range(rounds):
-                        base = time.time_ns() // 1000
-                        properties = Properties(PacketTypes.PUBLISH)
-                        properties.UserProperty = [("traceparent", f"00-{trace}-00f067aa0ba902b7-01")]
-                        await pub.publish("replicast/in/cpu", json.dumps([{"ts": base, "server": "s1", "load": 0.9}]),
-                                          qos=1, properties=properties)
-                        await pub.publish("replicast/in/cpu", json.dumps({"punctuation": base + 1}), qos=1)
-                        await asyncio.sleep(0.1)
-                    await asyncio.sleep(1.0)
-                    task.cancel()
-                return seen
-
             wait_for(lambda: traced.queries() and len(traced.queries()) == 2, 30, "both nodes' trace routes")
-            refuses_strangers_and_bad_queries(path)
-            assert asyncio.run(drive(5)) == []            # no Hop query: no baggage, nothing carried out
+            if entry == "mqtt":
+                refuses_strangers_and_bad_queries(path)
+            drive = traced_over_mqtt if entry == "mqtt" else traced_over_tcp
+            assert asyncio.run(traceparents_out(broker_port, drive(broker_port, ports[4]), 5)) == []   # no Hop query
             traced.install("hops", "From h In Hop Select COUNT Sample 1/1000000")
-            out = asyncio.run(drive(10))
+            out = asyncio.run(traceparents_out(broker_port, drive(broker_port, ports[4]), 10))
             assert len(out) >= 8, out
-            assert {value.split("-")[1] for value in out} == {trace}
+            assert {value.split("-")[1] for value in out} == {TRACE}
             assert all(len(value.split("-")[2]) == 16 and value.split("-")[2] != "00f067aa0ba902b7" for value in out)
             traced.remove("hops")
+
+
+async def traceparents_out(broker_port: int, sender, rounds: int) -> list[str]:
+    """The ``traceparent`` user properties of alerts' MQTT 5 messages while ``sender`` (an async
+    generator, one step per round) sends a traced record and a punctuation each 0.1 s."""
+    seen: list[str] = []
+    async with aiomqtt.Client("127.0.0.1", broker_port, identifier="tp-sub",
+                              protocol=aiomqtt.ProtocolVersion.V5) as sub:
+        await sub.subscribe("replicast/out/alerts", qos=1)
+
+        async def collect():
+            async for message in sub.messages:
+                pairs = getattr(message.properties, "UserProperty", None) or []
+                seen.extend(v for k, v in pairs if k == "traceparent")
+        task = asyncio.create_task(collect())
+        count = 0
+        async for _ in sender:
+            count += 1
+            if count == rounds:
+                break
+            await asyncio.sleep(0.1)
+        await sender.aclose()
+        await asyncio.sleep(1.0)
+        task.cancel()
+    return seen
+
+
+async def traced_over_mqtt(broker_port: int, _source_port: int):
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    async with aiomqtt.Client("127.0.0.1", broker_port, identifier="tp-pub",
+                              protocol=aiomqtt.ProtocolVersion.V5) as pub:
+        while True:
+            base = time.time_ns() // 1000
+            properties = Properties(PacketTypes.PUBLISH)
+            properties.UserProperty = [("traceparent", f"00-{TRACE}-00f067aa0ba902b7-01")]
+            await pub.publish("replicast/in/cpu", json.dumps([{"ts": base, "server": "s1", "load": 0.9}]),
+                              qos=1, properties=properties)
+            await pub.publish("replicast/in/cpu", json.dumps({"punctuation": base + 1}), qos=1)
+            yield
+
+
+async def traced_over_tcp(_broker_port: int, source_port: int):
+    _, writer = await asyncio.open_connection("127.0.0.1", source_port)
+    try:
+        while True:
+            base = time.time_ns() // 1000
+            record = {"ts": base, "server": "s1", "load": 0.9, "traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"}
+            writer.write(f"cpu {json.dumps([record])}\ncpu {json.dumps({'punctuation': base + 1})}\n".encode())
+            await writer.drain()
+            yield
+    finally:
+        writer.close()
 
 
 def refuses_strangers_and_bad_queries(cluster_file) -> None:
