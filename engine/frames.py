@@ -32,7 +32,7 @@ from replicast.engine.core.baggage import MAX_HOPS, is_baggage
 from replicast.engine.packed_records import PackedRecords, WireError, records_bytes
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                                        DisconnectStream, Heartbeat, Hello, Hold, JoinStamping, KeySeals, Mark, Message,
-                                       NoSnapshot,
+                                       NoSnapshot, SnapshotRefusal,
                                        NotHosted, Proof, RemoveReplica, Report, Resume, Snapshot, SnapshotRequest,
                                        StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                                        ViewBallot, ViewDecided, ViewReply)
@@ -48,6 +48,7 @@ IndexOrNone = Annotated[int, Meta(ge=-1, lt=SMALL, description="replica index or
 PortNumber = Annotated[int, Meta(ge=0, lt=SMALL, description="port")]
 Name = Annotated[str, Meta(max_length=256, description="replica name")]
 Member = tuple[Index, Int64]
+Refusal = Annotated[SnapshotRefusal, Meta(description="snapshot refusal")]
 
 
 def _free_map(raw: Raw, field: str) -> dict:
@@ -415,7 +416,7 @@ class SnapshotFrame(_JoinerDonor, tag=17):
 
 class NoSnapshotFrame(_JoinerDonor, tag=18):
     MESSAGE = NoSnapshot
-    reason: str
+    reason: Refusal                 # by value: an unknown reason is a malformed frame
 
     @classmethod
     def of(cls, m: NoSnapshot) -> "NoSnapshotFrame":

@@ -45,6 +45,7 @@ Rules of this module:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Sequence
 
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -183,13 +184,26 @@ class Snapshot:
     state: dict[str, Any]
 
 
+class SnapshotRefusal(Enum):
+    """Why a donor gave no snapshot: not hosted, one member per replica state that is not live (a
+    joiner notes the peers that rebuild themselves: :mod:`engine.core.lifecycle`, rule 3), or a port
+    of it that cannot advance.  The values are the texts the frame carried before it was typed, so the
+    bytes on the wire are the same (:mod:`engine.frames`, rule 1)."""
+
+    NOT_HOSTED = "not hosted here"
+    JOINING = "it is joining"
+    REBUILDING = "it is rebuilding"
+    REMOVED = "it is removed"
+    STUCK = "a port of it cannot advance either"
+
+
 @dataclass(frozen=True, slots=True)
 class NoSnapshot:
-    """``donor`` cannot give a snapshot (not hosted here, or not live itself)."""
+    """``donor`` cannot give a snapshot, for ``reason``."""
 
     joiner: ReplicaId
     donor: ReplicaId
-    reason: str
+    reason: SnapshotRefusal
 
 
 # -- entry-stamped mode (rule 8) -----------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from replicast.engine.core.configure import add_replica, configure, configure_pinned, placement_plan, remove_replica
 from replicast.engine.core.events import (ControlRefused, DeadLetter, Decided, Delivered, Event, NodeOptions, PeerTimedOut,
                                 ProtocolError, ReplicaChanged, SinkRestarted, StreamCutOff)
-from replicast.engine.core.hosted import Start
+from replicast.engine.core.hosted import ReplicaKind, Start
 from replicast.engine.core.modes import MODES, Mode, parse_mode, shape
 from replicast.engine.core.node import NodeCore
 from replicast.engine.core.states import IllegalTransition, InboundState, ReplicaState, RouteState
@@ -49,7 +49,7 @@ from replicast.operators.errors import ReplicastError
 if TYPE_CHECKING:
     from replicast.engine.core.coordination import CoordinationSetup
 
-__all__ = ["NodeCore", "NodeOptions", "Start", "configure", "configure_pinned", "placement_plan", "add_replica",
+__all__ = ["NodeCore", "NodeOptions", "Start", "ReplicaKind", "configure", "configure_pinned", "placement_plan", "add_replica",
            "remove_replica", "Event", "Delivered", "DeadLetter", "Decided", "PeerTimedOut", "ProtocolError",
            "ReplicaChanged", "SinkRestarted", "StreamCutOff", "ControlRefused", "ReplicaState", "RouteState", "InboundState",
            "IllegalTransition", "MODES", "Mode", "parse_mode", "shape", "COUNTERS", "LATENCY_BOUNDS_US",

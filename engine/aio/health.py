@@ -23,7 +23,7 @@ import time
 from typing import Callable
 
 from replicast.engine.cluster_config import ClusterConfig
-from replicast.engine.node import CoreFailed, GuardedCore
+from replicast.engine.node import CoreFailed, GuardedCore, ReplicaKind
 
 log = logging.getLogger("replicast.node")
 
@@ -58,9 +58,9 @@ class Health:
             return True
         core = self.core
         for replica, hosted in core.hosted.items():
-            if hosted.kind == "entry" and not hosted.routes:
+            if hosted.kind is ReplicaKind.ENTRY and not hosted.routes:
                 return False
-            if hosted.kind == "application" and not any(s.target == replica for s in core.inbound):
+            if hosted.kind is ReplicaKind.APPLICATION and not any(s.target == replica for s in core.inbound):
                 return False
         return True
 

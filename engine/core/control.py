@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.events import ControlRefused
-from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route, Start
+from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind, Route, Start
 from replicast.engine.core.intents import Intent
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.outbox import Outbox
@@ -107,10 +107,10 @@ class Control:
             return
         name, query = replica.name, self.query
         if name in query.streams:
-            kind = "entry"
+            kind = ReplicaKind.ENTRY
             entry = EntryPoint(query.streams[name], self.options.entry_modes.get(name, "source"))
         elif name in query.applications or name in query.operators:
-            kind = "application" if name in query.applications else "operator"
+            kind = ReplicaKind.APPLICATION if name in query.applications else ReplicaKind.OPERATOR
             entry = None
         else:
             self._refuse(f"cannot deploy {replica}: {name!r} is not in the query", src)

@@ -41,7 +41,7 @@ from typing import Iterator
 
 from replicast.engine.core.events import ReplicaChanged
 from replicast.engine.core.heard import Heard
-from replicast.engine.core.hosted import Hosted, Inbound
+from replicast.engine.core.hosted import Hosted, Inbound, ReplicaKind
 from replicast.engine.core.intents import NONE, CheckPort, Intent, RequestStream
 from replicast.engine.core.modes import preference
 from replicast.engine.core.outbox import Outbox
@@ -95,7 +95,7 @@ class Failover:
     # -- rule 1, 2: which stream replica a port follows -------------------------------------------
     def follows(self, stream: StreamReplica, hosted: Hosted) -> bool:
         """Whether ``stream`` is the one its port follows (the port's choice is made on first ask)."""
-        if hosted.kind == "entry":
+        if hosted.kind is ReplicaKind.ENTRY:
             return True
         key = (stream.target, stream.port)
         active = self.active.get(key)

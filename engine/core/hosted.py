@@ -6,7 +6,7 @@ log), :mod:`engine.core.receiver` (inbound positions), :mod:`engine.core.lifecyc
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import TYPE_CHECKING
 
 from replicast.engine.core.output_log import OutputLog
@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from replicast.engine.entry import EntryPoint
     from replicast.operators.replica import OperatorReplica
 
-KINDS = ("entry", "operator", "application")
+class ReplicaKind(StrEnum):
+    """What a hosted replica is, fixed when it is deployed (§III: sources' entry points, operators,
+    applications).  String-valued so that logs, snapshots and metrics labels read as before."""
+
+    #: A source's entry point: no input port, an :class:`engine.entry.EntryPoint` (``Hosted.entry``).
+    ENTRY = "entry"
+    #: An operator of the query: its input ports and logic (``Hosted.logic``).
+    OPERATOR = "operator"
+    #: An application: an operator whose output is delivered, its output ids counted (lifecycle rule 4).
+    APPLICATION = "application"
 
 
 class Start(Enum):
@@ -80,7 +89,7 @@ class Hosted:
     their own objects.  The attributes that may be None are values legitimately absent, each said
     where it is set below (docs/architecture.md, "Hosted's states and optional values")."""
 
-    def __init__(self, replica: ReplicaId, kind: str, logic: "OperatorReplica | None", entry: "EntryPoint | None",
+    def __init__(self, replica: ReplicaId, kind: ReplicaKind, logic: "OperatorReplica | None", entry: "EntryPoint | None",
                  peers: tuple[str, ...], epoch: int):
         self.replica, self.kind, self.peers = replica, kind, peers
         #: Its input machinery: None for an entry point (it has no input port), fixed by ``kind``.

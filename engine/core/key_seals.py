@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from replicast.engine.core.hosted import ReplicaKind
 from replicast.engine.core.states import InboundState, RouteState
 from replicast.engine.messages import KeySeals
 from replicast.operators.key_seals import KeySeal
@@ -44,7 +45,7 @@ class KeySealRelay:
 
     def emit(self, hosted: "Hosted", seals: Sequence[KeySeal]) -> None:
         """``hosted`` seals these keys, after everything it emitted so far (rule 1)."""
-        if not seals or hosted.kind == "application" or hosted.gate is not None:
+        if not seals or hosted.kind is ReplicaKind.APPLICATION or hosted.gate is not None:
             return
         seals = tuple(seals)
         offset, epoch = hosted.log.end, hosted.epoch

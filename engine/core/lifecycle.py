@@ -63,19 +63,23 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ReplicaChanged, SinkRestarted
 from replicast.engine.entry import EntryMode
-from replicast.engine.core.hosted import Hosted, Inbound, Origin
+from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.output_log import OutputLog
 from replicast.engine.core.states import (Basis, BasisEvent, InboundEvent, InboundState, JoinEvent, JoinPhase,
                                           PortVerdict, RebuildEvent, RebuildPhase, ReplicaEvent, ReplicaState,
                                           RouteEvent, RouteState, advance)
-from replicast.engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRequest
+from replicast.engine.messages import Mark, NoSnapshot, Snapshot, SnapshotRefusal, SnapshotRequest
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.record import CLOSED
 
 #: Inbound states whose stream head is known (a standby keeps what its head said when it was followed).
 _KNOWN = (InboundState.FOLLOWING, InboundState.STANDBY)
+
+#: What a donor that is not live answers a snapshot request (rule 2): its state, typed.
+NOT_LIVE = {ReplicaState.JOINING: SnapshotRefusal.JOINING, ReplicaState.REBUILDING: SnapshotRefusal.REBUILDING,
+            ReplicaState.REMOVED: SnapshotRefusal.REMOVED}
 
 if TYPE_CHECKING:
     from replicast.engine.core.events import NodeOptions
@@ -141,7 +145,7 @@ class Lifecycle:
             return
         timeout = self.options.join_timeout_us
         hosted.joining = Joining(now + timeout, donors)
-        if hosted.kind == "entry" and hosted.entry.mode is EntryMode.SOURCE and hosted.origin is not Origin.FIRST_START:
+        if hosted.kind is ReplicaKind.ENTRY and hosted.entry.mode is EntryMode.SOURCE and hosted.origin is not Origin.FIRST_START:
             hosted.joining.source_wait = now + timeout    # rule 5: until its source delivers something
         self.joining.add(hosted.replica)
         self.request_inputs(hosted)
@@ -214,8 +218,7 @@ class Lifecycle:
     def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> None:
         donor = self.hosted.get(message.donor)
         if donor is None or donor.state is not ReplicaState.LIVE or self.stuck(donor):
-            reason = "not hosted here" if donor is None else f"it is {donor.state.value}" \
-                if donor.state is not ReplicaState.LIVE else "a port of it cannot advance either"
+            reason = SnapshotRefusal.NOT_HOSTED if donor is None else NOT_LIVE.get(donor.state, SnapshotRefusal.STUCK)
             self.out.send(src, NoSnapshot(message.joiner, message.donor, reason))
             return
         self.counters["snapshots_given"] += 1
@@ -250,13 +253,13 @@ class Lifecycle:
 
     def snapshot(self, donor: Hosted) -> dict[str, Any]:
         """``donor``'s state at this instant (rule 2), as plain data."""
-        if donor.kind == "entry":
-            return {"kind": "entry", "epoch": donor.epoch, "log": donor.log.snapshot(),
+        if donor.kind is ReplicaKind.ENTRY:
+            return {"kind": ReplicaKind.ENTRY.value, "epoch": donor.epoch, "log": donor.log.snapshot(),
                     "punctuation": donor.entry.punctuation}
         positions = [[s.source.name, s.source.index, s.port, i.epoch, i.next, i.index]
                      for s, i in self.inbound.items()
                      if s.target == donor.replica and i.state is InboundState.FOLLOWING]
-        return {"kind": donor.kind, "epoch": donor.epoch, "logic": donor.logic.snapshot(), "positions": positions,
+        return {"kind": donor.kind.value, "epoch": donor.epoch, "logic": donor.logic.snapshot(), "positions": positions,
                 "log": donor.log.snapshot()}
 
     def on_snapshot(self, src: str, message: Snapshot, now: int) -> None:
@@ -272,7 +275,7 @@ class Lifecycle:
                 or join.asked[0] != message.donor:
             return                                    # stale: removed, or asked another since
         state = message.state
-        if hosted.kind == "entry":                    # rule 5: the donor's retained log, then its own
+        if hosted.kind is ReplicaKind.ENTRY:          # rule 5: the donor's retained log, then its own
             log = OutputLog.restore(state["log"], message.donor, state["epoch"])
             copied = [r for batch in log.since(0) for r in batch[1]]
             covered = state["punctuation"]
@@ -287,7 +290,7 @@ class Lifecycle:
             hosted.logic.restore(state["logic"])
             hosted.basis = advance(hosted.basis, BasisEvent.RESTORED)
             hosted.basis_at = tuple(f.max_punctuation for f in hosted.logic.filters)
-            if hosted.kind == "application":          # its output ids continue the donor's counts
+            if hosted.kind is ReplicaKind.APPLICATION:    # its output ids continue the donor's counts
                 p = hosted.basis_at[0]
                 self.out.event(SinkRestarted(hosted.replica.name, None if p == NO_PUNCTUATION else p,
                                          hosted.logic.given()))
@@ -310,7 +313,7 @@ class Lifecycle:
         self._change(hosted, ReplicaEvent.RESTORED, f"restored from {message.donor}'s snapshot")
         self.request_inputs(hosted)
         self.sender.serve_parked(hosted)
-        if hosted.kind == "entry":
+        if hosted.kind is ReplicaKind.ENTRY:
             self.release_held(hosted, now, covered, copied)
 
     @staticmethod
@@ -320,7 +323,7 @@ class Lifecycle:
         :meth:`rejoin`'s ``again``): restoring it again ends the same way — a rejoin, the same
         snapshot, a rebuild, a probe at once — and the loop would ship the peer's whole state every
         round trip.  Once the peer has moved past that point on every port, it is tried again."""
-        if hosted.basis is not Basis.DEAD_END or message.state.get("kind") == "entry":
+        if hosted.basis is not Basis.DEAD_END or message.state.get("kind") == ReplicaKind.ENTRY:
             return False
         point = [f["max_punctuation"] for f in message.state["logic"]["filters"]]
         return any(p <= q for p, q in zip(point, hosted.basis_at))
@@ -358,7 +361,7 @@ class Lifecycle:
         join = hosted.joining if hosted is not None else None
         if join is not None and join.asked is not None and join.asked[0] == message.donor:
             join.asked = None
-            if message.reason == f"it is {ReplicaState.REBUILDING.value}":
+            if message.reason is SnapshotRefusal.REBUILDING:
                 join.rebuilding.append(message.donor)
             self.step(hosted, now)
 
@@ -378,7 +381,7 @@ class Lifecycle:
         for stream, inbound in self.inbound.items():
             if stream.target == hosted.replica and inbound.state is InboundState.HOLDING:
                 inbound.state = advance(inbound.state, InboundEvent.REBUILD)
-        if hosted.kind == "entry":                    # rule 5
+        if hosted.kind is ReplicaKind.ENTRY:          # rule 5
             # A first start's entry point has the whole stream; any other knows it from its first punctuation.
             hosted.log.frontier = NO_PUNCTUATION if hosted.origin is Origin.FIRST_START else None
             self._change(hosted, ReplicaEvent.CLAIMED, reason)
@@ -387,7 +390,7 @@ class Lifecycle:
         else:
             hosted.adopted, hosted.rebuild = {}, RebuildPhase.ADOPTING     # a new rebuild (states: _REBUILD)
             self._change(hosted, ReplicaEvent.NO_PEER, reason)
-            if hosted.kind == "application":          # it delivers all it adopts: ids count afresh
+            if hosted.kind is ReplicaKind.APPLICATION:    # it delivers all it adopts: ids count afresh
                 self.out.event(SinkRestarted(hosted.replica.name, None, {}))
         self.request_inputs(hosted)
 
@@ -456,7 +459,7 @@ class Lifecycle:
         verdict = self.port_verdict(hosted, port, links_lost=links_lost)
         if verdict is PortVerdict.SILENT:
             self.checks.setdefault(hosted.replica, now + self.options.join_timeout_us)
-        elif verdict is PortVerdict.STUCK and hosted.kind == "application":
+        elif verdict is PortVerdict.STUCK and hosted.kind is ReplicaKind.APPLICATION:
             self._adopt_in_place(hosted, port, now)
         elif verdict is PortVerdict.STUCK:
             self.rejoin(hosted, now, f"port {port}: every input it can still hear is complete only above where "

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
 from replicast.engine.core.heard import Heard
-from replicast.engine.core.hosted import Hosted, Origin
+from replicast.engine.core.hosted import Hosted, Origin, ReplicaKind
 from replicast.engine.core.intents import NONE, CheckHorizon, Intent
 from replicast.engine.core.ledger import Ledger
 from replicast.engine.core.outbox import Outbox
@@ -132,7 +132,7 @@ class Pairs:
     def attach(self, hosted: Hosted) -> None:
         """``hosted`` was deployed: pair it with its partner (the other replica of its operator)."""
         partners = [(i, node) for i, node in enumerate(hosted.peers) if node and i != hosted.replica.index]
-        if hosted.kind != "operator" or not partners:
+        if hosted.kind is not ReplicaKind.OPERATOR or not partners:
             return
         index, node = partners[0]
         event = PairEvent.ALONE

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from replicast.engine.core.events import Delivered, StreamCutOff
 from replicast.engine.core.outbox import Outbox
-from replicast.engine.core.hosted import Hosted, Route
+from replicast.engine.core.hosted import Hosted, ReplicaKind, Route
 from replicast.engine.core.states import ReplicaState, RouteEvent, RouteState, advance
 from replicast.engine.messages import Ack, Batch, Hold, NotHosted, Resume, Standby, StreamHead
 from replicast.engine.wire import EncodedRecords
@@ -77,7 +77,7 @@ class Sender:
             path += hosted.hop
         if self.tracer is not None and self.tracer.emitting:
             path = self.tracer.emit(hosted, records, punctuation, now, path)         # docs/tracing.md
-        if hosted.kind == "application":
+        if hosted.kind is ReplicaKind.APPLICATION:
             self.deliver(hosted, records, punctuation, now, path)
             return
         records = EncodedRecords(records)          # one encoding for every stream replica (wire rule 4)
@@ -99,7 +99,7 @@ class Sender:
                         outbox.append((node, Batch(stream, epoch, offset, records, punctuation, path)))
         if punctuation is not None and self.standbys:
             self._cover_standbys(hosted)
-        if log.frontier is None and punctuation is not None and hosted.kind == "entry" \
+        if log.frontier is None and punctuation is not None and hosted.kind is ReplicaKind.ENTRY \
                 and hosted.state is ReplicaState.LIVE:
             log.frontier = punctuation                 # a (re)started entry point: lifecycle rule 5
             self.serve_parked(hosted)

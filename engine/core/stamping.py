@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from replicast.engine.core.copy_tail import CopyTail
 from replicast.engine.core.events import DeadLetter
-from replicast.engine.core.hosted import Hosted
+from replicast.engine.core.hosted import Hosted, ReplicaKind
 from replicast.engine.core.intents import Intent, StepJoin
 from replicast.engine.core.states import ReplicaState
 from replicast.engine.entry import decode_payload
@@ -59,7 +59,7 @@ class Stamping:
             self.dead_letter(stream, f"unknown stream {stream!r} (the query's streams: "
                                      f"{', '.join(self.streams)})", payload)
             return False
-        entries = [h for h in self.hosted.values() if h.kind == "entry" and h.replica.name == stream]
+        entries = [h for h in self.hosted.values() if h.kind is ReplicaKind.ENTRY and h.replica.name == stream]
         if not entries:
             return False
         try:

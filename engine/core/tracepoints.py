@@ -95,6 +95,7 @@ from math import gcd
 from operator import add, itemgetter, not_
 from typing import TYPE_CHECKING, Any, Protocol
 
+from replicast.engine.core.hosted import ReplicaKind
 from replicast.engine.core.baggage import MAX_HOPS, TRACE_ID, TRACE_PREFIX, hops as _hops, is_baggage, trace_id
 from replicast.engine.core.trace_aggregate import Partial
 from replicast.engine.core.trace_memory import PortMemory, Run
@@ -356,7 +357,7 @@ class Tracer:
                 if known == self._last_key or known in self._cold_keys or known in self._older_keys:
                     return
         keep = 0
-        if self.baggage and hosted.kind == "application" and path and is_baggage(path):
+        if self.baggage and hosted.kind is ReplicaKind.APPLICATION and path and is_baggage(path):
             keep = 1 if path[0].startswith(TRACE_PREFIX) else self.baggage     # a traced input: every record
         n = self.arrival_sample
         if not n and not keep:
@@ -584,7 +585,7 @@ class Tracer:
         if not self.emitting:
             return path                                # no query listens to an emission
         points, kind = self.points, hosted.kind
-        if kind == "application":
+        if kind is ReplicaKind.APPLICATION:
             if records and ("Deliver" in points or "Hop" in points):
                 if self.baggage and not is_baggage(path):     # released by a later batch: a record's own
                     path = self._record_baggage(hosted, records, path)
@@ -594,14 +595,14 @@ class Tracer:
             return path                                # no query listens to an emission
         node, name = self.name, str(hosted.replica)
         waits = points.get("Wait")
-        if waits and kind == "entry" and hosted.stamp is not None and records:    # entry-stamped: held until
+        if waits and kind is ReplicaKind.ENTRY and hosted.stamp is not None and records:    # entry-stamped: held until
             port = 0                                                                # every member had it
             self._fire(waits, records, None, lambda r: {
                 "node": node, "replica": name, "port": port, "kind": "stamper", "wait_us": now - r[0], "ts": r[0]})
-        point = "Source" if kind == "entry" else "Emit"
+        point = "Source" if kind is ReplicaKind.ENTRY else "Emit"
         listeners = points.get(point)
         if listeners and records:
-            if kind == "entry":
+            if kind is ReplicaKind.ENTRY:
                 stream = hosted.replica.name
                 self._fire(listeners, records, None, lambda r: {
                     "node": node, "replica": name, "stream": stream, "ts": r[0], "age_us": now - r[0]})
@@ -625,7 +626,7 @@ class Tracer:
             if path and is_baggage(path):
                 kept = path[:1] if path[0].startswith(TRACE_PREFIX) else ()
                 path = (*kept, *path[len(kept):][len(kept) + 1 - MAX_HOPS:], hop)     # at most MAX_HOPS
-            elif kind == "entry" and self.context is not None and self.context[0] == hosted.replica.name:
+            elif kind is ReplicaKind.ENTRY and self.context is not None and self.context[0] == hosted.replica.name:
                 path = (TRACE_PREFIX + self.context[1], hop)        # an external producer's trace (rule 5)
             elif self._sample(records, None, carried):      # an entry point, or a cause without baggage
                 path = (hop,)

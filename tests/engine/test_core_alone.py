@@ -15,9 +15,9 @@ from replicast.engine.core.coordination import Coordination, CoordinationSetup
 from replicast.engine.core.events import ControlRefused, DeadLetter, NodeOptions, ReplicaChanged
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
-from replicast.engine.core.hosted import Hosted, Inbound, Origin, Route, Start
+from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind, Route, Start
 from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, RequestStream, StepJoin
-from replicast.engine.core.lifecycle import Lifecycle
+from replicast.engine.core.lifecycle import NOT_LIVE, Lifecycle
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.pairs import Pairs, Unpaired
 from replicast.engine.core.receiver import Receiver
@@ -29,7 +29,8 @@ from replicast.engine.core.states import (Basis, IllegalTransition, InboundState
 from replicast.engine.core.stats import COUNTERS
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
-                                       NotHosted, RemoveReplica, Resume, Snapshot, Standby, StreamHead)
+                                       NoSnapshot, NotHosted, RemoveReplica, Resume, Snapshot, SnapshotRefusal,
+                                       SnapshotRequest, Standby, StreamHead)
 from replicast.engine.query_file import load_query
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -47,11 +48,11 @@ def counters() -> dict[str, int]:
 
 def operator(name: str, index: int, peers=("n1", "n2"), epoch: int = 1) -> Hosted:
     logic = OperatorReplica(QUERY.new_operator(name), [0] * len(QUERY.inputs_of(name)), QUERY.order_sensitive(name))
-    return Hosted(ReplicaId(name, index), "operator", logic, None, peers, epoch)
+    return Hosted(ReplicaId(name, index), ReplicaKind.OPERATOR, logic, None, peers, epoch)
 
 
 def entry(name: str, index: int, peers=("n1", "n2"), epoch: int = 1) -> Hosted:
-    return Hosted(ReplicaId(name, index), "entry", None, EntryPoint(QUERY.streams[name], "source"), peers, epoch)
+    return Hosted(ReplicaId(name, index), ReplicaKind.ENTRY, None, EntryPoint(QUERY.streams[name], "source"), peers, epoch)
 
 
 def exhaust(intents):
@@ -258,6 +259,36 @@ def test_lifecycle_alone_rebuilds_a_replica_without_peers_and_asks_for_its_input
     assert out.messages == [("n2", Resume(stream, None, 0))]
 
 
+def test_lifecycle_alone_refuses_a_snapshot_with_a_typed_reason_and_notes_a_rebuilding_donor():
+    """Lifecycle rule 2-3: a donor that is not live answers why as a ``SnapshotRefusal``; the
+    joiner notes the donor that said it rebuilds (reported with its own rebuild), and only that one."""
+    rebuilding, joiner = operator("load", 0, peers=("n1",)), operator("load", 1, peers=("n1", "n2", "n3"))
+    hosted = {rebuilding.replica: rebuilding, joiner.replica: joiner}
+    out, count = Outbox("n1", {"n2"}), counters()
+    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
+                    pairs=Unpaired())
+    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, request_inputs=Calls(), hold_acks=Calls(),
+                          failover=AllFeed(), pairs=Unpaired(), new_epoch=lambda now, previous=None: now,
+                          new_logic=lambda r: None, stamper_start=Calls(), release_held=Calls())
+    lifecycle.start(rebuilding, now=0)
+    assert rebuilding.state is ReplicaState.REBUILDING
+    out.messages.clear()
+    lifecycle.on_snapshot_request("n2", SnapshotRequest(joiner.replica, rebuilding.replica), now=1)
+    lifecycle.on_snapshot_request("n2", SnapshotRequest(joiner.replica, ReplicaId("load", 2)), now=1)
+    assert out.messages == [("n2", NoSnapshot(joiner.replica, rebuilding.replica, SnapshotRefusal.REBUILDING)),
+                            ("n2", NoSnapshot(joiner.replica, ReplicaId("load", 2), SnapshotRefusal.NOT_HOSTED))]
+    assert set(NOT_LIVE) == set(ReplicaState) - {ReplicaState.LIVE}     # every state that is not live has a reason
+
+    lifecycle.start(joiner, now=2)
+    noted = []
+    for refusal in SnapshotRefusal:                         # a donor left to ask keeps it joining
+        join = joiner.joining
+        join.asked, join.donors, join.rebuilding = (rebuilding.replica, "n1"), [(ReplicaId("load", 2), "n2")], []
+        lifecycle.on_no_snapshot("n1", NoSnapshot(joiner.replica, rebuilding.replica, refusal), now=3)
+        noted += [refusal] * len(joiner.joining.rebuilding)
+    assert noted == [SnapshotRefusal.REBUILDING]
+
+
 def test_lifecycle_alone_asks_a_peer_for_a_snapshot_once_its_node_is_connected():
     target = operator("load", 1)
     hosted = {target.replica: target}
@@ -351,6 +382,20 @@ def test_control_alone_deploys_a_first_starts_own_replicas_as_first_start_only(s
     control.deploy(src, DeployReplica(ReplicaId("cpu_a", 0), ("n1",)), now=0)   # (past the policy: control rule 5)
     hosted, = started
     assert hosted.origin is origin and count["refused_control"] == 0
+
+
+def test_control_alone_deploys_each_replica_with_its_kind_which_reads_as_its_name():
+    """``Hosted.kind`` is a :class:`ReplicaKind`, fixed at deployment by the query's part it comes
+    from; string-valued, so logs, snapshots and metrics labels read as they did."""
+    out, count, started = Outbox("n1", set()), counters(), []
+    stub = type("Stub", (), {"track": lambda s, h: None, "start": lambda s, h, now: started.append(h),
+                             "peer_stream": lambda s, x: False})()
+    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now, sender=None,
+                      receiver=None, lifecycle=stub, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+    for name in ("cpu_a", "load", "alerts"):
+        control.deploy("n1", DeployReplica(ReplicaId(name, 0), ("n1",)), now=0)
+    assert [h.kind for h in started] == [ReplicaKind.ENTRY, ReplicaKind.OPERATOR, ReplicaKind.APPLICATION]
+    assert [f"{h.kind}" for h in started] == ["entry", "operator", "application"] == [str(h.kind) for h in started]
 
 
 # -- sources and stamping -----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from hypothesis import example, given, strategies as st
 
 from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, DeployReplica, Determinant, DeterminantAck,
                              DisconnectStream, Heartbeat,
-                             Hello, Hold, JoinStamping, Mark, NoSnapshot, NotHosted, Proof, RemoveReplica, Resume, Snapshot,
+                             Hello, Hold, JoinStamping, Mark, NoSnapshot, NotHosted, SnapshotRefusal, Proof, RemoveReplica, Resume, Snapshot,
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                              ViewBallot, ViewDecided, ViewReply)
 from replicast.engine import frames as schema
@@ -30,7 +30,7 @@ EXAMPLES = [
     StreamHead(S, 12, 0, 5, (ReplicaId("load", 0), 9, 4, 20)), Mark(S, 12, 7),
     SnapshotRequest(ReplicaId("join", 1), ReplicaId("join", 0)),
     Snapshot(ReplicaId("join", 1), ReplicaId("join", 0), {"kind": "operator", "positions": ((b"x", 1),)}),
-    NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), "it is joining"),
+    NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), SnapshotRefusal.JOINING),
     Standby(S, 12), Standby(S, -(2**63)), NotHosted(S),
     ViewBallot("cpu", 1, 65537), ViewBallot("cpu", 1, 65537, View(65537, 1, ((0, 5), (1, 9)))),
     ViewReply("cpu", 1, 65537, 2, True, 65537, View(65537, 1, ((1, 9),))), ViewReply("cpu", 0, 3, 1, False, 7, None),

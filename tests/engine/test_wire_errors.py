@@ -6,7 +6,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from replicast.engine.messages import Batch, Hello, Report, Snapshot, StreamHead, View, ViewDecided
+from replicast.engine.messages import (Batch, Hello, NoSnapshot, Report, Snapshot, SnapshotRefusal, StreamHead, View,
+                                       ViewDecided)
 from replicast.engine.wire import FrameDecoder, WireError, decode, encode
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.placement.reports import InputReport, ServerReport
@@ -49,6 +50,8 @@ def refusal(fields: list) -> str:
     # free-form fields that are not maps
     ([9, "n1", [1, 2]], "field data must be a map, got tuple (Statistics frame)"),
     ([17, "join", 1, "join", 0, "state"], "field state must be a map, got str (Snapshot frame)"),
+    # a reason that is none of the typed ones
+    ([18, "join", 1, "join", 0, "it is bored"], "NoSnapshot frame: bad snapshot refusal at reason: 'it is bored'"),
     ([1, *STREAM, 0, 0, b"\x01", None], "batch records must be a msgpack array (Batch frame)"),
 ])
 def test_a_bad_field_is_named_with_its_value(fields, expected):
@@ -117,6 +120,8 @@ GOLDEN = {
     "74650000": Report(ServerReport("n1", {"n2": 12.5}, 0.25, 2.0, (ReplicaId("busy", 0),), {ReplicaId("busy", 0): 7},
                                     {S: InputReport(0.5, 120)}, (S,))),
     "00000017930aa26e31c410000102030405060708090a0b0c0d0e0f": Hello("n1", bytes(range(16))),
+    "0000001f9612a46a6f696e01a46a6f696e00b069742069732072656275696c64696e67":
+        NoSnapshot(ReplicaId("join", 1), ReplicaId("join", 0), SnapshotRefusal.REBUILDING),
 }
 
 
