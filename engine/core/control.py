@@ -36,7 +36,7 @@ from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind, R
 from replicast.engine.core.intents import Intent
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.outbox import Outbox
-from replicast.engine.core.stamper import StampState
+from replicast.engine.core.stamp_state import StampState
 from replicast.engine.core.states import InboundState, ReplicaEvent, ReplicaState, advance
 from replicast.engine.entry import EntryMode, EntryPoint
 from replicast.engine.messages import ConnectStream, DeployReplica, DisconnectStream, RemoveReplica

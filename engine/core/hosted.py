@@ -17,7 +17,7 @@ from replicast.operators.plan import ReplicaId, StreamReplica
 
 if TYPE_CHECKING:
     from replicast.engine.core.lifecycle import Joining
-    from replicast.engine.core.stamper import StampState
+    from replicast.engine.core.stamp_state import StampState
     from replicast.engine.entry import EntryPoint
     from replicast.operators.replica import OperatorReplica
 

@@ -24,7 +24,6 @@ re-stamped what the old stamper had sent downstream but not to its peer — docs
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
@@ -33,10 +32,9 @@ from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import (MemberEvent, MemberSync, ReplicaEvent, ReplicaState, StamperEvent,
                                           StamperRole, advance)
 from replicast.engine.core.view_changes import ViewChanges
-from replicast.engine.core.views import Candidacy, Voter
-from replicast.engine.messages import Committed, JoinStamping, StampAck, Stamped, View
+from replicast.engine.core.views import Voter
+from replicast.engine.messages import Committed, JoinStamping, StampAck, Stamped
 from replicast.engine.wire import WireError
-from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId
 
 if TYPE_CHECKING:
@@ -45,33 +43,6 @@ if TYPE_CHECKING:
 
 #: A stamper that cannot commit stops stamping new records (they stay pending) past this many segments.
 MAX_HELD = 100_000
-
-
-@dataclass
-class StampState:
-    """One entry-stamped replica's view of its stream (``Hosted.stamp``)."""
-
-    peers: dict[int, str]                       # replica index -> node
-    epochs: dict[int, int]                      # replica index -> the newest incarnation heard of
-    role: StamperRole = StamperRole.OUTSIDE
-    view: View | None = None                    # the latest decided view known
-    held: dict[int, tuple[list, int | None]] = field(default_factory=dict)   # seq -> segment, not emitted
-    next: int = 0                               # the next sequence number
-    emitted: int = 0                            # segments below are emitted
-    acked: dict[int, int] = field(default_factory=dict)      # stamper: member index -> its StampAck
-    told: dict[int, MemberSync] = field(default_factory=dict)   # stamper: member index -> what it knows
-    #: The first segment after the last emitted punctuation, and that punctuation (None: none yet,
-    #: and the stream's frontier is not known before one).
-    sync: tuple[int, int | None] = (0, NO_PUNCTUATION)
-    #: (seq, records, punctuation, when) emitted lately: since the last punctuation, and for
-    #: ``peer_timeout_us`` — what a new member settles its pending records with (rule 5).
-    history: deque = field(default_factory=deque)
-    joiners: dict[int, int] = field(default_factory=dict)    # stamper: index -> epoch of replicas asking in
-    candidacy: Candidacy | None = None
-    act_at: int | None = None                   # when to seek a new view (rule 4's back-off)
-    started: int = 0                            # when this incarnation started
-    seen_term: int = 0
-    electorate: tuple[str, ...] = ()
 
 
 class Stamper:

@@ -42,11 +42,12 @@ replica seeks one, what it proposes, and how the members follow a decided one.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Protocol
 
 from replicast.engine.core.hosted import Hosted, Origin
 from replicast.engine.core.intents import Intent, Rejoin
 from replicast.engine.core.outbox import Outbox
+from replicast.engine.core.stamp_state import StampState
 from replicast.engine.core.states import MemberSync, StamperEvent, StamperRole
 from replicast.engine.core.views import Candidacy, Outcome, VoteMemory, Voter
 from replicast.engine.messages import JoinStamping, StampAck, View, ViewDecided, ViewReply
@@ -54,7 +55,6 @@ from replicast.operators.base import NO_PUNCTUATION
 
 if TYPE_CHECKING:
     from replicast.engine.core.events import NodeOptions
-    from replicast.engine.core.stamper import StampState, Stamper
 
 #: Terms are clock readings (µs) rounded up to a multiple of this, plus the candidate's replica
 #: index (< 2**16 on the wire), plus STAMPER_PRIORITY if the candidate is the stamper.
@@ -65,15 +65,49 @@ TERM_STRIDE = 1 << 17
 STAMPER_PRIORITY = 1 << 16
 
 
+class StampedReplicas(Protocol):
+    """What a view change asks of the node's entry-stamped replicas: rules 1-3, kept by
+    :class:`engine.core.stamper.Stamper` (which holds the :class:`ViewChanges`, not the reverse in
+    anything but this protocol: a test builds view changes alone on a recording stand-in)."""
+
+    def hosted(self, stream: str, index: int) -> Hosted | None:
+        """The entry-stamped replica ``index`` of ``stream`` hosted here, if any."""
+
+    def states(self, stream: str | None = None) -> Iterable[tuple[Hosted, StampState]]:
+        """The entry-stamped replicas hosted here (of ``stream``), with their stamp state."""
+
+    def ask_to_join(self, hosted: Hosted, nodes: set[str] | None = None) -> None:
+        """Send its ``JoinStamping`` to its peers (on ``nodes`` only, if given)."""
+
+    def live(self, hosted: Hosted, reason: str) -> None:
+        """It is in a view: LIVE, its parked requests served."""
+
+    def set_role(self, hosted: Hosted, event: StamperEvent) -> None:
+        """Its ``StamperRole`` after ``event`` (the table in :mod:`engine.core.states`)."""
+
+    def stamp(self, hosted: Hosted, records: list, punctuation: int | None, now: int) -> None:
+        """Rule 2: stamp one segment (it is the view's stamper)."""
+
+    def send_segment(self, hosted: Hosted, seq: int, members) -> None:
+        """Rule 2: send held segment ``seq`` to ``members``."""
+
+    def commit(self, hosted: Hosted, now: int) -> None:
+        """Rule 2: emit what every member acknowledged."""
+
+    def emit(self, hosted: Hosted, upto: int, now: int) -> None:
+        """Rule 2: emit its held segments below ``upto``."""
+
+
 class ViewChanges:
     """Rules 4-5 for the entry-stamped replicas of one node (their state is ``Hosted.stamp``)."""
 
-    def __init__(self, stamper: "Stamper", options: "NodeOptions", outbox: Outbox, counters: dict[str, int],
+    def __init__(self, stamper: StampedReplicas, options: "NodeOptions", outbox: Outbox, counters: dict[str, int],
                  incarnation: int, voter: "Voter"):
-        """It reads the node's options and incarnation, sends through the outbox and acts on
-        ``stamper``'s replicas.  A replica that left a view having emitted must rejoin: that is an
-        intent for the lifecycle (:class:`~engine.core.intents.Rejoin`), yielded by :meth:`on_decided`
-        and :meth:`on_reply` for the node core to route."""
+        """It reads the node's options and incarnation, sends through the outbox and acts on the
+        replicas through ``stamper`` (:class:`StampedReplicas`: rules 1-3).  A replica that left a
+        view having emitted must rejoin: that is an intent for the lifecycle
+        (:class:`~engine.core.intents.Rejoin`), yielded by :meth:`on_decided` and :meth:`on_reply`
+        for the node core to route."""
         self.stamper, self.options, self.out, self.counters = stamper, options, outbox, counters
         self.incarnation = incarnation
         #: This node's voter: the terms its node proposed before, and whether its votes were lost (views rules 1-2).

@@ -4,7 +4,9 @@ Callbacks are recorded, not simulated: each test checks what the component asked
 
 from __future__ import annotations
 
+import ast
 import random
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -22,15 +24,18 @@ from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.pairs import Pairs, Unpaired
 from replicast.engine.core.receiver import Receiver
 from replicast.engine.core.sender import Sender
+from replicast.engine.core.stamp_state import StampState
 from replicast.engine.core.stamper import Stamper
 from replicast.engine.core.stamping import Stamping
 from replicast.engine.core.states import (Basis, IllegalTransition, InboundState, PairRole, RebuildPhase, ReplicaState,
-                                          RouteState)
+                                          RouteState, StamperEvent)
 from replicast.engine.core.stats import COUNTERS
+from replicast.engine.core.view_changes import TERM_STRIDE, ViewChanges
+from replicast.engine.core.views import VoteMemory, Voter, Votes
 from replicast.engine.entry import EntryPoint
 from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
                                        NoSnapshot, NotHosted, RemoveReplica, Resume, Snapshot, SnapshotRefusal,
-                                       SnapshotRequest, Standby, StreamHead)
+                                       SnapshotRequest, Standby, StreamHead, View, ViewBallot, ViewDecided, ViewReply)
 from replicast.engine.query_file import load_query
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -396,6 +401,78 @@ def test_control_alone_deploys_each_replica_with_its_kind_which_reads_as_its_nam
         control.deploy("n1", DeployReplica(ReplicaId(name, 0), ("n1",)), now=0)
     assert [h.kind for h in started] == [ReplicaKind.ENTRY, ReplicaKind.OPERATOR, ReplicaKind.APPLICATION]
     assert [f"{h.kind}" for h in started] == ["entry", "operator", "application"] == [str(h.kind) for h in started]
+
+
+# -- view changes (entry-stamped mode) ---------------------------------------------------------------------
+
+class StampedStandIn:
+    """The :class:`StampedReplicas` a :class:`ViewChanges` acts through, over a table of hosted
+    replicas: lookups answered, every other call recorded by name."""
+
+    def __init__(self, *hosted: Hosted):
+        self.table, self.calls = {h.replica: h for h in hosted}, []
+
+    def hosted(self, stream, index):
+        return self.table.get(ReplicaId(stream, index))
+
+    def states(self, stream=None):
+        return [(h, h.stamp) for h in self.table.values() if stream in (None, h.replica.name)]
+
+    def __getattr__(self, name):
+        if name not in {"ask_to_join", "live", "set_role", "stamp", "send_segment", "commit", "emit"}:
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.calls.append((name, *args))
+
+
+def stamped_entry(index: int, peers: dict[int, str]) -> Hosted:
+    hosted = Hosted(ReplicaId("cpu_a", index), ReplicaKind.ENTRY, None, EntryPoint(QUERY.streams["cpu_a"], "entry"),
+                    tuple(peers.values()), 1)
+    hosted.stamp = StampState(dict(peers), dict.fromkeys(peers, 1))
+    return hosted
+
+
+@pytest.mark.parametrize("memory", [VoteMemory.VOLATILE, VoteMemory.LOST])
+def test_view_changes_alone_seek_the_first_view_and_take_it_once_a_majority_accepted(memory):
+    """view_changes rules 4-6 on a stand-in for the stamper: at the start, every peer heard, the
+    lowest-indexed replica seeks the first view with every replica as member — its term stored with
+    the votes before the ballots leave (views rule 2) — proposes once a majority promised, and once a
+    majority accepted becomes the stamper: LIVE, ELECTED, each member and the other voters told, a
+    punctuation stamped and committed.  A node whose votes were lost seeks nothing."""
+    options = NodeOptions(heartbeat_us=100, peer_timeout_us=600, voters=("n1", "n2", "n3"))
+    out, count = Outbox("n1", {"n2", "n3"}), counters()
+    hosted = stamped_entry(0, {0: "n1", 1: "n2"})
+    replicas = StampedStandIn(hosted)
+    views = ViewChanges(replicas, options, out, count, 0, Voter({"cpu_a"}, 0, count, out, Votes(memory)))
+    views.review(hosted, now=0)
+    if memory is VoteMemory.LOST:
+        assert out.messages == [] and not out.local and hosted.stamp.act_at is None and replicas.calls == []
+        return
+    term = TERM_STRIDE                                # above the clock (0), replica index 0, not a stamper yet
+    ballot = ViewBallot("cpu_a", 0, term)
+    assert out.local == deque([("n1", ballot)]) and out.messages == [("n2", ballot), ("n3", ballot)]
+    assert views.voter.proposed("cpu_a") == term
+    out.messages.clear()
+
+    for voter in ("n2", "n3"):
+        assert list(views.on_reply(voter, ViewReply("cpu_a", 0, term, 1, True, term, None), now=1)) == []
+    view = View(term, 0, ((0, 1), (1, 1)))
+    assert [m for _, m in out.messages] == [ViewBallot("cpu_a", 0, term, view)] * 2
+    out.messages.clear()
+    for voter in ("n2", "n3"):
+        assert list(views.on_reply(voter, ViewReply("cpu_a", 0, term, 2, True, term, view), now=3)) == []
+
+    assert hosted.stamp.view == view and hosted.stamp.candidacy is None
+    assert replicas.calls == [("live", hosted, f"stamper of view {term}"), ("set_role", hosted, StamperEvent.ELECTED),
+                              ("stamp", hosted, [], 2, 3), ("commit", hosted, 3)]
+    assert out.messages == [("n2", ViewDecided("cpu_a", 1, view, 0, None, -1, 0)),     # the member: from the start
+                            ("n3", ViewDecided("cpu_a", -1, view, 0, None, -1, 0))]    # a voter only: learns it
+
+
+def test_view_changes_do_not_import_the_stamper_that_holds_them_even_for_typing():
+    """The stamper holds its view changes; they reach it through :class:`StampedReplicas` only."""
+    tree = ast.parse((ROOT / "engine/core/view_changes.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "replicast.engine.core.stamper" not in imported and "replicast.engine.core.stamp_state" in imported
 
 
 # -- sources and stamping -----------------------------------------------------------------------------------
