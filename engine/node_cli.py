@@ -8,8 +8,12 @@ import gc
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from replicast.engine.cluster_config import ClusterConfigError, load_cluster
+
+if TYPE_CHECKING:
+    from replicast.engine.node import Start
 
 #: ``replicast node``'s exit status when the node stopped itself because of a bug — its core failed
 #: (engine/node.py, crash-only) or a driver task was in a crash loop (engine.aio.supervise) — as
@@ -44,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
         use_json_logs(name, logging.getLogger().level)
     from replicast.engine.aio.driver import NodeDriver, NodeFailed
     from replicast.engine.node import CoreFailed
-    restarted = note_start(args.state_dir, config, name)
+    start = note_start(args.state_dir, config, name)
 
     async def main() -> None:
-        driver = NodeDriver(config, name, restarted=restarted, state_dir=args.state_dir)
+        driver = NodeDriver(config, name, start=start, state_dir=args.state_dir)
         tune_gc()
         await driver.run()
 
@@ -75,11 +79,13 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG, 20, 100)
 
 
-def note_start(state_dir: Path, config, name: str) -> bool:
-    """Whether node ``name`` of this cluster ran before from ``state_dir`` (then its entry points,
-    with no live peer, do not claim their whole stream: docs/lifecycle.md); notes this start."""
+def note_start(state_dir: Path, config, name: str) -> Start:
+    """How node ``name`` of this cluster starts: ``RESTARTED`` if it ran before from ``state_dir``
+    (then its entry points, with no live peer, do not claim their whole stream: docs/lifecycle.md),
+    else ``FRESH``; notes this start."""
     import json
     import time
+    from replicast.engine.node import Start
     path = state_dir / f"{name}.json"
     cluster = str(config.path.resolve())
     try:
@@ -91,7 +97,7 @@ def note_start(state_dir: Path, config, name: str) -> bool:
         path.write_text(json.dumps({"cluster": cluster, "node": name, "started_us": time.time_ns() // 1000}))
     except OSError as error:
         logging.getLogger("replicast.node").warning("cannot note the start in %s: %s", path, error)
-    return before
+    return Start.RESTARTED if before else Start.FRESH
 
 
 def _name_in_file(path: Path) -> str:

@@ -79,7 +79,7 @@ class SimNode:
     """One server's node core, driven like :class:`engine.aio.driver.NodeDriver` drives it."""
 
     def __init__(self, sim: "Simulation", name: str, *, now: int, incarnation: int | None = None,
-                 restarted: bool = False):
+                 start: Start = Start.FRESH):
         self.sim, self.name = sim, name
         self.clock = sim.clock(name)
         self.skewed = not self.clock.exact              # (the hot path skips the conversion otherwise)
@@ -87,7 +87,7 @@ class SimNode:
         setup = sim.coordination(name) if sim.coordination is not None else None
         self.core = NodeCore(name, sim.query, sim.options, now=now,
                              incarnation=None if incarnation is None else max(now, incarnation),
-                             start=Start.RESTARTED if restarted else Start.FRESH, coordination=setup,
+                             start=start, coordination=setup,
                              votes=sim.votes.get(name, Votes(VoteMemory.DURABLE)))
         if setup is not None and incarnation is not None:       # restarted: the coordinator deploys the rest
             self.core.apply(configure_pinned(sim.query, sim.placement, name, sim.options.entry_modes), now=now)
@@ -358,7 +358,8 @@ class Simulation:
             return
         now = self.env.now
         self.retired.append(old.core)
-        self.nodes[server] = SimNode(self, server, now=now, incarnation=old.core.max_epoch() + 1, restarted=True)
+        self.nodes[server] = SimNode(self, server, now=now, incarnation=old.core.max_epoch() + 1,
+                                     start=Start.RESTARTED)
         for pair in self.pairs:
             if server in pair:
                 self._redial(*sorted(pair), self.env.now)
@@ -377,7 +378,7 @@ class Simulation:
         now = self.env.now
         for node, batch in messages.items():
             if node not in self.nodes:
-                self.nodes[node] = SimNode(self, node, now=now, restarted=True)   # joins a running cluster
+                self.nodes[node] = SimNode(self, node, now=now, start=Start.RESTARTED)   # joins a running cluster
             if self.nodes[node].alive:
                 self.nodes[node].core.apply(batch, now=self.nodes[node].now())
                 self.nodes[node]._transmit()

@@ -69,7 +69,7 @@ class NodeDriver:
     """Runs node ``name`` of ``config`` until :meth:`stop` (or SIGTERM), or until its core fails."""
 
     def __init__(self, config: ClusterConfig, name: str, *,
-                 callbacks: dict[str, Callable[[Delivered], None]] | None = None, restarted: bool = False,
+                 callbacks: dict[str, Callable[[Delivered], None]] | None = None, start: Start = Start.FRESH,
                  state_dir: Path | None = None):
         self.config, self.name = config, name
         self.spec = config.nodes[name]
@@ -84,7 +84,7 @@ class NodeDriver:
             if state_dir is not None else None
         self._votes_failed = False
         self.core = GuardedCore(NodeCore(name, config.query, config.options(), now=now_us(),
-                                         start=Start.RESTARTED if restarted else Start.FRESH,
+                                         start=start,
                                          coordination=config.coordination(name),
                                          votes=self._votes.load() if self._votes is not None else Votes()),
                                 on_error=self._core_failed)
@@ -103,7 +103,7 @@ class NodeDriver:
             if output is None or output.mqtt:
                 mqtt_apps[app] = output.brokers if output is not None and output.brokers else (own,)
         self.deliveries = Deliveries(config, name, self.metrics, hosted_apps, callbacks, set(mqtt_apps))
-        self.mqtt = MqttOutputs(config, name, self.metrics, mqtt_apps, restarted=restarted, on_source=self._on_source,
+        self.mqtt = MqttOutputs(config, name, self.metrics, mqtt_apps, start=start, on_source=self._on_source,
                                 entries=any(r.name in config.query.streams for r in self.core.hosted))
         self.deliveries.publish = self.mqtt.deliver
         self._holds = SnapshotHolds(config.peer_timeout_ms, self.peers.writers.get, self._write_held)

@@ -28,7 +28,7 @@ from replicast.engine.aio.mqtt_session import BrokerSession, read_retained
 from replicast.engine.aio.trace_service import traceparent_of
 from replicast.engine.cluster_config import ClusterConfig
 from replicast.engine.handshake import shorten
-from replicast.engine.node import DeadLetter, Delivered
+from replicast.engine.node import DeadLetter, Delivered, Start
 from replicast.engine.sinks import (BARE_PUNCTUATION_EVERY_US, DEAD_LETTER_TOPIC, FRONTIER_TOPIC, OUT_TOPIC, GateState,
                                     RestartGate, dead_letter_payload, frontier_payload, mqtt_items, mqtt_properties,
                                     parse_frontier)
@@ -52,7 +52,7 @@ class MqttOutputs:
     ``on_source(stream, payload)``."""
 
     def __init__(self, config: ClusterConfig, name: str, metrics, apps: dict[str, tuple], *, entries: bool,
-                 restarted: bool, on_source: Callable[[str, bytes], None]):
+                 start: Start, on_source: Callable[[str, bytes], None]):
         self.config, self.name, self.metrics, self.apps = config, name, metrics, apps
         own = config.mqtt.broker_for(name)
         self.own_broker = own.url
@@ -67,7 +67,9 @@ class MqttOutputs:
             for broker in brokers:
                 if broker.url not in self.sessions:
                     self.sessions[broker.url] = BrokerSession(broker, config.mqtt, name, metrics)
-        self.gates = {app: RestartGate(reading=restarted) for app in apps}        # rule 3
+        # Rule 3: a sink of a process that continues an earlier one may have published; one added
+        # at run time (add) has not, whatever the process — so the gate takes a bool, not a Start.
+        self.gates = {app: RestartGate(reading=start is Start.RESTARTED) for app in apps}
         self._retained: dict[str, int] = {}
         self._punctuated: dict[str, int] = {}
 
