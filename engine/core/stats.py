@@ -85,7 +85,7 @@ def statistics(hosted: "dict[ReplicaId, Hosted]", inbound: "dict[StreamReplica, 
         inputs = {i.index: f"{s.source}@{i.epoch}" for s, i in inbound.items()
                   if s.target == replica and i.index is not None}
         replicas[str(replica)] = {
-            "kind": h.kind, "state": h.state.value, "epoch": h.epoch,
+            "kind": h.kind.value, "state": h.state.value, "epoch": h.epoch,
             "records_in": h.records_in, "records_out": h.records_out,
             "duplicates": sum(f.duplicates + f.below_punctuation for f in filters),
             "late_for_seal": h.logic.late_for_seal if h.logic is not None else 0,
