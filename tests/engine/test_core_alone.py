@@ -399,7 +399,8 @@ def test_control_alone_deploys_each_replica_with_its_kind_which_reads_as_its_nam
                       receiver=None, lifecycle=stub, stamper=stub, failover=AllFeed(), pairs=Unpaired())
     for name in ("cpu_a", "load", "alerts"):
         control.deploy("n1", DeployReplica(ReplicaId(name, 0), ("n1",)), now=0)
-    assert [h.kind for h in started] == [ReplicaKind.ENTRY, ReplicaKind.OPERATOR, ReplicaKind.APPLICATION]
+    kinds = [ReplicaKind.ENTRY, ReplicaKind.OPERATOR, ReplicaKind.APPLICATION]
+    assert len(started) == 3 and all(h.kind is kind for h, kind in zip(started, kinds))   # the members, not equal text
     assert [f"{h.kind}" for h in started] == ["entry", "operator", "application"] == [str(h.kind) for h in started]
 
 
