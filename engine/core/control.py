@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.events import ControlRefused
 from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind, Route, Start
-from replicast.engine.core.intents import Intent
+from replicast.engine.core.intents import CheckPort, ForgetReplica, Intent, StartReplica
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.stamp_state import StampState
@@ -47,7 +47,6 @@ from replicast.operators.replica import OperatorReplica, application_sink
 if TYPE_CHECKING:
     from replicast.engine.core.events import NodeOptions
     from replicast.engine.core.failover import AllFeed, Failover
-    from replicast.engine.core.lifecycle import Lifecycle
     from replicast.engine.core.pairs import Pairs, Unpaired
     from replicast.engine.core.receiver import Receiver
     from replicast.engine.core.sender import Sender
@@ -63,17 +62,20 @@ class Control:
     """Applies control messages to one node's tables.  It reads the query and the node's options,
     writes the hosted replicas and the inbound table, sends through the outbox, and starts, stops
     and wires the other components' parts of a replica or stream replica: the sender's routes, the
-    receiver's requests, the lifecycle's joins and port checks, the stamper's peers and the mode's
-    plug-ins (failover, pairs)."""
+    receiver's requests, the stamper's peers and the mode's plug-ins (failover, pairs).  The
+    lifecycle's part — a deployed replica's join, a removed one's timers, a disconnected port's
+    check — it returns as intents (:class:`~engine.core.intents.StartReplica`,
+    :class:`~engine.core.intents.ForgetReplica`, :class:`~engine.core.intents.CheckPort`) the node
+    core routes; it never holds the lifecycle."""
 
     def __init__(self, query: "Query", options: "NodeOptions", hosted: dict[ReplicaId, Hosted],
                  inbound: dict[StreamReplica, Inbound], outbox: Outbox, counters: dict[str, int], *,
                  start: Start, new_epoch: Callable[[int], int], sender: "Sender", receiver: "Receiver",
-                 lifecycle: "Lifecycle", stamper: "Stamper", failover: "Failover | AllFeed",
+                 stamper: "Stamper", failover: "Failover | AllFeed",
                  pairs: "Pairs | Unpaired"):
         self.query, self.options, self.hosted, self.inbound = query, options, hosted, inbound
         self.out, self.counters, self.start, self.new_epoch = outbox, counters, start, new_epoch
-        self.sender, self.receiver, self.lifecycle, self.stamper = sender, receiver, lifecycle, stamper
+        self.sender, self.receiver, self.stamper = sender, receiver, stamper
         self.failover, self.pairs = failover, pairs
         self.to_tell: dict[str, list[DisconnectStream]] = {}    # rule 3: for nodes not connected now
         self.policy = ControlPolicy(outbox.name, hosted, inbound, stamper.peer_stream)   # rule 5
@@ -101,7 +103,7 @@ class Control:
             return logic
         return None
 
-    def deploy(self, src: str, message: DeployReplica, now: int) -> None:
+    def deploy(self, src: str, message: DeployReplica, now: int) -> Iterator[Intent]:
         replica = message.replica
         if replica in self.hosted:
             return
@@ -125,15 +127,15 @@ class Control:
         if entry is not None and entry.mode is EntryMode.ENTRY:
             hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
         self.stamper.track(hosted)
-        self.lifecycle.start(hosted, now)
+        yield StartReplica(hosted)
 
-    def remove(self, src: str, message: RemoveReplica, now: int) -> None:
+    def remove(self, src: str, message: RemoveReplica, now: int) -> Iterator[Intent]:
         hosted = self.hosted.pop(message.replica, None)
         if hosted is None:
             self._refuse(f"cannot remove {message.replica}: it is not hosted here", src)
             return
         hosted.state = advance(hosted.state, ReplicaEvent.REMOVE)
-        self.lifecycle.forget(message.replica)
+        yield ForgetReplica(message.replica)
         self.stamper.forget(message.replica)
         self.pairs.forget(message.replica)
         self.failover.forget(message.replica)
@@ -195,7 +197,7 @@ class Control:
             target = self.hosted.get(stream.target)
             if target is not None and target.logic is not None \
                     and target.state in (ReplicaState.LIVE, ReplicaState.REBUILDING):
-                self.lifecycle.check_port(target, stream.port, now)   # rule 6: its port's inputs changed
+                yield CheckPort(target, stream.port)      # rule 6: its port's inputs changed
         source = self.hosted.get(stream.source)
         if source is not None and source.routes.pop(stream, None) is not None:
             source.parked.pop(stream, None)

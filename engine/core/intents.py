@@ -2,14 +2,16 @@
 
 Rules of this module (docs/architecture.md, "The node core's modules"):
 
-1. The components call one another in one direction only: the lifecycle calls the receiver, the
-   sender, the stamper and the stamping, the receiver calls the sender, the links and the mode's
-   failover plug-in, the pairs plug-in and the stamper call the sender.  What would be a call the
-   other way — the receiver or the failover plug-in asking the lifecycle to check a port, the
-   failover plug-in asking the receiver to request a stream, the pairs plug-in asking the
-   lifecycle about a rebuilding replica's horizon, the stamper's view changes asking it to rejoin
-   a replica, the stamping asking it to move a join on — is an intent here, returned to
-   :class:`~engine.core.node.NodeCore`, which routes it (``NodeCore._route``).  No component holds the one an intent is for.
+1. The receiver calls the sender, the links and the mode's failover plug-in; the pairs plug-in
+   and the stamper call the sender.  Every other ask of one component to another is an intent
+   here, returned to :class:`~engine.core.node.NodeCore`, which routes it (``NodeCore._route``):
+   the receiver or the failover plug-in asking the lifecycle to check a port, the failover
+   plug-in asking the receiver to request a stream, the pairs plug-in asking the lifecycle about
+   a rebuilding replica's horizon, the stamper's view changes asking it to rejoin a replica, the
+   stamping asking it to move a join on, and the lifecycle asking the sender (retrim, serve the
+   parked requests, emit), the receiver (request a replica's inputs, hold acknowledgements), the
+   stamper (start an entry-stamped replica) and the stamping (release an entry point's held
+   items), and the control asking the lifecycle to start, forget or check a replica.  No component holds the one an intent is for.
 2. A method that returns intents returns an iterable of them: a tuple when they are its last
    steps, a generator where its own work goes on after one (the core routes each intent before
    it takes the next, so the order of effects is the order of a direct call).  The caller must
@@ -25,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from replicast.operators.plan import StreamReplica
+from replicast.operators.plan import ReplicaId, StreamReplica
 
 if TYPE_CHECKING:
     from replicast.engine.core.hosted import Hosted, Inbound
@@ -86,7 +88,87 @@ class StepJoin:
     hosted: "Hosted"
 
 
-Intent = Union[RequestStream, CheckPort, CheckHorizon, AdoptFrontier, Rejoin, StepJoin]
+@dataclass(frozen=True, slots=True)
+class RequestInputs:
+    """Ask every inbound stream replica of ``hosted`` for what it needs now
+    (:meth:`engine.core.receiver.Receiver.request_all`; lifecycle rules 1-3)."""
+
+    hosted: "Hosted"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldAcks:
+    """Acknowledge ``stream`` no further than ``offset`` until ``until``: a peer joins from this
+    node's positions (:meth:`engine.core.receiver.Receiver.hold_acks`, lifecycle rule 1)."""
+
+    stream: StreamReplica
+    offset: int
+    until: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retrim:
+    """Trim ``hosted``'s output log to what its routes still retain
+    (:meth:`engine.core.sender.Sender.retrim`; lifecycle rules 1, 4)."""
+
+    hosted: "Hosted"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeParked:
+    """``hosted``'s log frontier is known: answer the requests that waited for it
+    (:meth:`engine.core.sender.Sender.serve_parked`; lifecycle rules 2, 3)."""
+
+    hosted: "Hosted"
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """``hosted`` outputs ``records`` then ``punctuation`` (:meth:`engine.core.sender.Sender.emit`):
+    what a rebuilding port's adopted frontier or a port moved up in place releases (lifecycle
+    rules 3, 4)."""
+
+    hosted: "Hosted"
+    records: list
+    punctuation: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StartStamping:
+    """An entry-stamped ``hosted`` starts outside its stream's view
+    (:meth:`engine.core.stamper.Stamper.start`, lifecycle rule 5)."""
+
+    hosted: "Hosted"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseHeld:
+    """Emit what the entry point ``hosted`` held while it joined, less what its donor's copy carries
+    (:meth:`engine.core.stamping.Stamping.release_held`, lifecycle rule 5)."""
+
+    hosted: "Hosted"
+    covered: int
+    copied: list | None
+
+
+@dataclass(frozen=True, slots=True)
+class StartReplica:
+    """``hosted`` was just deployed: it joins or rebuilds (:meth:`engine.core.lifecycle.Lifecycle.start`;
+    control rule 2, lifecycle rule 1)."""
+
+    hosted: "Hosted"
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReplica:
+    """``replica`` was removed: its joins, checks and probes end (:meth:`engine.core.lifecycle.Lifecycle.forget`;
+    control rule 3)."""
+
+    replica: "ReplicaId"
+
+
+Intent = Union[RequestStream, CheckPort, CheckHorizon, AdoptFrontier, Rejoin, StepJoin, RequestInputs, HoldAcks,
+               Retrim, ServeParked, Emit, StartStamping, ReleaseHeld, StartReplica, ForgetReplica]
 
 #: What a method with nothing to ask returns.
 NONE: tuple[Intent, ...] = ()

@@ -59,11 +59,13 @@ Rules of this module (``docs/lifecycle.md`` has the walk-through):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from replicast.engine.core.events import ReplicaChanged, SinkRestarted
 from replicast.engine.entry import EntryMode
 from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind
+from replicast.engine.core.intents import (Emit, HoldAcks, Intent, ReleaseHeld, RequestInputs, Retrim, ServeParked,
+                                           StartStamping)
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.output_log import OutputLog
 from replicast.engine.core.states import (Basis, BasisEvent, InboundEvent, InboundState, JoinEvent, JoinPhase,
@@ -85,7 +87,6 @@ if TYPE_CHECKING:
     from replicast.engine.core.events import NodeOptions
     from replicast.engine.core.failover import AllFeed, Failover
     from replicast.engine.core.pairs import Pairs, Unpaired
-    from replicast.engine.core.sender import Sender
     from replicast.operators.replica import OperatorReplica
 
 
@@ -105,53 +106,52 @@ class Joining:
 
 class Lifecycle:
     """Replica states of one node's hosted replicas.  It reads the node's options, the hosted
-    replicas and the inbound table, sends through the outbox, and drives what a join or rebuild
-    needs from the others: the sender's logs (serving, trimming, emitting), the receiver's requests
-    (``request_inputs``: every input of a replica) and acknowledgement holds (``hold_acks``), the
-    mode's plug-ins (failover, pairs), a new incarnation's epoch and operator input (``new_epoch``,
-    ``new_logic``), an entry-stamped start (``stamper_start``) and an entry point's held source
-    items (``release_held``).  Nothing below it calls it back: the receiver's and the plug-ins'
+    replicas and the inbound table, sends through the outbox, calls the mode's plug-ins (failover,
+    pairs) and makes a new incarnation's epoch and operator input (``new_epoch``, ``new_logic``).
+    What a join or rebuild needs from the other components it returns as intents the node core
+    routes (:mod:`engine.core.intents`): the sender's logs (:class:`~engine.core.intents.Retrim`,
+    :class:`~engine.core.intents.ServeParked`, :class:`~engine.core.intents.Emit`), the receiver's
+    requests and acknowledgement holds (:class:`~engine.core.intents.RequestInputs`,
+    :class:`~engine.core.intents.HoldAcks`), an entry-stamped start
+    (:class:`~engine.core.intents.StartStamping`) and an entry point's held source items
+    (:class:`~engine.core.intents.ReleaseHeld`).  Its methods that do so are generators the caller
+    must exhaust (intents rule 2).  Nothing calls it back either: the receiver's and the plug-ins'
     port checks, horizons and adopted frontiers come as intents the node core routes to
-    :meth:`check_port`, :meth:`check_horizon` and :meth:`adopt` (:mod:`engine.core.intents`)."""
+    :meth:`check_port`, :meth:`check_horizon` and :meth:`adopt`."""
 
     def __init__(self, options: "NodeOptions", hosted: dict[ReplicaId, Hosted],
                  inbound: dict[StreamReplica, Inbound], outbox: Outbox, counters: dict[str, int], *,
-                 sender: "Sender", request_inputs: Callable[[Hosted], None],
-                 hold_acks: Callable[[StreamReplica, int, int], None],
                  failover: "Failover | AllFeed", pairs: "Pairs | Unpaired",
                  new_epoch: Callable[[int, int | None], int],
-                 new_logic: "Callable[[ReplicaId], OperatorReplica | None]",
-                 stamper_start: Callable[[Hosted, int], None], release_held: Callable[..., None]):
+                 new_logic: "Callable[[ReplicaId], OperatorReplica | None]"):
         self.options, self.hosted, self.inbound, self.out, self.counters = options, hosted, inbound, outbox, counters
-        self.sender, self.failover, self.pairs = sender, failover, pairs
-        self.request_inputs, self.hold_acks = request_inputs, hold_acks
+        self.failover, self.pairs = failover, pairs
         self.new_epoch, self.new_logic = new_epoch, new_logic
-        self.stamper_start, self.release_held = stamper_start, release_held
         self.joining: set[ReplicaId] = set()          # hosted replicas in JOINING (timers are theirs)
         self.checks: dict[ReplicaId, int] = {}        # replica -> when to check its ports (rule 4)
         self.probes: dict[ReplicaId, int] = {}        # rebuilding replica -> when to ask its peers again (rule 3)
         self.beside: dict[ReplicaId, list[ReplicaId]] = {}   # rebuilding replica -> its peers that rebuild too
 
     # -- starting ---------------------------------------------------------------------------------
-    def start(self, hosted: Hosted, now: int) -> None:
+    def start(self, hosted: Hosted, now: int) -> Iterator[Intent]:
         """A replica was just deployed (or rejoins): join (rule 1) or, without peers, rebuild (rule 3)."""
         if hosted.stamp is not None:                  # entry-stamped: its view says when (engine.core.stamper)
-            self.stamper_start(hosted, now)
+            yield StartStamping(hosted)
             return
         donors = [(ReplicaId(hosted.replica.name, i), node) for i, node in enumerate(hosted.peers)
                   if i != hosted.replica.index and node]
         if not donors:
-            self.rebuild(hosted, now, "it has no peer replicas")
+            yield from self.rebuild(hosted, now, "it has no peer replicas")
             return
         timeout = self.options.join_timeout_us
         hosted.joining = Joining(now + timeout, donors)
         if hosted.kind is ReplicaKind.ENTRY and hosted.entry.mode is EntryMode.SOURCE and hosted.origin is not Origin.FIRST_START:
             hosted.joining.source_wait = now + timeout    # rule 5: until its source delivers something
         self.joining.add(hosted.replica)
-        self.request_inputs(hosted)
-        self.step(hosted, now)
+        yield RequestInputs(hosted)
+        yield from self.step(hosted, now)
 
-    def step(self, hosted: Hosted, now: int) -> None:
+    def step(self, hosted: Hosted, now: int) -> Iterator[Intent]:
         """Move a join forward as far as what has been heard allows."""
         join = hosted.joining
         if hosted.state is not ReplicaState.JOINING or join is None:
@@ -168,7 +168,7 @@ class Lifecycle:
             if not reachable:
                 if now < join.deadline and join.donors:
                     return                            # a peer's node may still connect
-                self.rebuild(hosted, now, self._no_peer(hosted, join))
+                yield from self.rebuild(hosted, now, self._no_peer(hosted, join))
                 return
             join.asked = reachable[0]
             join.donors.remove(join.asked)
@@ -176,9 +176,9 @@ class Lifecycle:
             self.out.send(join.asked[1], SnapshotRequest(hosted.replica, join.asked[0]))
         if now >= join.deadline:                      # the asked peer did not answer in time
             join.asked = None
-            self.step(hosted, now)
+            yield from self.step(hosted, now)
 
-    def on_peer_change(self, node: str, now: int) -> None:
+    def on_peer_change(self, node: str, now: int) -> Iterator[Intent]:
         if node in self.out.connected:
             for replica in self.probes:               # a peer's node is back: it may be live (rule 3)
                 self.probes[replica] = min(self.probes[replica], now)
@@ -188,7 +188,7 @@ class Lifecycle:
                 continue
             if node not in self.out.connected and join.asked is not None and join.asked[1] == node:
                 join.asked = None                     # it went down: no snapshot will come from it
-            self.step(hosted, now)
+            yield from self.step(hosted, now)
 
     def next_deadline(self) -> int | None:
         if not self.joining and not self.checks and not self.probes:
@@ -197,13 +197,13 @@ class Lifecycle:
         return min([*(hosted[r].joining.deadline for r in self.joining), *self.checks.values(),
                     *self.probes.values()])
 
-    def on_timer(self, now: int) -> None:
+    def on_timer(self, now: int) -> Iterator[Intent]:
         hosted = self.hosted
         for replica in list(self.joining):
             if replica in self.joining and now >= hosted[replica].joining.deadline:
-                self.step(hosted[replica], now)
+                yield from self.step(hosted[replica], now)
         if self.checks:
-            self._run_checks(now)
+            yield from self._run_checks(now)
         if self.probes:
             self._probe(now)
 
@@ -215,7 +215,7 @@ class Lifecycle:
         self.beside.pop(replica, None)
 
     # -- snapshots (rule 2) -----------------------------------------------------------------------
-    def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> None:
+    def on_snapshot_request(self, src: str, message: SnapshotRequest, now: int) -> Iterator[Intent]:
         donor = self.hosted.get(message.donor)
         if donor is None or donor.state is not ReplicaState.LIVE or self.stuck(donor):
             reason = SnapshotRefusal.NOT_HOSTED if donor is None else NOT_LIVE.get(donor.state, SnapshotRefusal.STUCK)
@@ -228,13 +228,13 @@ class Lifecycle:
             state["pair"] = pair
         self.out.send(src, Snapshot(message.joiner, message.donor, state))
         self.pairs.donated(donor, message.joiner)     # what it held goes out: before the marks
-        self.keep_positions(donor, message.joiner, now)
+        yield from self.keep_positions(donor, message.joiner, now)
         # The joiner's stream will continue ours from here: receivers note their counts (receiver rule 5).
         for stream, route in donor.routes.items():
             if route.state in (RouteState.ACTIVE, RouteState.CUT):
                 self.out.send(route.node, Mark(stream, donor.epoch, donor.log.end))
 
-    def keep_positions(self, donor: Hosted, joiner: ReplicaId, now: int) -> None:
+    def keep_positions(self, donor: Hosted, joiner: ReplicaId, now: int) -> Iterator[Intent]:
         """Rule 1: what the joiner will resume from (the donor's input positions now) stays retained
         upstream — pinned in the logs of this node's upstream replicas for the joiner's stream
         replicas, and not acknowledged past to other nodes for a join time-out."""
@@ -247,9 +247,9 @@ class Lifecycle:
                 route = upstream.routes.get(StreamReplica(stream.source, joiner, stream.port))
                 if route is not None and route.acked > inbound.next >= upstream.log.base:
                     route.acked = inbound.next
-                    self.sender.retrim(upstream)
+                    yield Retrim(upstream)
             else:
-                self.hold_acks(stream, inbound.next, until)
+                yield HoldAcks(stream, inbound.next, until)
 
     def snapshot(self, donor: Hosted) -> dict[str, Any]:
         """``donor``'s state at this instant (rule 2), as plain data."""
@@ -262,13 +262,13 @@ class Lifecycle:
         return {"kind": donor.kind.value, "epoch": donor.epoch, "logic": donor.logic.snapshot(), "positions": positions,
                 "log": donor.log.snapshot()}
 
-    def on_snapshot(self, src: str, message: Snapshot, now: int) -> None:
+    def on_snapshot(self, src: str, message: Snapshot, now: int) -> Iterator[Intent]:
         hosted = self.hosted.get(message.joiner)
         if hosted is not None and hosted.state is ReplicaState.REBUILDING and hosted.replica in self.probes:
             if self._dead_end(hosted, message):
                 self.counters["snapshots_skipped"] += 1
                 return
-            self.rejoin(hosted, now, f"{message.donor} is live: rejoins from it")   # rule 3
+            yield from self.rejoin(hosted, now, f"{message.donor} is live: rejoins from it")   # rule 3
             return
         join = hosted.joining if hosted is not None else None
         if hosted is None or hosted.state is not ReplicaState.JOINING or join is None or join.asked is None \
@@ -311,10 +311,10 @@ class Lifecycle:
         self.failover.restored(hosted)
         self.pairs.restored(hosted, message.donor, state.get("pair"))
         self._change(hosted, ReplicaEvent.RESTORED, f"restored from {message.donor}'s snapshot")
-        self.request_inputs(hosted)
-        self.sender.serve_parked(hosted)
+        yield RequestInputs(hosted)
+        yield ServeParked(hosted)
         if hosted.kind is ReplicaKind.ENTRY:
-            self.release_held(hosted, now, covered, copied)
+            yield ReleaseHeld(hosted, covered, copied)
 
     @staticmethod
     def _dead_end(hosted: Hosted, message: Snapshot) -> bool:
@@ -356,14 +356,14 @@ class Lifecycle:
         join.not_before = join.deadline = now + options.heartbeat_us
         return True
 
-    def on_no_snapshot(self, src: str, message: NoSnapshot, now: int) -> None:
+    def on_no_snapshot(self, src: str, message: NoSnapshot, now: int) -> Iterator[Intent]:
         hosted = self.hosted.get(message.joiner)
         join = hosted.joining if hosted is not None else None
         if join is not None and join.asked is not None and join.asked[0] == message.donor:
             join.asked = None
             if message.reason is SnapshotRefusal.REBUILDING:
                 join.rebuilding.append(message.donor)
-            self.step(hosted, now)
+            yield from self.step(hosted, now)
 
     def _no_peer(self, hosted: Hosted, join: Joining) -> str:
         """Why ``hosted`` rebuilds (rule 3); notes the peers that answered they rebuild themselves
@@ -375,7 +375,7 @@ class Lifecycle:
         return f"no live peer replica answered ({', '.join(map(str, join.rebuilding))} rebuilding too)"
 
     # -- rebuilding without a peer (rule 3) -------------------------------------------------------
-    def rebuild(self, hosted: Hosted, now: int, reason: str) -> None:
+    def rebuild(self, hosted: Hosted, now: int, reason: str) -> Iterator[Intent]:
         """Rule 3 (what was lost, if anything, is said once the ports' frontiers are known: :meth:`adopt`)."""
         hosted.joining = None
         for stream, inbound in self.inbound.items():
@@ -385,21 +385,21 @@ class Lifecycle:
             # A first start's entry point has the whole stream; any other knows it from its first punctuation.
             hosted.log.frontier = NO_PUNCTUATION if hosted.origin is Origin.FIRST_START else None
             self._change(hosted, ReplicaEvent.CLAIMED, reason)
-            self.sender.serve_parked(hosted)
-            self.release_held(hosted, now)
+            yield ServeParked(hosted)
+            yield ReleaseHeld(hosted, NO_PUNCTUATION, None)
         else:
             hosted.adopted, hosted.rebuild = {}, RebuildPhase.ADOPTING     # a new rebuild (states: _REBUILD)
             self._change(hosted, ReplicaEvent.NO_PEER, reason)
             if hosted.kind is ReplicaKind.APPLICATION:    # it delivers all it adopts: ids count afresh
                 self.out.event(SinkRestarted(hosted.replica.name, None, {}))
-        self.request_inputs(hosted)
+        yield RequestInputs(hosted)
 
-    def adopt(self, hosted: Hosted, port: int, frontier: int, now: int) -> None:
+    def adopt(self, hosted: Hosted, port: int, frontier: int, now: int) -> Iterator[Intent]:
         """Port ``port`` of a rebuilding replica starts above ``frontier`` (rule 3)."""
         logic = hosted.logic
         hosted.adopted[port] = frontier
         logic.filters[port].adopt(frontier)
-        self.sender.emit(hosted, logic.operator.adopt(port, frontier), None, now)
+        yield Emit(hosted, logic.operator.adopt(port, frontier), None)
         if len(hosted.adopted) < len(logic.filters):
             return
         frontiers = [hosted.adopted[p] for p in range(len(logic.filters))]
@@ -426,7 +426,7 @@ class Lifecycle:
                                                              if i != hosted.replica.index):
             self.probes[hosted.replica] = now          # it lost input: ask its peers until one is live
         hosted.log.frontier = horizon if hosted.log.frontier is None else max(hosted.log.frontier, horizon)
-        self.sender.serve_parked(hosted)
+        yield ServeParked(hosted)
         self.check_horizon(hosted, now)
 
     def check_horizon(self, hosted: Hosted, now: int) -> None:
@@ -450,7 +450,7 @@ class Lifecycle:
                     self.out.send(node, SnapshotRequest(replica, ReplicaId(replica.name, i)))
 
     # -- rejoining (rule 4) -----------------------------------------------------------------------
-    def check_port(self, hosted: Hosted, port: int, now: int, *, links_lost: bool = False) -> None:
+    def check_port(self, hosted: Hosted, port: int, now: int, *, links_lost: bool = False) -> Iterator[Intent]:
         """Rejoin if nothing can advance ``port`` any more: after a stream head (``links_lost``
         False: an input whose node is down may come back — checked again a join time-out later),
         or a join time-out after an input's node went down (``links_lost``: only inputs on reachable
@@ -460,12 +460,12 @@ class Lifecycle:
         if verdict is PortVerdict.SILENT:
             self.checks.setdefault(hosted.replica, now + self.options.join_timeout_us)
         elif verdict is PortVerdict.STUCK and hosted.kind is ReplicaKind.APPLICATION:
-            self._adopt_in_place(hosted, port, now)
+            yield from self._adopt_in_place(hosted, port, now)
         elif verdict is PortVerdict.STUCK:
-            self.rejoin(hosted, now, f"port {port}: every input it can still hear is complete only above where "
+            yield from self.rejoin(hosted, now, f"port {port}: every input it can still hear is complete only above where "
                                      f"the port is")
 
-    def _adopt_in_place(self, hosted: Hosted, port: int, now: int) -> None:
+    def _adopt_in_place(self, hosted: Hosted, port: int, now: int) -> Iterator[Intent]:
         """An application (no stream of its own to keep promises on) keeps
         what it delivered and moves its port up to the lowest base of its inputs: what lies between
         is lost (more than kmax − 1 failures upstream), nothing is delivered twice."""
@@ -479,7 +479,7 @@ class Lifecycle:
         self.counters["rebuilt_without_peer"] += 1
         self.out.event(ReplicaChanged(hosted.replica, hosted.state.value, hosted.state.value,
                                        f"port {port}: input at or below {frontier} is lost"))
-        self.sender.emit(hosted, *hosted.logic.skip_to(port, frontier), now)
+        yield Emit(hosted, *hosted.logic.skip_to(port, frontier))
 
     def port_verdict(self, hosted: Hosted, port: int, *, links_lost: bool = True) -> PortVerdict:
         """Whether ``port`` can advance: OK, SILENT (only inputs whose node is down could) or STUCK."""
@@ -514,7 +514,7 @@ class Lifecycle:
             if inbound.node == node:
                 self.checks.setdefault(stream.target, deadline)
 
-    def _run_checks(self, now: int) -> None:
+    def _run_checks(self, now: int) -> Iterator[Intent]:
         due = [r for r, at in self.checks.items() if at <= now]
         for replica in due:
             del self.checks[replica]
@@ -524,9 +524,9 @@ class Lifecycle:
                 continue
             for port in range(len(hosted.logic.filters)):
                 if hosted.state is not ReplicaState.JOINING:
-                    self.check_port(hosted, port, now, links_lost=True)
+                    yield from self.check_port(hosted, port, now, links_lost=True)
 
-    def rejoin(self, hosted: Hosted, now: int, reason: str) -> None:
+    def rejoin(self, hosted: Hosted, now: int, reason: str) -> Iterator[Intent]:
         """Start a new incarnation of ``hosted`` from scratch (rule 4)."""
         self.counters["rejoins"] += 1
         self.pairs.alone(hosted)                      # what it held goes out; no partner until a join says so
@@ -546,16 +546,16 @@ class Lifecycle:
             route.state, route.acked = advance(route.state, RouteEvent.REJOIN), 0
             if self.out.reachable(route.node):
                 hosted.parked[stream] = (None, 0)     # announce the new incarnation once placed
-        self.sender.retrim(hosted)
+        yield Retrim(hosted)
         for stream, inbound in self.inbound.items():
             if stream.target == hosted.replica:
                 inbound.state = advance(inbound.state, InboundEvent.REJOIN)
                 inbound.epoch, inbound.index, inbound.next = None, None, 0
         self._change(hosted, ReplicaEvent.REJOIN, reason)
         if again:
-            self.rebuild(hosted, now, "the snapshot it restored could not advance either")
+            yield from self.rebuild(hosted, now, "the snapshot it restored could not advance either")
         else:
-            self.start(hosted, now)
+            yield from self.start(hosted, now)
 
     # -- helpers ----------------------------------------------------------------------------------
     def _change(self, hosted: Hosted, event: ReplicaEvent, reason: str) -> None:

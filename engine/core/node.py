@@ -46,8 +46,9 @@ from replicast.engine.core.events import Event, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound, Start
-from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Intent, Rejoin, RequestStream,
-                                           StepJoin)
+from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Emit, ForgetReplica, HoldAcks,
+                                           Intent, Rejoin, ReleaseHeld, RequestInputs, RequestStream, Retrim,
+                                           ServeParked, StartReplica, StartStamping, StepJoin)
 from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links
@@ -137,17 +138,13 @@ class NodeCore:
         self.voter = Voter(set(query.streams), self.incarnation, counters, out, votes)
         self.stamper = stamper = Stamper(query, options, hosted, out, counters, self.incarnation, emit=sender.emit,
                                          serve_parked=sender.serve_parked, voter=self.voter)
-        self.lifecycle = lifecycle = Lifecycle(options, hosted, inbound, out, counters, sender=sender,
-                                               request_inputs=receiver.request_all, hold_acks=receiver.hold_acks,
-                                               failover=self.failover, pairs=self.pairs, new_epoch=self.new_epoch,
-                                               new_logic=lambda replica: self.control.new_logic(replica),
-                                               stamper_start=stamper.start,
-                                               release_held=lambda *a: self.stamping.release_held(*a))
+        self.lifecycle = lifecycle = Lifecycle(options, hosted, inbound, out, counters, failover=self.failover,
+                                               pairs=self.pairs, new_epoch=self.new_epoch,
+                                               new_logic=lambda replica: self.control.new_logic(replica))
         self.stamping = Stamping(query.streams, hosted, out, counters, emit=sender.emit, stamp=stamper.on_items,
                                  seal=key_seals.emit)
         self.control = Control(query, options, hosted, inbound, out, counters, start=self.start,
-                               new_epoch=self.new_epoch, sender=sender, receiver=receiver, lifecycle=lifecycle,
-                               stamper=stamper, failover=self.failover, pairs=self.pairs)
+                               new_epoch=self.new_epoch, sender=sender, receiver=receiver, stamper=stamper, failover=self.failover, pairs=self.pairs)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: receiver.on_batch, StreamHead: receiver.on_head, Mark: receiver.on_mark,
             Ack: sender.on_ack, Resume: sender.on_resume, Hold: sender.on_hold,
@@ -171,11 +168,20 @@ class NodeCore:
         #: Where each intent goes (engine.core.intents): what a component asks of one above it.
         self._routes: dict[type, Callable[[Any, int], None]] = {
             RequestStream: lambda i, now: receiver.request(i.stream, i.inbound, i.hosted),
-            CheckPort: lambda i, now: lifecycle.check_port(i.hosted, i.port, now),
+            CheckPort: lambda i, now: self._route(lifecycle.check_port(i.hosted, i.port, now), now),
             CheckHorizon: lambda i, now: lifecycle.check_horizon(i.hosted, now),
-            AdoptFrontier: lambda i, now: lifecycle.adopt(i.hosted, i.port, i.frontier, now),
-            Rejoin: lambda i, now: lifecycle.rejoin(i.hosted, now, i.reason),
-            StepJoin: lambda i, now: lifecycle.step(i.hosted, now),
+            AdoptFrontier: lambda i, now: self._route(lifecycle.adopt(i.hosted, i.port, i.frontier, now), now),
+            Rejoin: lambda i, now: self._route(lifecycle.rejoin(i.hosted, now, i.reason), now),
+            StepJoin: lambda i, now: self._route(lifecycle.step(i.hosted, now), now),
+            RequestInputs: lambda i, now: receiver.request_all(i.hosted),
+            HoldAcks: lambda i, now: receiver.hold_acks(i.stream, i.offset, i.until),
+            Retrim: lambda i, now: sender.retrim(i.hosted),
+            ServeParked: lambda i, now: sender.serve_parked(i.hosted),
+            Emit: lambda i, now: sender.emit(i.hosted, i.records, i.punctuation, now),
+            StartStamping: lambda i, now: stamper.start(i.hosted, now),
+            ReleaseHeld: lambda i, now: self.stamping.release_held(i.hosted, now, i.covered, i.copied),
+            StartReplica: lambda i, now: self._route(lifecycle.start(i.hosted, now), now),
+            ForgetReplica: lambda i, now: lifecycle.forget(i.replica),
         }
 
     def _route(self, intents: Iterable[Intent], now: int) -> Any:
@@ -232,7 +238,7 @@ class NodeCore:
         self.control.on_peer_up(node)
         self.receiver.on_peer_up(node)
         self.pairs.on_peer_up(node)
-        self.lifecycle.on_peer_change(node, now)
+        self._route(self.lifecycle.on_peer_change(node, now), now)
         self.stamper.on_peer_change(node, now)
         self.coordination.elect(now)
         self._drain_local(now)
@@ -243,7 +249,7 @@ class NodeCore:
         self.connected.discard(node)
         self.links.on_peer_down(node)
         self.sender.on_peer_down(node)
-        self.lifecycle.on_peer_change(node, now)
+        self._route(self.lifecycle.on_peer_change(node, now), now)
         self.lifecycle.after_peer_down(node, now)
         self.stamper.on_peer_change(node, now)
         self.coordination.elect(now)
@@ -258,7 +264,7 @@ class NodeCore:
         if now >= self._punctuate_at:
             self._punctuate_at = now + self.options.punctuation_us
             self.stamper.punctuate(now)
-        self.lifecycle.on_timer(now)
+        self._route(self.lifecycle.on_timer(now), now)
         self.stamper.on_timer(now)
         self.coordination.on_timer(now)
         self._drain_local(now)

@@ -14,11 +14,14 @@ import pytest
 from replicast.engine.core.control import Control
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.coordination import Coordination, CoordinationSetup
+from replicast.engine.core.copy_tail import CopyTail
 from replicast.engine.core.events import ControlRefused, DeadLetter, NodeOptions, ReplicaChanged
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind, Route, Start
-from replicast.engine.core.intents import AdoptFrontier, CheckHorizon, CheckPort, RequestStream, StepJoin
+from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Emit, ForgetReplica, HoldAcks,
+                                           ReleaseHeld, RequestInputs, RequestStream, Retrim, ServeParked,
+                                           StartReplica, StartStamping, StepJoin)
 from replicast.engine.core.lifecycle import NOT_LIVE, Lifecycle
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.pairs import Pairs, Unpaired
@@ -28,13 +31,13 @@ from replicast.engine.core.stamp_state import StampState
 from replicast.engine.core.stamper import Stamper
 from replicast.engine.core.stamping import Stamping
 from replicast.engine.core.states import (Basis, IllegalTransition, InboundState, PairRole, RebuildPhase, ReplicaState,
-                                          RouteState, StamperEvent)
+                                          RouteState, StamperEvent, StamperRole)
 from replicast.engine.core.stats import COUNTERS
 from replicast.engine.core.view_changes import TERM_STRIDE, ViewChanges
-from replicast.engine.core.views import VoteMemory, Voter, Votes
-from replicast.engine.entry import EntryPoint
+from replicast.engine.core.views import Candidacy, Outcome, VoteMemory, Voter, Votes
+from replicast.engine.entry import EntryMode, EntryPoint
 from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
-                                       NoSnapshot, NotHosted, RemoveReplica, Resume, Snapshot, SnapshotRefusal,
+                                       JoinStamping, NoSnapshot, NotHosted, RemoveReplica, Resume, Snapshot, SnapshotRefusal,
                                        SnapshotRequest, Standby, StreamHead, View, ViewBallot, ViewDecided, ViewReply)
 from replicast.engine.query_file import load_query
 from replicast.operators.base import NO_PUNCTUATION
@@ -245,23 +248,23 @@ def test_the_node_core_routes_every_kind_of_intent():
 
 # -- the lifecycle --------------------------------------------------------------------------------------
 
+def lifecycle_alone(hosted, inbound, out, count, new_logic=lambda r: None) -> Lifecycle:
+    """A lifecycle with no other component: what it asks of them comes back as intents."""
+    return Lifecycle(OPTIONS, hosted, inbound, out, count, failover=AllFeed(), pairs=Unpaired(),
+                     new_epoch=lambda now, previous=None: now, new_logic=new_logic)
+
+
 def test_lifecycle_alone_rebuilds_a_replica_without_peers_and_asks_for_its_inputs():
     target = operator("load", 0, peers=("n1",))
     hosted = {target.replica: target}
     stream = StreamReplica(ReplicaId("cpu_a", 0), target.replica, 0)
     inbound = {stream: Inbound("n2")}
     out, count = Outbox("n1", {"n2"}), counters()
-    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
-                    pairs=Unpaired())
-    receiver = Receiver(QUERY.schemas, hosted, inbound, out, count, AllFeed(), ack=Calls(), emit=sender.emit)
-    lifecycle = Lifecycle(OPTIONS, hosted, inbound, out, count, sender=sender, request_inputs=receiver.request_all,
-                          hold_acks=receiver.hold_acks, failover=AllFeed(),
-                          pairs=Unpaired(), new_epoch=lambda now, previous=None: now, new_logic=lambda r: None,
-                          stamper_start=Calls(), release_held=Calls())
-    lifecycle.start(target, now=0)
+    lifecycle = lifecycle_alone(hosted, inbound, out, count)
+    _, intents = exhaust(lifecycle.start(target, now=0))
     assert target.state is ReplicaState.REBUILDING
     assert [e.new for e in out.events if isinstance(e, ReplicaChanged)] == ["rebuilding"]
-    assert out.messages == [("n2", Resume(stream, None, 0))]
+    assert intents == [RequestInputs(target)] and out.messages == []      # the receiver asks, once routed
 
 
 def test_lifecycle_alone_refuses_a_snapshot_with_a_typed_reason_and_notes_a_rebuilding_donor():
@@ -270,26 +273,22 @@ def test_lifecycle_alone_refuses_a_snapshot_with_a_typed_reason_and_notes_a_rebu
     rebuilding, joiner = operator("load", 0, peers=("n1",)), operator("load", 1, peers=("n1", "n2", "n3"))
     hosted = {rebuilding.replica: rebuilding, joiner.replica: joiner}
     out, count = Outbox("n1", {"n2"}), counters()
-    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
-                    pairs=Unpaired())
-    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, request_inputs=Calls(), hold_acks=Calls(),
-                          failover=AllFeed(), pairs=Unpaired(), new_epoch=lambda now, previous=None: now,
-                          new_logic=lambda r: None, stamper_start=Calls(), release_held=Calls())
-    lifecycle.start(rebuilding, now=0)
+    lifecycle = lifecycle_alone(hosted, {}, out, count)
+    exhaust(lifecycle.start(rebuilding, now=0))
     assert rebuilding.state is ReplicaState.REBUILDING
     out.messages.clear()
-    lifecycle.on_snapshot_request("n2", SnapshotRequest(joiner.replica, rebuilding.replica), now=1)
-    lifecycle.on_snapshot_request("n2", SnapshotRequest(joiner.replica, ReplicaId("load", 2)), now=1)
+    exhaust(lifecycle.on_snapshot_request("n2", SnapshotRequest(joiner.replica, rebuilding.replica), now=1))
+    exhaust(lifecycle.on_snapshot_request("n2", SnapshotRequest(joiner.replica, ReplicaId("load", 2)), now=1))
     assert out.messages == [("n2", NoSnapshot(joiner.replica, rebuilding.replica, SnapshotRefusal.REBUILDING)),
                             ("n2", NoSnapshot(joiner.replica, ReplicaId("load", 2), SnapshotRefusal.NOT_HOSTED))]
     assert set(NOT_LIVE) == set(ReplicaState) - {ReplicaState.LIVE}     # every state that is not live has a reason
 
-    lifecycle.start(joiner, now=2)
+    exhaust(lifecycle.start(joiner, now=2))
     noted = []
     for refusal in SnapshotRefusal:                         # a donor left to ask keeps it joining
         join = joiner.joining
         join.asked, join.donors, join.rebuilding = (rebuilding.replica, "n1"), [(ReplicaId("load", 2), "n2")], []
-        lifecycle.on_no_snapshot("n1", NoSnapshot(joiner.replica, rebuilding.replica, refusal), now=3)
+        exhaust(lifecycle.on_no_snapshot("n1", NoSnapshot(joiner.replica, rebuilding.replica, refusal), now=3))
         noted += [refusal] * len(joiner.joining.rebuilding)
     assert noted == [SnapshotRefusal.REBUILDING]
 
@@ -298,17 +297,12 @@ def test_lifecycle_alone_asks_a_peer_for_a_snapshot_once_its_node_is_connected()
     target = operator("load", 1)
     hosted = {target.replica: target}
     out, count = Outbox("n2", set()), counters()
-    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
-                    pairs=Unpaired())
-    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, request_inputs=Calls(), hold_acks=Calls(),
-                          failover=AllFeed(),
-                          pairs=Unpaired(), new_epoch=lambda now, previous=None: now, new_logic=lambda r: None,
-                          stamper_start=Calls(), release_held=Calls())
-    lifecycle.start(target, now=0)
+    lifecycle = lifecycle_alone(hosted, {}, out, count)
+    _, intents = exhaust(lifecycle.start(target, now=0))
     assert target.state is ReplicaState.JOINING and out.messages == []          # its peer's node is not up
-    assert lifecycle.request_inputs == [(target,)]                                # the receiver holds its inputs
+    assert intents == [RequestInputs(target)]                                    # the receiver holds its inputs
     out.connected.add("n1")
-    lifecycle.on_peer_change("n1", now=10)
+    assert exhaust(lifecycle.on_peer_change("n1", now=10)) == (None, [])
     (node, request), = out.messages
     assert node == "n1" and request.donor == ReplicaId("load", 0)
 
@@ -322,26 +316,50 @@ def test_lifecycle_alone_names_what_an_incarnation_is_built_from_and_where_a_reb
     donor.logic.filters[0].adopt(30)                          # the donor's port stands at 30
     hosted = {target.replica: target}
     out, count = Outbox("n2", {"n1"}), counters()
-    sender = Sender(hosted, out, count, {}, retention_items=10, join_timeout_us=1_000, standbys=False,
-                    pairs=Unpaired())
-    lifecycle = Lifecycle(OPTIONS, hosted, {}, out, count, sender=sender, request_inputs=Calls(), hold_acks=Calls(),
-                          failover=AllFeed(), pairs=Unpaired(), new_epoch=lambda now, previous=None: now,
-                          new_logic=lambda r: operator(r.name, r.index).logic, stamper_start=Calls(),
-                          release_held=Calls())
-    lifecycle.start(target, now=0)
+    lifecycle = lifecycle_alone(hosted, {}, out, count, new_logic=lambda r: operator(r.name, r.index).logic)
+    exhaust(lifecycle.start(target, now=0))
     assert target.basis is Basis.SCRATCH and target.basis_at == ()
     state = lifecycle.snapshot(donor)
-    lifecycle.on_snapshot("n1", Snapshot(target.replica, donor.replica, state), now=5)
+    _, intents = exhaust(lifecycle.on_snapshot("n1", Snapshot(target.replica, donor.replica, state), now=5))
     assert target.state is ReplicaState.LIVE and target.basis is Basis.SNAPSHOT and target.basis_at == (30,)
-    lifecycle.rejoin(target, now=10, reason="its port cannot advance")
+    assert intents == [RequestInputs(target), ServeParked(target)]     # resume its inputs, answer what waited
+    _, intents = exhaust(lifecycle.rejoin(target, now=10, reason="its port cannot advance"))
     assert target.basis is Basis.DEAD_END and target.basis_at == (30,)
     assert target.state is ReplicaState.REBUILDING and target.rebuild is RebuildPhase.ADOPTING
-    lifecycle.adopt(target, 0, 40, now=11)
+    assert intents == [Retrim(target), RequestInputs(target)]           # its log restarts; it rebuilds
+    _, intents = exhaust(lifecycle.adopt(target, 0, 40, now=11))
     assert target.rebuild is RebuildPhase.CATCHING_UP and target.horizon > NO_PUNCTUATION
+    assert [type(i) for i in intents] == [Emit, ServeParked] and intents[0].hosted is target
     with pytest.raises(IllegalTransition):                    # one horizon per rebuild
-        lifecycle.adopt(target, 0, 50, now=12)
-    lifecycle.rejoin(target, now=20, reason="again")          # not from a snapshot: from scratch
+        exhaust(lifecycle.adopt(target, 0, 50, now=12))
+    exhaust(lifecycle.rejoin(target, now=20, reason="again"))          # not from a snapshot: from scratch
     assert target.basis is Basis.SCRATCH and target.basis_at == ()
+
+
+def test_lifecycle_alone_returns_what_an_entry_point_and_a_donor_ask_of_the_others():
+    """Lifecycle rules 1 and 5 as intents, in the order of their effects: an entry-stamped entry point
+    starts through the stamper; a source-stamped one without peers claims its stream (serve what
+    waited, release what it held, ask for inputs); a donor holds its acknowledgements upstream at
+    the positions it gives away."""
+    stamped, claimed = entry("cpu_a", 0, peers=("n1",)), entry("cpu_b", 0, peers=("n1",))
+    stamped.stamp = StampState({0: "n1"}, {})
+    donor = operator("load", 0)
+    donor.state = ReplicaState.LIVE
+    stream = StreamReplica(ReplicaId("cpu_a", 1), donor.replica, 0)        # its upstream is on n3
+    inbound = {stream: Inbound("n3")}
+    inbound[stream].state, inbound[stream].next = InboundState.FOLLOWING, 7
+    hosted = {h.replica: h for h in (stamped, claimed, donor)}
+    out, count = Outbox("n1", {"n2", "n3"}), counters()
+    lifecycle = lifecycle_alone(hosted, inbound, out, count)
+    assert exhaust(lifecycle.start(stamped, now=0)) == (None, [StartStamping(stamped)])
+    assert exhaust(lifecycle.start(claimed, now=0)) == (None, [ServeParked(claimed),
+                                                               ReleaseHeld(claimed, NO_PUNCTUATION, None),
+                                                               RequestInputs(claimed)])
+    assert claimed.state is ReplicaState.LIVE and out.messages == []
+    _, intents = exhaust(lifecycle.on_snapshot_request("n2", SnapshotRequest(ReplicaId("load", 1), donor.replica),
+                                                       now=10))
+    assert intents == [HoldAcks(stream, 7, 10 + OPTIONS.join_timeout_us)]
+    assert [type(m) for _, m in out.messages] == [Snapshot]
 
 
 # -- control ----------------------------------------------------------------------------------------------
@@ -363,11 +381,11 @@ def test_control_alone_refuses_what_it_cannot_apply_and_touches_nothing_else():
     out, count = Outbox("n1", set()), counters()
     # The collaborators a refusal never reaches are left out (None): a refusal touches nothing else.
     control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now, sender=None,
-                      receiver=None, lifecycle=None, stamper=type("NoPeers", (), {"peer_stream": lambda s, x: False})(),
+                      receiver=None, stamper=type("NoPeers", (), {"peer_stream": lambda s, x: False})(),
                       failover=AllFeed(), pairs=Unpaired())
-    control.deploy("n1", DeployReplica(ReplicaId("nope", 0), ("n1",)), now=0)
-    control.remove("n1", RemoveReplica(ReplicaId("load", 0)), now=0)
-    control.guarded(control.deploy)("n9", DeployReplica(ReplicaId("load", 0), ("n1",)), 0)
+    assert exhaust(control.deploy("n1", DeployReplica(ReplicaId("nope", 0), ("n1",)), now=0)) == (None, [])
+    assert exhaust(control.remove("n1", RemoveReplica(ReplicaId("load", 0)), now=0)) == (None, [])
+    assert control.guarded(control.deploy)("n9", DeployReplica(ReplicaId("load", 0), ("n1",)), 0) is None
     assert count["refused_control"] == 3 and [type(e) for e in out.events] == [ControlRefused] * 3
     assert out.events[-1].reason.startswith("DeployReplica from n9")    # each refusal is its event, one line
 
@@ -379,13 +397,13 @@ def test_control_alone_deploys_a_first_starts_own_replicas_as_first_start_only(s
     """How the node's process began (``Start``, from the driver) decides what its own configuration
     deploys: a fresh start's entry points claim their whole stream (lifecycle rule 5), a restarted
     node's do not, nor does anything a coordinator deploys."""
-    out, count, started = Outbox("n1", set()), counters(), []
-    stub = type("Stub", (), {"track": lambda s, h: None, "start": lambda s, h, now: started.append(h),
-                             "peer_stream": lambda s, x: False})()
+    out, count = Outbox("n1", set()), counters()
+    stub = type("Stub", (), {"track": lambda s, h: None, "peer_stream": lambda s, x: False})()
     control = Control(QUERY, OPTIONS, {}, {}, out, count, start=start, new_epoch=lambda now: now, sender=None,
-                      receiver=None, lifecycle=stub, stamper=stub, failover=AllFeed(), pairs=Unpaired())
-    control.deploy(src, DeployReplica(ReplicaId("cpu_a", 0), ("n1",)), now=0)   # (past the policy: control rule 5)
-    hosted, = started
+                      receiver=None, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+    _, intents = exhaust(control.deploy(src, DeployReplica(ReplicaId("cpu_a", 0), ("n1",)), now=0))   # (past control rule 5)
+    (hosted,) = [i.hosted for i in intents]
+    assert intents == [StartReplica(hosted)]                     # the lifecycle starts it, once routed
     assert hosted.origin is origin and count["refused_control"] == 0
 
 
@@ -393,15 +411,35 @@ def test_control_alone_deploys_each_replica_with_its_kind_which_reads_as_its_nam
     """``Hosted.kind`` is a :class:`ReplicaKind`, fixed at deployment by the query's part it comes
     from; string-valued, so logs, snapshots and metrics labels read as they did."""
     out, count, started = Outbox("n1", set()), counters(), []
-    stub = type("Stub", (), {"track": lambda s, h: None, "start": lambda s, h, now: started.append(h),
-                             "peer_stream": lambda s, x: False})()
+    stub = type("Stub", (), {"track": lambda s, h: None, "peer_stream": lambda s, x: False})()
     control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now, sender=None,
-                      receiver=None, lifecycle=stub, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+                      receiver=None, stamper=stub, failover=AllFeed(), pairs=Unpaired())
     for name in ("cpu_a", "load", "alerts"):
-        control.deploy("n1", DeployReplica(ReplicaId(name, 0), ("n1",)), now=0)
+        _, intents = exhaust(control.deploy("n1", DeployReplica(ReplicaId(name, 0), ("n1",)), now=0))
+        started += [i.hosted for i in intents if isinstance(i, StartReplica)]
     kinds = [ReplicaKind.ENTRY, ReplicaKind.OPERATOR, ReplicaKind.APPLICATION]
     assert len(started) == 3 and all(h.kind is kind for h, kind in zip(started, kinds))   # the members, not equal text
     assert [f"{h.kind}" for h in started] == ["entry", "operator", "application"] == [str(h.kind) for h in started]
+
+
+def test_control_alone_returns_the_lifecycles_part_of_a_removal_and_a_disconnection():
+    """Control rules 3 and 6: removing a replica asks the lifecycle to forget it before the other
+    ends are told; disconnecting a live replica's input asks for its port to be checked — as intents,
+    the control holds no lifecycle."""
+    target = operator("load", 0, peers=("n1",))
+    target.state = ReplicaState.LIVE
+    stream = StreamReplica(ReplicaId("cpu_a", 0), target.replica, 0)
+    hosted, inbound = {target.replica: target}, {stream: Inbound("n2")}
+    out, count = Outbox("n1", {"n2"}), counters()
+    stub = type("Stub", (), {"forget": lambda s, r: None, "peer_stream": lambda s, x: False})()
+    control = Control(QUERY, OPTIONS, hosted, inbound, out, count, start=Start.FRESH, new_epoch=lambda now: now,
+                      sender=None, receiver=None, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+    assert exhaust(control.disconnect("n1", DisconnectStream(stream), now=0)) == (None, [CheckPort(target, 0)])
+    assert stream not in inbound
+    inbound[stream] = Inbound("n2")
+    removal = control.remove("n1", RemoveReplica(target.replica), now=1)
+    assert next(removal) == ForgetReplica(target.replica) and out.messages == []     # before any other end hears
+    assert exhaust(removal) == (None, []) and out.messages == [("n2", DisconnectStream(stream))]
 
 
 # -- view changes (entry-stamped mode) ---------------------------------------------------------------------
@@ -513,6 +551,70 @@ def test_stamper_alone_knows_its_peer_streams_and_counts_stale_acks():
     from replicast.engine.messages import StampAck
     stamper.on_ack("n2", StampAck("cpu_a", 0, 1, 5, 3), now=0)
     assert count["stale_stamps"] == 1 and not stamper.any
+
+
+def test_stamper_alone_starts_a_replica_outside_its_view_asking_its_peers_and_remembers_what_its_source_sends():
+    """Stamper rules 1-2: a started entry-stamped replica is outside the view, its stream waiting; it
+    asks every peer to join it, and stamps nothing until a view makes it the stamper — what its
+    source sends is remembered (no emission, nothing sent), not rejected."""
+    options = NodeOptions(heartbeat_us=100, entry_modes={"cpu_a": "entry"})
+    out, count, emitted = Outbox("n1", {"n2", "n3"}), counters(), Calls()
+    target = entry("cpu_a", 0, peers=("n1", "n2", "n3"), epoch=5)
+    target.entry = EntryPoint(QUERY.streams["cpu_a"], EntryMode.ENTRY)
+    target.stamp = StampState({0: "n1", 1: "n2", 2: "n3"}, {})
+    stamper = Stamper(QUERY, options, {target.replica: target}, out, count, 1, emit=emitted, serve_parked=Calls(),
+                      voter=Voter(set(QUERY.streams), 1, count, out))
+    stamper.track(target)
+    stamper.start(target, now=1_000)
+    assert target.stamp.role is StamperRole.OUTSIDE and not stamper.any
+    assert out.messages == [("n2", JoinStamping("cpu_a", 0, 5)), ("n3", JoinStamping("cpu_a", 0, 5))]
+    out.messages.clear()
+    assert stamper.on_items(target, [{"server": "s", "load": 0.5}], now=2_000) == []
+    assert emitted == [] and out.messages == [] and target.stamp.next == 0    # not stamped: remembered
+    assert target.entry.pending == {("s", 0.5): 1}
+    stamper.forget(target.replica)
+    assert list(stamper.states()) == []
+
+
+def test_candidacy_alone_needs_a_majority_in_each_phase_and_proposes_the_latest_accepted_view():
+    """views rule 2 (Paxos, §IV-A's stamper choice): answers of another term, another phase or a
+    stranger are ignored; one refusal ends the candidacy; a majority of promises brings the latest
+    accepted view; a majority of accepts decides the proposal."""
+    candidacy = Candidacy(term=7, voters=("n1", "n2", "n3"), deadline=100)
+    old, newer = View(3, 1, ((1, 1),)), View(5, 2, ((2, 1),))
+    assert candidacy.ballot("cpu_a", 0) == ViewBallot("cpu_a", 0, 7, None)
+    reply = lambda term, phase, ok=True, accepted=None: ViewReply("cpu_a", 0, term, phase, ok, term, accepted)
+    assert candidacy.on_reply("n1", reply(6, 1)) is Outcome.WAITING          # another term
+    assert candidacy.on_reply("n9", reply(7, 1)) is Outcome.WAITING          # not a voter
+    assert candidacy.on_reply("n1", reply(7, 2)) is Outcome.WAITING          # not this phase
+    assert candidacy.on_reply("n1", reply(7, 1, accepted=newer)) is Outcome.WAITING
+    assert candidacy.on_reply("n1", reply(7, 1, accepted=newer)) is Outcome.WAITING   # the same voter again
+    assert candidacy.on_reply("n2", reply(7, 1, accepted=old)) is Outcome.PROMISED
+    assert candidacy.latest == newer                                         # the latest accepted, not the last
+    proposal = View(7, 0, ((0, 1), (2, 1)), base=newer.term)
+    candidacy.propose(proposal)
+    assert candidacy.ballot("cpu_a", 0) == ViewBallot("cpu_a", 0, 7, proposal)
+    assert candidacy.on_reply("n3", reply(7, 1)) is Outcome.WAITING          # a late promise
+    assert candidacy.on_reply("n3", reply(7, 2)) is Outcome.WAITING
+    assert candidacy.on_reply("n2", reply(7, 2, ok=False)) is Outcome.REFUSED
+    assert candidacy.on_reply("n1", reply(7, 2)) is Outcome.DECIDED
+
+
+def test_copy_tail_alone_matches_a_sources_records_in_order_and_is_done_once_past_the_copy():
+    """copy_tail rules 1-2: the copy's records are met in order (one met later means those before
+    it never came); a record the copy does not carry, or a clear, ends it for good."""
+    a, b, c = (10, "a"), (20, "b"), (30, "c")
+    assert CopyTail.none().done and CopyTail.none().last_ts == NO_PUNCTUATION
+    tail = CopyTail([a, b, b, c])
+    assert tail.last_ts == 30 and not tail.done
+    assert tail.carries(b) and not tail.done                 # a never came: skipped
+    assert tail.carries(b) and tail.carries(c) and tail.done
+    tail = CopyTail([a, b])
+    assert not tail.carries((15, "x")) and tail.done         # not in the copy: past it
+    assert not tail.carries(b)                               # done is final
+    tail = CopyTail([a, b])
+    tail.clear()
+    assert tail.done and not tail.carries(a)
 
 
 def test_key_seal_relay_alone_drops_seals_of_a_stream_it_does_not_follow():
