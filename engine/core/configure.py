@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from replicast.engine.core.events import entry_modes as _entry_modes
 from replicast.engine.core.modes import Mode, shape
+from replicast.engine.entry import EntryMode
 from replicast.engine.messages import ConnectStream, DeployReplica, Message, RemoveReplica
 from replicast.operators.errors import QueryError
 from replicast.operators.plan import PhysicalPlan, ReplicaId, StreamReplica
@@ -20,7 +22,7 @@ Placement = dict[str, list[str | None]]
 
 
 def configure(query: Query, placement: Placement, node: str,
-              entry_modes: dict[str, str] | None = None, physical: PhysicalPlan | None = None,
+              entry_modes: dict[str, str | EntryMode] | None = None, physical: PhysicalPlan | None = None,
               mode: Mode = Mode.REPLICATION) -> list[Message]:
     """The control messages that set up ``node``'s part of a manual placement.
 
@@ -43,7 +45,7 @@ def configure(query: Query, placement: Placement, node: str,
 
 
 def configure_pinned(query: Query, placement: Placement, node: str,
-                     entry_modes: dict[str, str] | None = None) -> list[Message]:
+                     entry_modes: dict[str, str | EntryMode] | None = None) -> list[Message]:
     """A node's own part of a *coordinated* placement (§V): the entry points and applications
     ``placement`` puts on ``node`` (streams and applications only; operators may be absent), and in
     entry-stamped mode the stream replicas among entry-point peers.  The placement coordinator
@@ -51,9 +53,9 @@ def configure_pinned(query: Query, placement: Placement, node: str,
     pinned = {name: nodes for name, nodes in placement.items() if name in query.streams or name in query.applications}
     messages: list[Message] = [DeployReplica(ReplicaId(name, i), _peers(pinned, name))
                                for name, nodes in pinned.items() for i, n in enumerate(nodes) if n == node]
-    for stream, mode in (entry_modes or {}).items():
+    for stream, mode in _entry_modes(entry_modes).items():
         nodes = pinned.get(stream) or []
-        if mode != "entry":
+        if mode is not EntryMode.ENTRY:
             continue
         for i, a in enumerate(nodes):
             for j, b in enumerate(nodes):
@@ -82,7 +84,7 @@ def placement_plan(query: Query, placement: Placement) -> PhysicalPlan:
 
 # -- changes mid-stream (a coordinator's decisions, §V) ---------------------------------------------
 def add_replica(query: Query, placement: Placement, name: str, node: str,
-                entry_modes: dict[str, str] | None = None) -> tuple[Placement, dict[str, list[Message]]]:
+                entry_modes: dict[str, str | EntryMode] | None = None) -> tuple[Placement, dict[str, list[Message]]]:
     """A new replica of ``name`` on ``node``: the new placement and the control messages per node
     (the replica is deployed, then every stream replica into and out of it is connected at both ends).
     It joins mid-stream from a live peer's snapshot (``docs/lifecycle.md``); an application's new
@@ -124,9 +126,9 @@ def _peers(placement: Placement, name: str) -> tuple[str, ...]:
     return tuple(n or "" for n in placement[name])
 
 
-def _streams(physical: PhysicalPlan, entry_modes: dict[str, str] | None) -> list[StreamReplica]:
+def _streams(physical: PhysicalPlan, entry_modes: dict[str, str | EntryMode] | None) -> list[StreamReplica]:
     """The physical plan's stream replicas; in entry-stamped mode first those between the replicas of
     each entry point (where its peers are, :mod:`engine.core.stamper`)."""
-    peers = [StreamReplica(a, b, 0) for stream, mode in (entry_modes or {}).items() if mode == "entry"
+    peers = [StreamReplica(a, b, 0) for stream, mode in _entry_modes(entry_modes).items() if mode is EntryMode.ENTRY
              for a in physical.replicas[stream] for b in physical.replicas[stream] if a != b]
     return peers + physical.stream_replicas

@@ -110,7 +110,7 @@ class Control:
         name, query = replica.name, self.query
         if name in query.streams:
             kind = ReplicaKind.ENTRY
-            entry = EntryPoint(query.streams[name], self.options.entry_modes.get(name, "source"))
+            entry = EntryPoint(query.streams[name], self.options.entry_modes.get(name, EntryMode.SOURCE))
         elif name in query.applications or name in query.operators:
             kind = ReplicaKind.APPLICATION if name in query.applications else ReplicaKind.OPERATOR
             entry = None

@@ -6,18 +6,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replicast.engine.core.modes import Mode
+from replicast.engine.entry import EntryMode
 from replicast.operators.plan import ReplicaId, StreamReplica
 from replicast.operators.record import Record
 
 
 @dataclass(frozen=True)
 class NodeOptions:
-    """Timing and limits of a node.  ``entry_modes`` maps a stream to ``source`` or ``entry`` (default ``source``)."""
+    """Timing and limits of a node.  ``entry_modes`` maps a stream to its :class:`~engine.entry.EntryMode`
+    (default ``SOURCE``); the text ``source`` or ``entry`` a configuration file or scenario gives is
+    turned into the enum here, at the core's boundary, and anything else is refused naming the stream."""
 
     punctuation_us: int = 100_000
     heartbeat_us: int = 500_000
     peer_timeout_us: int = 3_000_000
-    entry_modes: dict[str, str] = field(default_factory=dict)
+    entry_modes: dict[str, EntryMode] = field(default_factory=dict)
     #: Fill batches' and deliveries' ``path`` (engine.messages rule 5): which replicas' emissions led
     #: to each delivery — the fastest path, since the first copy is the one that passes (§IV-B).
     trace_paths: bool = False
@@ -36,6 +39,22 @@ class NodeOptions:
     #: ``rank`` (§V-B: Σ 1/rank over its copies) or ``win-share`` (the copies it delivered first:
     #: a stream replica that never wins weighs 0, docs/tracing.md).
     utility: str = "rank"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entry_modes", entry_modes(self.entry_modes))
+
+
+def entry_modes(modes: "dict[str, str | EntryMode] | None") -> dict[str, EntryMode]:
+    """``modes`` (stream -> ``"source"``/``"entry"`` or :class:`EntryMode`) as enum members; a value
+    that is neither raises ``ValueError`` naming the stream and the value."""
+    out = {}
+    for stream, mode in (modes or {}).items():
+        try:
+            out[stream] = EntryMode(mode)
+        except ValueError:
+            raise ValueError(f"entry_modes[{stream!r}]: {mode!r} is not one of "
+                             f"{', '.join(m.value for m in EntryMode)}") from None
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
+from replicast.engine.entry import EntryMode
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import (MemberEvent, MemberSync, ReplicaEvent, ReplicaState, StamperEvent,
@@ -258,7 +259,7 @@ class Stamper:
         way of telling each replica where its peers are; it carries no data)."""
         name = stream.source.name
         return name == stream.target.name and name in self.query.streams \
-            and self.options.entry_modes.get(name) == "entry"
+            and self.options.entry_modes.get(name) is EntryMode.ENTRY
 
     def connect_peer(self, hosted: Hosted, index: int, node: str, now: int) -> None:
         """A peer replica is at ``node`` (a stream replica entry → entry, configure's).  Control

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from replicast.engine.core.control import Control
+from replicast.engine.core.configure import configure_pinned
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.coordination import Coordination, CoordinationSetup
 from replicast.engine.core.copy_tail import CopyTail
@@ -36,9 +37,10 @@ from replicast.engine.core.stats import COUNTERS
 from replicast.engine.core.view_changes import TERM_STRIDE, ViewChanges
 from replicast.engine.core.views import Candidacy, Outcome, VoteMemory, Voter, Votes
 from replicast.engine.entry import EntryMode, EntryPoint
-from replicast.engine.messages import (Batch, Determinant, DeterminantAck, DeployReplica, DisconnectStream, Hold,
-                                       JoinStamping, NoSnapshot, NotHosted, RemoveReplica, Resume, Snapshot, SnapshotRefusal,
-                                       SnapshotRequest, Standby, StreamHead, View, ViewBallot, ViewDecided, ViewReply)
+from replicast.engine.messages import (Batch, ConnectStream, Determinant, DeterminantAck, DeployReplica,
+                                       DisconnectStream, Hold, JoinStamping, NoSnapshot, NotHosted, RemoveReplica,
+                                       Resume, Snapshot, SnapshotRefusal, SnapshotRequest, Standby, StreamHead, View,
+                                       ViewBallot, ViewDecided, ViewReply)
 from replicast.engine.query_file import load_query
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.plan import ReplicaId, StreamReplica
@@ -440,6 +442,20 @@ def test_control_alone_returns_the_lifecycles_part_of_a_removal_and_a_disconnect
     removal = control.remove("n1", RemoveReplica(target.replica), now=1)
     assert next(removal) == ForgetReplica(target.replica) and out.messages == []     # before any other end hears
     assert exhaust(removal) == (None, []) and out.messages == [("n2", DisconnectStream(stream))]
+
+
+def test_node_options_hold_entry_modes_as_the_enum_and_refuse_any_other_text():
+    """Who stamps a stream is an :class:`EntryMode` inside the core; the text of a configuration is
+    taken at the boundary (``NodeOptions``, ``configure``) and anything else is refused by name."""
+    options = NodeOptions(entry_modes={"cpu_a": "entry", "cpu_b": EntryMode.SOURCE})
+    assert options.entry_modes == {"cpu_a": EntryMode.ENTRY, "cpu_b": EntryMode.SOURCE}
+    assert all(type(mode) is EntryMode for mode in options.entry_modes.values())   # members, not equal text
+    with pytest.raises(ValueError, match=r"entry_modes\['cpu_a'\]: 'stamped' is not one of source, entry"):
+        NodeOptions(entry_modes={"cpu_a": "stamped"})
+    placement = {"cpu_a": ["n1", "n2"], "cpu_b": ["n1", "n2"], "alerts": ["n1"]}
+    peers = [m.stream for m in configure_pinned(QUERY, placement, "n1", {"cpu_a": "entry", "cpu_b": "source"})
+             if isinstance(m, ConnectStream)]
+    assert {s.source.name for s in peers} == {"cpu_a"} and len(peers) == 2       # entry → entry, both ways
 
 
 # -- view changes (entry-stamped mode) ---------------------------------------------------------------------
