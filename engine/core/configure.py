@@ -121,6 +121,13 @@ def _where(physical: PhysicalPlan, placement: Placement) -> dict[ReplicaId, str]
     return {r: placement[r.name][r.index] for ids in physical.replicas.values() for r in ids}
 
 
+def peer_stream(query: Query, entry_modes: "dict[str, EntryMode]", stream: StreamReplica) -> bool:
+    """Whether ``stream`` runs between two replicas of an entry-stamped entry point (this module's
+    way of telling each replica where its peers are, :func:`_streams`; it carries no data)."""
+    name = stream.source.name
+    return name == stream.target.name and name in query.streams and entry_modes.get(name) is EntryMode.ENTRY
+
+
 def _peers(placement: Placement, name: str) -> tuple[str, ...]:
     """``DeployReplica.peers``: the node of every replica of ``name`` by index ("" where removed)."""
     return tuple(n or "" for n in placement[name])

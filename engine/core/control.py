@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from replicast.engine.core.control_policy import ControlPolicy
 from replicast.engine.core.events import ControlRefused
 from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind, Route, Start
-from replicast.engine.core.intents import CheckPort, ForgetReplica, Intent, StartReplica
+from replicast.engine.core.configure import peer_stream
+from replicast.engine.core.intents import (CheckPort, Connected, ConnectPeer, DisconnectPeer, ForgetReplica,
+                                           ForgetStamped, Intent, RequestStream, Retrim, StartReplica, TrackStamped)
 from replicast.engine.core.modes import TRAITS
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.stamp_state import StampState
@@ -48,9 +50,6 @@ if TYPE_CHECKING:
     from replicast.engine.core.events import NodeOptions
     from replicast.engine.core.failover import AllFeed, Failover
     from replicast.engine.core.pairs import Pairs, Unpaired
-    from replicast.engine.core.receiver import Receiver
-    from replicast.engine.core.sender import Sender
-    from replicast.engine.core.stamper import Stamper
     from replicast.operators.query import Query
 
 
@@ -60,25 +59,32 @@ _ASK_AGAIN = (InboundState.UNPOSITIONED, InboundState.VANISHED)
 
 class Control:
     """Applies control messages to one node's tables.  It reads the query and the node's options,
-    writes the hosted replicas and the inbound table, sends through the outbox, and starts, stops
-    and wires the other components' parts of a replica or stream replica: the sender's routes, the
-    receiver's requests, the stamper's peers and the mode's plug-ins (failover, pairs).  The
-    lifecycle's part — a deployed replica's join, a removed one's timers, a disconnected port's
-    check — it returns as intents (:class:`~engine.core.intents.StartReplica`,
-    :class:`~engine.core.intents.ForgetReplica`, :class:`~engine.core.intents.CheckPort`) the node
-    core routes; it never holds the lifecycle."""
+    writes the hosted replicas, their routes and the inbound table, sends through the outbox, and
+    calls the mode's plug-ins (failover, pairs).  What the other components do about a replica or
+    stream replica it starts or stops it returns as intents the node core routes
+    (:mod:`engine.core.intents`): the lifecycle's joins, timers and port checks
+    (:class:`~engine.core.intents.StartReplica`, :class:`~engine.core.intents.ForgetReplica`,
+    :class:`~engine.core.intents.CheckPort`), the stamper's tracking and peers
+    (:class:`~engine.core.intents.TrackStamped`, :class:`~engine.core.intents.ForgetStamped`,
+    :class:`~engine.core.intents.ConnectPeer`, :class:`~engine.core.intents.DisconnectPeer`), the
+    sender's retention and early requests (:class:`~engine.core.intents.Retrim`,
+    :class:`~engine.core.intents.Connected`) and the receiver's requests
+    (:class:`~engine.core.intents.RequestStream`).  It holds no other component."""
 
     def __init__(self, query: "Query", options: "NodeOptions", hosted: dict[ReplicaId, Hosted],
                  inbound: dict[StreamReplica, Inbound], outbox: Outbox, counters: dict[str, int], *,
-                 start: Start, new_epoch: Callable[[int], int], sender: "Sender", receiver: "Receiver",
-                 stamper: "Stamper", failover: "Failover | AllFeed",
+                 start: Start, new_epoch: Callable[[int], int], failover: "Failover | AllFeed",
                  pairs: "Pairs | Unpaired"):
         self.query, self.options, self.hosted, self.inbound = query, options, hosted, inbound
         self.out, self.counters, self.start, self.new_epoch = outbox, counters, start, new_epoch
-        self.sender, self.receiver, self.stamper = sender, receiver, stamper
         self.failover, self.pairs = failover, pairs
         self.to_tell: dict[str, list[DisconnectStream]] = {}    # rule 3: for nodes not connected now
-        self.policy = ControlPolicy(outbox.name, hosted, inbound, stamper.peer_stream)   # rule 5
+        self.policy = ControlPolicy(outbox.name, hosted, inbound, self.peer_stream)   # rule 5
+
+    def peer_stream(self, stream: StreamReplica) -> bool:
+        """Whether ``stream`` only tells entry-stamped replicas where a peer is
+        (:func:`engine.core.configure.peer_stream`)."""
+        return peer_stream(self.query, self.options.entry_modes, stream)
 
     def guarded(self, handler: Callable) -> Callable:
         """``handler`` behind the policy (rule 5): what the policy refuses is counted, not applied."""
@@ -126,7 +132,7 @@ class Control:
         self.pairs.attach(hosted)
         if entry is not None and entry.mode is EntryMode.ENTRY:
             hosted.stamp = StampState({i: n for i, n in enumerate(message.peers) if n}, {})
-        self.stamper.track(hosted)
+        yield TrackStamped(hosted)
         yield StartReplica(hosted)
 
     def remove(self, src: str, message: RemoveReplica, now: int) -> Iterator[Intent]:
@@ -136,7 +142,7 @@ class Control:
             return
         hosted.state = advance(hosted.state, ReplicaEvent.REMOVE)
         yield ForgetReplica(message.replica)
-        self.stamper.forget(message.replica)
+        yield ForgetStamped(message.replica)
         self.pairs.forget(message.replica)
         self.failover.forget(message.replica)
         for stream in [s for s in self.inbound if s.target == message.replica]:
@@ -149,14 +155,14 @@ class Control:
                     self._tell(node, DisconnectStream(StreamReplica(message.replica,
                                                                     ReplicaId(message.replica.name, index), 0)))
 
-    def connect(self, src: str, message: ConnectStream, now: int) -> None:
+    def connect(self, src: str, message: ConnectStream, now: int) -> Iterator[Intent]:
         stream = message.stream
-        if self.stamper.peer_stream(stream):          # entry → entry, entry-stamped: where a peer is
+        if self.peer_stream(stream):                  # entry → entry, entry-stamped: where a peer is
             for mine, other, node in ((stream.source, stream.target, message.target_node),
                                       (stream.target, stream.source, message.source_node)):
                 hosted = self.hosted.get(mine)
                 if hosted is not None and hosted.stamp is not None and node:
-                    self.stamper.connect_peer(hosted, other.index, node, now)
+                    yield ConnectPeer(hosted, other.index, node)
             return
         if message.source_node == self.out.name:
             source = self.hosted.get(stream.source)
@@ -164,12 +170,12 @@ class Control:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.source} is not hosted here", src)
             elif stream not in source.routes:
                 route = source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
-                self.sender.retrim(source)
-                self.sender.connected(stream, route, now)
+                yield Retrim(source)
+                yield Connected(stream, route)
         inbound = self.inbound.get(stream)
         if message.target_node == self.out.name and inbound is not None:
             if inbound.node == message.source_node and inbound.state in _ASK_AGAIN:     # rule 7
-                self.receiver.request(stream, inbound, self.hosted[stream.target])
+                yield RequestStream(stream, inbound, self.hosted[stream.target])
             return
         if message.target_node == self.out.name:
             target = self.hosted.get(stream.target)
@@ -180,17 +186,17 @@ class Control:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: no input port {stream.port}", src)
                 return
             inbound = self.inbound[stream] = Inbound(message.source_node, now)
-            self.receiver.request(stream, inbound, target)
+            yield RequestStream(stream, inbound, target)
 
     def disconnect(self, src: str, message: DisconnectStream, now: int) -> Iterator[Intent]:
         """Rules 3, 6; yields the failover plug-in's request of the stream its port follows next
         (:mod:`engine.core.intents` rule 2)."""
         stream = message.stream
-        if self.stamper.peer_stream(stream):
+        if self.peer_stream(stream):
             for mine, other in ((stream.source, stream.target), (stream.target, stream.source)):
                 hosted = self.hosted.get(mine)
                 if hosted is not None and hosted.stamp is not None:
-                    self.stamper.disconnect_peer(hosted, other.index, now)
+                    yield DisconnectPeer(hosted, other.index)
             return
         if self.inbound.pop(stream, None) is not None:
             yield from self.failover.disconnected(stream)
@@ -201,7 +207,7 @@ class Control:
         source = self.hosted.get(stream.source)
         if source is not None and source.routes.pop(stream, None) is not None:
             source.parked.pop(stream, None)
-            self.sender.retrim(source)
+            yield Retrim(source)
 
     def on_peer_up(self, node: str) -> None:
         for message in self.to_tell.pop(node, ()):

@@ -1,4 +1,4 @@
-"""What a component of the node core asks a component above it to do, as values the core routes.
+"""What a component of the node core asks another component to do, as values the core routes.
 
 Rules of this module (docs/architecture.md, "The node core's modules"):
 
@@ -11,7 +11,9 @@ Rules of this module (docs/architecture.md, "The node core's modules"):
    stamping asking it to move a join on, and the lifecycle asking the sender (retrim, serve the
    parked requests, emit), the receiver (request a replica's inputs, hold acknowledgements), the
    stamper (start an entry-stamped replica) and the stamping (release an entry point's held
-   items), and the control asking the lifecycle to start, forget or check a replica.  No component holds the one an intent is for.
+   items), and the control asking the lifecycle to start, forget or check a replica, the stamper
+   to track, forget or re-peer one, the sender to trim a log and answer an early request, the
+   receiver to request a stream.  No component holds the one an intent is for.
 2. A method that returns intents returns an iterable of them: a tuple when they are its last
    steps, a generator where its own work goes on after one (the core routes each intent before
    it takes the next, so the order of effects is the order of a direct call).  The caller must
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Union
 from replicast.operators.plan import ReplicaId, StreamReplica
 
 if TYPE_CHECKING:
-    from replicast.engine.core.hosted import Hosted, Inbound
+    from replicast.engine.core.hosted import Hosted, Inbound, Route
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +169,53 @@ class ForgetReplica:
     replica: "ReplicaId"
 
 
+@dataclass(frozen=True, slots=True)
+class TrackStamped:
+    """``hosted`` was deployed: the stamper tracks it if it is entry-stamped, and drops any replica of
+    its id it tracked before (:meth:`engine.core.stamper.Stamper.track`; control rule 2)."""
+
+    hosted: "Hosted"
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetStamped:
+    """``replica`` was removed: the stamper stops tracking it (:meth:`engine.core.stamper.Stamper.forget`;
+    control rule 3)."""
+
+    replica: "ReplicaId"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectPeer:
+    """Peer replica ``index`` of the entry-stamped ``hosted`` is at ``node``
+    (:meth:`engine.core.stamper.Stamper.connect_peer`; control rule 2)."""
+
+    hosted: "Hosted"
+    index: int
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class DisconnectPeer:
+    """Peer replica ``index`` of the entry-stamped ``hosted`` was removed
+    (:meth:`engine.core.stamper.Stamper.disconnect_peer`; control rule 3)."""
+
+    hosted: "Hosted"
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """``stream`` was just connected from here along ``route``: its receiver's early request, if any, is
+    answered (:meth:`engine.core.sender.Sender.connected`; control rule 2)."""
+
+    stream: StreamReplica
+    route: "Route"
+
+
 Intent = Union[RequestStream, CheckPort, CheckHorizon, AdoptFrontier, Rejoin, StepJoin, RequestInputs, HoldAcks,
-               Retrim, ServeParked, Emit, StartStamping, ReleaseHeld, StartReplica, ForgetReplica]
+               Retrim, ServeParked, Emit, StartStamping, ReleaseHeld, StartReplica, ForgetReplica, TrackStamped,
+               ForgetStamped, ConnectPeer, DisconnectPeer, Connected]
 
 #: What a method with nothing to ask returns.
 NONE: tuple[Intent, ...] = ()

@@ -28,9 +28,9 @@ Rules of this module (h11 style):
    stream replicas), the :class:`~engine.core.outbox.Outbox`, counters, option values, and
    callbacks for what it asks a component below it to do — never this core; no module of
    ``engine/core/`` imports this one (``tests/engine/test_core_parts.py``; each is built alone there
-   and in ``tests/engine/test_core_alone.py``).  What a component asks of one above it (the
-   lifecycle, the receiver) it returns as intents, which :meth:`NodeCore._route` hands on
-   (:mod:`engine.core.intents`).  The engine mode's parts are plug-ins chosen here once:
+   and in ``tests/engine/test_core_alone.py``).  What a component asks of another that it is not
+   handed a callback for (the lifecycle and the control ask everything so) it returns as intents,
+   which :meth:`NodeCore._route` hands on (:mod:`engine.core.intents`).  The engine mode's parts are plug-ins chosen here once:
    :class:`~engine.core.failover.Failover` or :class:`~engine.core.failover.AllFeed`,
    :class:`~engine.core.pairs.Pairs` or :class:`~engine.core.pairs.Unpaired`; so is placement's,
    :class:`~engine.core.coordination.Coordination` or
@@ -46,9 +46,10 @@ from replicast.engine.core.events import Event, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound, Start
-from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Emit, ForgetReplica, HoldAcks,
-                                           Intent, Rejoin, ReleaseHeld, RequestInputs, RequestStream, Retrim,
-                                           ServeParked, StartReplica, StartStamping, StepJoin)
+from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Connected, ConnectPeer,
+                                           DisconnectPeer, Emit, ForgetReplica, ForgetStamped, HoldAcks, Intent,
+                                           Rejoin, ReleaseHeld, RequestInputs, RequestStream, Retrim, ServeParked,
+                                           StartReplica, StartStamping, StepJoin, TrackStamped)
 from replicast.engine.core.key_seals import KeySealRelay
 from replicast.engine.core.lifecycle import Lifecycle
 from replicast.engine.core.links import Links
@@ -144,7 +145,7 @@ class NodeCore:
         self.stamping = Stamping(query.streams, hosted, out, counters, emit=sender.emit, stamp=stamper.on_items,
                                  seal=key_seals.emit)
         self.control = Control(query, options, hosted, inbound, out, counters, start=self.start,
-                               new_epoch=self.new_epoch, sender=sender, receiver=receiver, stamper=stamper, failover=self.failover, pairs=self.pairs)
+                               new_epoch=self.new_epoch, failover=self.failover, pairs=self.pairs)
         self._handlers: dict[type, Callable[[str, Any, int], None]] = {
             Batch: receiver.on_batch, StreamHead: receiver.on_head, Mark: receiver.on_mark,
             Ack: sender.on_ack, Resume: sender.on_resume, Hold: sender.on_hold,
@@ -165,7 +166,7 @@ class NodeCore:
         self._handlers.update({DeployReplica: guarded(self.control.deploy), RemoveReplica: guarded(self.control.remove),
                                ConnectStream: guarded(self.control.connect),
                                DisconnectStream: guarded(self.control.disconnect)})
-        #: Where each intent goes (engine.core.intents): what a component asks of one above it.
+        #: Where each intent goes (engine.core.intents): what a component asks of another.
         self._routes: dict[type, Callable[[Any, int], None]] = {
             RequestStream: lambda i, now: receiver.request(i.stream, i.inbound, i.hosted),
             CheckPort: lambda i, now: self._route(lifecycle.check_port(i.hosted, i.port, now), now),
@@ -182,6 +183,11 @@ class NodeCore:
             ReleaseHeld: lambda i, now: self.stamping.release_held(i.hosted, now, i.covered, i.copied),
             StartReplica: lambda i, now: self._route(lifecycle.start(i.hosted, now), now),
             ForgetReplica: lambda i, now: lifecycle.forget(i.replica),
+            TrackStamped: lambda i, now: stamper.track(i.hosted),
+            ForgetStamped: lambda i, now: stamper.forget(i.replica),
+            ConnectPeer: lambda i, now: stamper.connect_peer(i.hosted, i.index, i.node, now),
+            DisconnectPeer: lambda i, now: stamper.disconnect_peer(i.hosted, i.index, now),
+            Connected: lambda i, now: sender.connected(i.stream, i.route, now),
         }
 
     def _route(self, intents: Iterable[Intent], now: int) -> Any:

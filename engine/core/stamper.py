@@ -27,7 +27,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from replicast.engine.core.events import ProtocolError, ReplicaChanged
-from replicast.engine.entry import EntryMode
+from replicast.engine.core.configure import peer_stream
 from replicast.engine.core.hosted import Hosted
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.states import (MemberEvent, MemberSync, ReplicaEvent, ReplicaState, StamperEvent,
@@ -255,11 +255,9 @@ class Stamper:
             self.out.send(node, Committed(hosted.replica.name, member[0], state.view.term, state.emitted))
 
     def peer_stream(self, stream) -> bool:
-        """Whether ``stream`` runs between two replicas of an entry-stamped entry point (configure's
-        way of telling each replica where its peers are; it carries no data)."""
-        name = stream.source.name
-        return name == stream.target.name and name in self.query.streams \
-            and self.options.entry_modes.get(name) is EntryMode.ENTRY
+        """Whether ``stream`` runs between two replicas of an entry-stamped entry point
+        (:func:`engine.core.configure.peer_stream`)."""
+        return peer_stream(self.query, self.options.entry_modes, stream)
 
     def connect_peer(self, hosted: Hosted, index: int, node: str, now: int) -> None:
         """A peer replica is at ``node`` (a stream replica entry → entry, configure's).  Control

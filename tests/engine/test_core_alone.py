@@ -20,9 +20,10 @@ from replicast.engine.core.events import ControlRefused, DeadLetter, NodeOptions
 from replicast.engine.core.failover import AllFeed, Failover
 from replicast.engine.core.heard import Heard
 from replicast.engine.core.hosted import Hosted, Inbound, Origin, ReplicaKind, Route, Start
-from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Emit, ForgetReplica, HoldAcks,
-                                           ReleaseHeld, RequestInputs, RequestStream, Retrim, ServeParked,
-                                           StartReplica, StartStamping, StepJoin)
+from replicast.engine.core.intents import (AdoptFrontier, CheckHorizon, CheckPort, Connected, ConnectPeer,
+                                           DisconnectPeer, Emit, ForgetReplica, HoldAcks,
+                                           ForgetStamped, ReleaseHeld, RequestInputs, RequestStream, Retrim,
+                                           ServeParked, StartReplica, StartStamping, StepJoin, TrackStamped)
 from replicast.engine.core.lifecycle import NOT_LIVE, Lifecycle
 from replicast.engine.core.outbox import Outbox
 from replicast.engine.core.pairs import Pairs, Unpaired
@@ -382,8 +383,7 @@ def test_control_policy_alone_takes_the_node_itself_and_the_coordinator_only():
 def test_control_alone_refuses_what_it_cannot_apply_and_touches_nothing_else():
     out, count = Outbox("n1", set()), counters()
     # The collaborators a refusal never reaches are left out (None): a refusal touches nothing else.
-    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now, sender=None,
-                      receiver=None, stamper=type("NoPeers", (), {"peer_stream": lambda s, x: False})(),
+    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now,
                       failover=AllFeed(), pairs=Unpaired())
     assert exhaust(control.deploy("n1", DeployReplica(ReplicaId("nope", 0), ("n1",)), now=0)) == (None, [])
     assert exhaust(control.remove("n1", RemoveReplica(ReplicaId("load", 0)), now=0)) == (None, [])
@@ -400,12 +400,11 @@ def test_control_alone_deploys_a_first_starts_own_replicas_as_first_start_only(s
     deploys: a fresh start's entry points claim their whole stream (lifecycle rule 5), a restarted
     node's do not, nor does anything a coordinator deploys."""
     out, count = Outbox("n1", set()), counters()
-    stub = type("Stub", (), {"track": lambda s, h: None, "peer_stream": lambda s, x: False})()
-    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=start, new_epoch=lambda now: now, sender=None,
-                      receiver=None, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=start, new_epoch=lambda now: now,
+                      failover=AllFeed(), pairs=Unpaired())
     _, intents = exhaust(control.deploy(src, DeployReplica(ReplicaId("cpu_a", 0), ("n1",)), now=0))   # (past control rule 5)
-    (hosted,) = [i.hosted for i in intents]
-    assert intents == [StartReplica(hosted)]                     # the lifecycle starts it, once routed
+    (hosted,) = {i.hosted for i in intents}
+    assert intents == [TrackStamped(hosted), StartReplica(hosted)]     # the stamper and lifecycle, once routed
     assert hosted.origin is origin and count["refused_control"] == 0
 
 
@@ -413,9 +412,8 @@ def test_control_alone_deploys_each_replica_with_its_kind_which_reads_as_its_nam
     """``Hosted.kind`` is a :class:`ReplicaKind`, fixed at deployment by the query's part it comes
     from; string-valued, so logs, snapshots and metrics labels read as they did."""
     out, count, started = Outbox("n1", set()), counters(), []
-    stub = type("Stub", (), {"track": lambda s, h: None, "peer_stream": lambda s, x: False})()
-    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now, sender=None,
-                      receiver=None, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+    control = Control(QUERY, OPTIONS, {}, {}, out, count, start=Start.FRESH, new_epoch=lambda now: now,
+                      failover=AllFeed(), pairs=Unpaired())
     for name in ("cpu_a", "load", "alerts"):
         _, intents = exhaust(control.deploy("n1", DeployReplica(ReplicaId(name, 0), ("n1",)), now=0))
         started += [i.hosted for i in intents if isinstance(i, StartReplica)]
@@ -433,15 +431,52 @@ def test_control_alone_returns_the_lifecycles_part_of_a_removal_and_a_disconnect
     stream = StreamReplica(ReplicaId("cpu_a", 0), target.replica, 0)
     hosted, inbound = {target.replica: target}, {stream: Inbound("n2")}
     out, count = Outbox("n1", {"n2"}), counters()
-    stub = type("Stub", (), {"forget": lambda s, r: None, "peer_stream": lambda s, x: False})()
     control = Control(QUERY, OPTIONS, hosted, inbound, out, count, start=Start.FRESH, new_epoch=lambda now: now,
-                      sender=None, receiver=None, stamper=stub, failover=AllFeed(), pairs=Unpaired())
+                      failover=AllFeed(), pairs=Unpaired())
     assert exhaust(control.disconnect("n1", DisconnectStream(stream), now=0)) == (None, [CheckPort(target, 0)])
     assert stream not in inbound
     inbound[stream] = Inbound("n2")
     removal = control.remove("n1", RemoveReplica(target.replica), now=1)
     assert next(removal) == ForgetReplica(target.replica) and out.messages == []     # before any other end hears
+    assert next(removal) == ForgetStamped(target.replica)
     assert exhaust(removal) == (None, []) and out.messages == [("n2", DisconnectStream(stream))]
+
+
+def test_control_alone_returns_what_a_connection_asks_of_the_sender_the_receiver_and_the_stamper():
+    """Control rules 2 and 7: a stream replica connected from here retains its log and answers an early
+    request (sender); one connected to here is requested (receiver), and again while its sender's
+    answer is still awaited; entry → entry in entry-stamped mode only tells the stamper where a peer is."""
+    source, target = entry("cpu_a", 0, peers=("n1",)), operator("load", 0, peers=("n1",))
+    stamped = entry("cpu_b", 0, peers=("n1", "n2"))
+    stamped.stamp = StampState({0: "n1"}, {})
+    hosted, inbound = {h.replica: h for h in (source, target, stamped)}, {}
+    out, count = Outbox("n1", {"n2"}), counters()
+    control = Control(QUERY, NodeOptions(entry_modes={"cpu_b": "entry"}), hosted, inbound, out, count,
+                      start=Start.FRESH, new_epoch=lambda now: now, failover=AllFeed(), pairs=Unpaired())
+    outward = StreamReplica(source.replica, ReplicaId("load", 1), 0)
+    _, intents = exhaust(control.connect("n1", ConnectStream(outward, "n1", "n2"), now=0))
+    route = source.routes[outward]
+    assert intents == [Retrim(source), Connected(outward, route)] and route.node == "n2"
+    inward = StreamReplica(ReplicaId("cpu_a", 1), target.replica, 0)
+    _, intents = exhaust(control.connect("n1", ConnectStream(inward, "n2", "n1"), now=0))
+    assert intents == [RequestStream(inward, inbound[inward], target)]
+    inbound[inward].state = InboundState.UNPOSITIONED                      # rule 7: asked again
+    assert exhaust(control.connect("n1", ConnectStream(inward, "n2", "n1"), now=1))[1] == intents
+    peer = StreamReplica(ReplicaId("cpu_b", 1), stamped.replica, 0)
+    assert exhaust(control.connect("n1", ConnectStream(peer, "n2", "n1"), now=2)) == (None,
+                                                                                 [ConnectPeer(stamped, 1, "n2")])
+    assert exhaust(control.disconnect("n1", DisconnectStream(peer), now=3)) == (None, [DisconnectPeer(stamped, 1)])
+    assert count["refused_control"] == 0 and out.messages == []
+
+
+@pytest.mark.parametrize("component", [Lifecycle, Control])
+def test_the_lifecycle_and_the_control_are_handed_no_sibling_component(component):
+    """Deliver 3 (docs/architecture.md, intents): what they ask of the sender, the receiver, the
+    stamper, the stamping or the lifecycle comes back as intents, so none of those is handed to them."""
+    import inspect
+    given = set(inspect.signature(component).parameters)
+    assert given.isdisjoint({"sender", "receiver", "stamper", "stamping", "lifecycle", "request_inputs",
+                             "hold_acks", "stamper_start", "release_held"})
 
 
 def test_node_options_hold_entry_modes_as_the_enum_and_refuse_any_other_text():
