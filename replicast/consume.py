@@ -9,7 +9,7 @@ broker queues what is published while the consumer is away); every payload goes 
 :class:`~replicast.consume_core.ExactlyOnce` (Alg. 1 on the output ids, §IV-B), and the position is
 saved to ``position`` (atomically: a temporary file renamed over it) after each payload's records
 were handed out, and only then is the message acknowledged to its broker
-(:mod:`replicast.consume_session`) — a consumer restarted with the same ``position`` and
+(:mod:`replicast.engine.aio.paho_link`) — a consumer restarted with the same ``position`` and
 ``client_id`` neither skips nor repeats, except the records of the one payload it was handing out
 when it was killed.  At most ``MAX_QUEUED`` messages wait to be handed out (flow control).
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 import msgspec
 
 from replicast.consume_core import ExactlyOnce, Order, Position
-from replicast.consume_session import (CONNACK_TIMEOUT_S, RECEIVE_MAXIMUM, ConnectRefused, Delivery, Link, NoConnack,
-                                       Protocol)
+from replicast.engine.aio.paho_link import (CONNACK_TIMEOUT_S, RECEIVE_MAXIMUM, ConnectRefused, Delivery, Link,
+                                           NoConnack, Protocol)
 from replicast.engine.mqtt_config import BrokerAddress, parse_broker_url
 from replicast.operators.errors import ReplicastError
 from replicast.operators.record import CLOSED
@@ -43,7 +43,7 @@ UNSUPPORTED_VERSION = (1, 132)
 #: for more bytes, not by refusing its version.
 V5_CONNECT_PROBE_S = 3
 #: Messages received and not yet handed out, from all brokers, past which the sockets are no longer
-#: read (consume_session rule 2: brokers do not all keep MQTT 5's Receive Maximum).
+#: read (engine.aio.paho_link rule 2: brokers do not all keep MQTT 5's Receive Maximum).
 MAX_QUEUED = 256
 
 
@@ -168,7 +168,7 @@ class Consumer:
 
     async def _session(self, index: int, broker: BrokerAddress) -> None:
         """One broker: connect, subscribe, queue deliveries; reconnect for ever.  A message is
-        acknowledged by :meth:`_commit` once the saved position covers it (consume_session)."""
+        acknowledged by :meth:`_commit` once the saved position covers it (engine.aio.paho_link)."""
         identifier = self.client_id if len(self.brokers) == 1 else f"{self.client_id}-{index}"
         protocol = await self._protocol(broker, identifier)
         topic = OUT_TOPIC.format(app=self.app)

@@ -21,7 +21,7 @@ from amqtt.plugins.base import BaseAuthPlugin
 from amqtt.session import Session
 
 #: Seconds a disconnected persistent session is kept (as the consumer's MQTT 5 session expiry,
-#: replicast/consume_session.py).
+#: engine/aio/paho_link.py).
 SESSION_EXPIRY_S = 3600
 
 

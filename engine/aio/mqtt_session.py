@@ -30,7 +30,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import ssl
@@ -43,7 +42,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from replicast.engine.aio.logs import LogBudget
-from replicast.engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
+from replicast.engine.aio.mqtt_input import RedeliveryFilter
+from replicast.engine.aio.paho_link import ConnectRefused, Delivery, Link, LinkError, Protocol
 from replicast.engine.aio.supervise import Backoff
 from replicast.engine.handshake import shorten
 from replicast.engine.mqtt_config import BrokerAddress, MqttSettings
@@ -53,6 +53,8 @@ log = logging.getLogger("replicast.node")
 
 #: CONNACK codes for "this protocol version is not spoken here" (MQTT 3.1.1 §3.2.2.3, MQTT 5 §3.2.2.2).
 UNSUPPORTED_VERSION = (1, 132)
+#: Seconds a CONNECT waits for its CONNACK, and a SUBSCRIBE or PUBLISH for its acknowledgement.
+CONNECT_TIMEOUT_S = CALL_TIMEOUT_S = 10
 #: Reconnect back-off cap: a broker back after a restart is found within this.
 RECONNECT_CAP_S = 1.0
 #: Failed connection attempts logged per minute and broker; the rest are counted in one line.
@@ -101,7 +103,8 @@ def tls_context(settings: MqttSettings, node: str) -> ssl.SSLContext:
 class BrokerSession:
     """Node ``node``'s session with ``broker``: subscribes to ``topic`` (if given) and hands each
     message to ``on_message(topic, payload)``; :meth:`publish` queues output.  :meth:`run` keeps it
-    connected for ever (a supervised task)."""
+    connected for ever (a supervised task).  Each connection is an :class:`engine.aio.paho_link.Link`
+    (paho's public API: it gives the DUP and session-present flags, module docstring there)."""
 
     def __init__(self, broker: BrokerAddress, settings: MqttSettings, node: str, metrics, *,
                  topic: str | None = None, on_message: Callable[[str, bytes], None] | None = None):
@@ -113,11 +116,18 @@ class BrokerSession:
         self.queued = self.acked = 0
         self.on_acked: Callable[[], None] | None = None
         self._wakeup = asyncio.Event()
-        self.protocol = aiomqtt.ProtocolVersion.V311 if broker.url == "embedded" else aiomqtt.ProtocolVersion.V5
+        self.protocol = Protocol.V311 if broker.url == "embedded" else Protocol.V5
         self.redeliveries = RedeliveryFilter()
         self.sessions_lost = 0
         self._tls = tls_context(settings, node) if broker.tls else None
         self._down_log = LogBudget(log, f"failed connections to MQTT broker {broker.url}", "mqtt_down", DOWN_LOG_BURST)
+        #: Messages received (and acknowledged by paho on receipt), not yet handed to ``on_message``:
+        #: kept across a lost connection, so none is dropped with it.
+        self._inbox: deque[Delivery] = deque()
+        self._received = asyncio.Event()
+        #: Per connection: the SUBACK's and the PUBACKs' futures (by packet id).
+        self._suback: asyncio.Future[None] | None = None
+        self._pubacks: dict[int, asyncio.Future[None]] = {}
 
     @property
     def connected(self) -> bool:
@@ -136,38 +146,33 @@ class BrokerSession:
         self._wakeup.set()
 
     # -- connecting -----------------------------------------------------------------------------
-    def _client(self, *, clean: bool) -> DupAwareClient:
-        """A client starting clean (a session that ends with the connection) or resuming the
-        persistent one (kept ``session_expiry_s`` after it)."""
+    def _link(self, *, clean: bool) -> Link:
+        """A connection starting clean (a session that ends with it) or resuming the persistent
+        one (kept ``session_expiry_s`` after it)."""
         settings = self.settings
-        common = dict(identifier=settings.identifier(self.node), username=settings.username,
-                      password=settings.password, keepalive=10, tls_context=self._tls, protocol=self.protocol,
-                      timeout=10)
-        if self.protocol is aiomqtt.ProtocolVersion.V5:
-            # The clean start carries no properties: a 3.1.1-only broker (amqtt) refuses such a
-            # CONNECT by its version, where one with properties leaves it waiting for bytes.
-            properties = None
-            if not clean:
-                properties = Properties(PacketTypes.CONNECT)
-                properties.SessionExpiryInterval = settings.session_expiry_s
-            return DupAwareClient(self.broker.host, self.broker.port, clean_start=clean, properties=properties, **common)
-        return DupAwareClient(self.broker.host, self.broker.port, clean_session=clean, **common)
+        return Link(self.broker, settings.identifier(self.node), self.protocol, clean=clean,
+                    deliver=self._deliver, on_subscribed=self._subscribed, on_published=self._published,
+                    receive_maximum=None, manual_ack=False, session_expiry_s=settings.session_expiry_s,
+                    bare_clean_start=True, username=settings.username, password=settings.password,
+                    tls_context=self._tls)
 
-    async def _connect(self, stack: contextlib.AsyncExitStack) -> DupAwareClient:
-        """A client entered on ``stack``, on a persistent session (rules 2, 3); raises MqttError."""
+    async def _connect(self) -> Link:
+        """An open link on a persistent session (rules 2, 3); raises LinkError or OSError."""
         clean = self.state is SessionState.NEW
         while True:
             try:
-                if clean:
-                    async with self._client(clean=True):      # rule 2: discard, then persist
-                        pass
-                return await stack.enter_async_context(self._client(clean=False))
-            except aiomqtt.MqttCodeError as error:       # a refusal in the CONNACK, here
-                code = getattr(error.rc, "value", error.rc)
-                if code in UNSUPPORTED_VERSION and self.protocol is aiomqtt.ProtocolVersion.V5:
+                if clean:                                 # rule 2: discard, then persist
+                    first = self._link(clean=True)
+                    await first.open(CONNECT_TIMEOUT_S)
+                    first.close()
+                link = self._link(clean=False)
+                await link.open(CONNECT_TIMEOUT_S)
+                return link
+            except ConnectRefused as error:               # a refusal in the CONNACK, here
+                if error.code in UNSUPPORTED_VERSION and self.protocol is Protocol.V5:
                     log.info("MQTT broker %s does not speak MQTT 5; using 3.1.1", self.broker.url,
                              extra={"event": "mqtt_protocol", "broker": self.broker.url})
-                    self.protocol = aiomqtt.ProtocolVersion.V311
+                    self.protocol = Protocol.V311
                     continue
                 raise
 
@@ -175,24 +180,28 @@ class BrokerSession:
         backoff = Backoff(cap=RECONNECT_CAP_S)
         url = self.broker.url
         while True:
+            link = None
             try:
-                async with contextlib.AsyncExitStack() as stack:
-                    client = await self._connect(stack)
-                    if self.state is SessionState.AWAY and not client.session_present:
-                        self._session_lost()
-                    if self.topic is not None:
-                        await self._subscribe(client)
-                    self._move("connected")           # ready only once subscribed (docs/node.md)
-                    backoff.reset()
-                    log.info("connected to MQTT broker %s (%s session)", url,
-                             "resumed" if client.session_present else "new", extra={"event": "mqtt_up", "broker": url})
-                    await self._serve(client)
-            except aiomqtt.MqttError as error:
+                link = await self._connect()
+                if self.state is SessionState.AWAY and not link.session_present:
+                    self._session_lost()
+                if self.topic is not None:
+                    await self._subscribe(link)
+                self._move("connected")           # ready only once subscribed (docs/node.md)
+                backoff.reset()
+                log.info("connected to MQTT broker %s (%s session)", url,
+                         "resumed" if link.session_present else "new", extra={"event": "mqtt_up", "broker": url})
+                await self._serve(link)
+            except (LinkError, OSError) as error:
                 if self._down_log.allow(int(time.monotonic() // 60)):
-                    log.warning("MQTT broker %s: %s", url, shorten(str(error), 200),
+                    log.warning("MQTT broker %s: %s", url, shorten(str(error) or type(error).__name__, 200),
                                 extra={"event": "mqtt_down", "broker": url})
             finally:
+                if link is not None:
+                    link.close()
+                self._forget_calls()
                 self._move("lost" if self.state is SessionState.CONNECTED else "failed")
+            self._hand_out()                      # what came before the link broke, acknowledged already
             await asyncio.sleep(backoff.next())
 
     def _session_lost(self) -> None:
@@ -204,16 +213,48 @@ class BrokerSession:
                     "expired): input published while the node was away is lost to it", url, self.node,
                     extra={"event": "mqtt_session_lost", "broker": url})
 
-    async def _subscribe(self, client: aiomqtt.Client) -> None:
-        granted = await client.subscribe(self.topic, qos=1)
-        codes = [getattr(g, "value", g) for g in granted]
+    async def _subscribe(self, link: Link) -> None:
+        self._suback = asyncio.get_running_loop().create_future()
+        link.subscribe(self.topic)
+        await self._until(link, self._suback, f"no SUBACK for {self.topic} within {CALL_TIMEOUT_S} s")
+        codes = link.granted
         if any(code >= 128 for code in codes):
-            raise aiomqtt.MqttError(f"the broker refused the subscription to {self.topic} "
-                                    f"(code {codes[0]}: check the broker's ACL for this user)")
+            raise LinkError(f"the broker refused the subscription to {self.topic} "
+                            f"(code {codes[0]}: check the broker's ACL for this user)")
 
-    async def _serve(self, client: aiomqtt.Client) -> None:
+    async def _until(self, link: Link, future: asyncio.Future, late: str) -> None:
+        """Wait for ``future`` (a SUBACK, a PUBACK) while ``link`` is open, at most CALL_TIMEOUT_S."""
+        done, _ = await asyncio.wait([future, link.closed], timeout=CALL_TIMEOUT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if future in done:
+            return
+        raise LinkError(f"connection lost ({link.close_reason or 'closed'})" if link.closed.done() else late)
+
+    def _forget_calls(self) -> None:
+        for future in [self._suback, *self._pubacks.values()]:
+            if future is not None and not future.done():
+                future.cancel()
+        self._suback, self._pubacks = None, {}
+
+    # -- paho's callbacks (on the event loop's thread) ------------------------------------------
+    def _deliver(self, delivery: Delivery) -> None:
+        self._inbox.append(delivery)
+        self._received.set()
+
+    def _subscribed(self) -> None:
+        if self._suback is not None and not self._suback.done():
+            self._suback.set_result(None)
+
+    def _published(self, mid: int) -> None:
+        future = self._pubacks.get(mid)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    # -- a connection's life --------------------------------------------------------------------
+    async def _serve(self, link: Link) -> None:
         """Input and output live and die together: whichever ends first ends the connection."""
-        tasks = [asyncio.create_task(self._input(client)), asyncio.create_task(self._output(client))]
+        tasks = [asyncio.create_task(self._input()), asyncio.create_task(self._output(link)),
+                 asyncio.create_task(self._keepalive(link))]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -221,35 +262,51 @@ class BrokerSession:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         for task in done:
-            task.result()                  # re-raise what ended it (MqttError or a bug)
+            task.result()                  # re-raise what ended it (LinkError or a bug)
 
-    async def _input(self, client: DupAwareClient) -> None:
-        async for message in client.messages:
-            topic = str(message.topic)
-            payload = message.payload
-            if not isinstance(payload, (bytes, bytearray)):
-                payload = str(payload if payload is not None else "").encode()
-            payload = bytes(payload)
-            if self.redeliveries.is_redelivery(message.mid, client.was_dup(message), topic, payload):
+    @staticmethod
+    async def _keepalive(link: Link) -> None:
+        await link.run()                   # pings until the connection closes
+        raise LinkError(f"connection lost ({link.close_reason or 'closed'})")
+
+    async def _input(self) -> None:
+        while True:
+            self._hand_out()
+            self._received.clear()
+            await self._received.wait()
+
+    def _hand_out(self) -> None:
+        """Hand each received message to ``on_message``, but QoS-1 redeliveries (rule 6)."""
+        while self._inbox:
+            delivery = self._inbox.popleft()
+            topic, payload = delivery.topic, bytes(delivery.payload)
+            if self.redeliveries.is_redelivery(delivery.mid, delivery.dup, topic, payload):
                 self.metrics.mqtt_redeliveries.inc()
                 continue
             if self.on_message is not None:
-                traceparent = _traceparent(message)
+                traceparent = _traceparent(delivery.properties)
                 if traceparent is None:
                     self.on_message(topic, payload)
                 else:                          # an external producer's trace (docs/tracing.md)
                     self.on_message(topic, payload, traceparent)
 
-    async def _output(self, client: aiomqtt.Client) -> None:
+    async def _output(self, link: Link) -> None:
         queue = self.outbox
+        loop = asyncio.get_running_loop()
         while True:
             while queue:
                 topic, payload, user_properties, retain = queue[0]
                 properties = None
-                if user_properties and self.protocol is aiomqtt.ProtocolVersion.V5:
+                if user_properties and self.protocol is Protocol.V5:
                     properties = Properties(PacketTypes.PUBLISH)
                     properties.UserProperty = user_properties
-                await client.publish(topic, payload, qos=1, properties=properties, retain=retain)
+                future = loop.create_future()
+                mid = link.publish(topic, payload, properties=properties, retain=retain)
+                self._pubacks[mid] = future
+                try:
+                    await self._until(link, future, f"no PUBACK for a message to {topic} within {CALL_TIMEOUT_S} s")
+                finally:
+                    self._pubacks.pop(mid, None)
                 queue.popleft()                  # only once the broker has it: never lost on reconnect
                 self.acked += 1
                 if self.on_acked is not None:
@@ -291,9 +348,8 @@ async def read_retained(broker: BrokerAddress, settings: MqttSettings, node: str
     return None
 
 
-def _traceparent(message) -> str | None:
-    """The W3C ``traceparent`` user property of an MQTT 5 message, if it has one."""
-    properties = getattr(message, "properties", None)
+def _traceparent(properties) -> str | None:
+    """The W3C ``traceparent`` user property of an MQTT 5 message (its ``properties``), if it has one."""
     for key, value in getattr(properties, "UserProperty", None) or ():
         if key == "traceparent":
             return value

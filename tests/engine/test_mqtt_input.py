@@ -1,52 +1,67 @@
-"""The contract engine/aio/mqtt_input.py relies on in the installed aiomqtt: its two callback hooks,
-wrapped, still queue each message for the public ``messages`` iterator, and the wrapper reads the
-DUP and session-present flags beside them (an aiomqtt upgrade that changes the hooks fails here)."""
+"""The contract engine/aio/mqtt_input.py and mqtt_session.py rely on in the installed paho-mqtt,
+through its public API only (engine/aio/paho_link.py): a real mosquitto redelivers a message that
+was not acknowledged, and the link reports it with DUP set on a resumed session (CONNACK's
+session-present flag); a clean start reports no session.  A paho upgrade that loses either flag
+fails here, not in production.  Then the redelivery filter's rule (§IV-B: a redelivery is not a
+second occurrence)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import paho.mqtt.client as paho
-from paho.mqtt.client import ConnectFlags
-from paho.mqtt.reasoncodes import ReasonCode
-from paho.mqtt.packettypes import PacketTypes
+import pytest
 
-from replicast.engine.aio.mqtt_input import DupAwareClient, RedeliveryFilter
+from replicast.engine.aio.mqtt_input import RedeliveryFilter
+from replicast.engine.aio.paho_link import Delivery, Link, Protocol
+from replicast.engine.mqtt_config import BrokerAddress
+from tests.integration.helpers import mosquitto
 
-
-def publish(mid: int, payload: bytes, dup: bool) -> paho.MQTTMessage:
-    message = paho.MQTTMessage(mid, b"replicast/in/cpu")
-    message.payload, message.qos, message.dup = payload, 1, dup
-    return message
+TOPIC = "replicast/in/cpu"
 
 
-def test_messages_come_through_the_public_iterator_with_their_dup_flags_in_order():
-    async def main():
-        client = DupAwareClient("127.0.0.1", 1)
-        # The broker may reuse packet id 7 once acknowledged, before we read the first message.
-        for mid, payload, dup in ((7, b"a", False), (8, b"b", True), (7, b"c", True), (7, b"d", False)):
-            client._on_message(None, None, publish(mid, payload, dup))      # noqa: SLF001 (the hook under test)
-        got = []
-        async for message in client.messages:
-            got.append((message.mid, message.payload, client.was_dup(message)))
-            if len(got) == 4:
-                break
-        return got, client
-
-    got, client = asyncio.run(main())
-    assert got == [(7, b"a", False), (8, b"b", True), (7, b"c", True), (7, b"d", False)]
-    assert client._dups == {}                                                # noqa: SLF001 (nothing left behind)
+async def _open(broker, identifier: str, protocol: Protocol, *, clean: bool, inbox: asyncio.Queue,
+                subscribe: bool = False, on_published=lambda mid: None) -> Link:
+    subscribed = asyncio.Event()
+    link = Link(broker, identifier, protocol, clean=clean, deliver=inbox.put_nowait, on_subscribed=subscribed.set,
+                on_published=on_published)
+    await link.open(10)
+    if subscribe:
+        link.subscribe(TOPIC)
+        await asyncio.wait_for(subscribed.wait(), 10)
+    return link
 
 
-def test_the_connack_session_present_flag_is_kept():
-    async def main():
-        client = DupAwareClient("127.0.0.1", 1)
-        assert client.session_present is False
-        client._on_connect(None, None, ConnectFlags(session_present=True),  # noqa: SLF001 (the hook under test)
-                           ReasonCode(PacketTypes.CONNACK, identifier=0))
-        return client.session_present
+async def _redelivered(port: int, protocol: Protocol) -> tuple[Delivery, bool, Delivery, bool]:
+    """Receive one message without acknowledging it, reconnect: (first copy, session present then,
+    second copy, session present on the resumed connection)."""
+    broker = BrokerAddress(f"mqtt://127.0.0.1:{port}", "127.0.0.1", port)
+    inbox: asyncio.Queue[Delivery] = asyncio.Queue()
+    node = await _open(broker, "node", protocol, clean=True, inbox=inbox)
+    node.close()                                      # the clean start discards any session
+    node = await _open(broker, "node", protocol, clean=False, inbox=inbox, subscribe=True)
+    fresh = node.session_present
+    acked = asyncio.get_running_loop().create_future()
+    sender = await _open(broker, "sender", protocol, clean=True, inbox=asyncio.Queue(), on_published=acked.set_result)
+    mid = sender.publish(TOPIC, b"42")
+    assert await asyncio.wait_for(acked, 10) == mid
+    first = await asyncio.wait_for(inbox.get(), 10)
+    node.close()                                      # no PUBACK went: the broker keeps it for the session
+    node = await _open(broker, "node", protocol, clean=False, inbox=inbox)
+    second = await asyncio.wait_for(inbox.get(), 10)
+    resumed = node.session_present
+    node.close()
+    sender.close()
+    return first, fresh, second, resumed
 
-    assert asyncio.run(main()) is True
+
+@pytest.mark.parametrize("protocol", [Protocol.V5, Protocol.V311])
+def test_a_redelivery_comes_with_dup_set_on_a_resumed_session(tmp_path, protocol):
+    with mosquitto(tmp_path) as port:
+        first, fresh, second, resumed = asyncio.run(_redelivered(port, protocol))
+    assert (first.topic, first.payload, first.dup) == (TOPIC, b"42", False)
+    assert fresh is False                             # after the clean start, no session was kept
+    assert (second.topic, second.payload, second.mid, second.dup) == (TOPIC, b"42", first.mid, True)
+    assert resumed is True
 
 
 def test_a_redelivery_is_dropped_only_with_dup_set_and_a_remembered_id_and_content():
