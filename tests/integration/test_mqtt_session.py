@@ -2,7 +2,9 @@
 engine/aio/paho_link.py) with the ``[mqtt]`` options of docs/deploy.md against a real mosquitto:
 TLS checked against ``ca`` and the broker's host name, a username and password.  The session's own
 output comes back through its subscription (PUBACK for the output, QoS 1 in); a wrong password or a
-certificate from another CA is refused, logged and never connected."""
+certificate from another CA is refused, logged and never connected.  And MQTT 5 first, 3.1.1 from
+then on with a broker that refuses 5 (the amqtt broker ``broker = "embedded"`` runs, here named by
+its address so the session does not know it in advance)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from amqtt.broker import Broker
+
+from replicast.engine.aio.broker import broker_config
 from replicast.engine.aio.metrics import NodeMetrics
 from replicast.engine.aio.mqtt_session import BrokerSession
+from replicast.engine.aio.paho_link import Protocol
 from replicast.engine.mqtt_config import BrokerAddress, MqttSettings
+from replicast.experiments.ports import free_loopback_ports
 from tests.integration.helpers import mosquitto
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("mosquitto_passwd") is None,
-                                reason="openssl and mosquitto_passwd are needed")
+needs_tools = pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("mosquitto_passwd") is None,
+                                 reason="openssl and mosquitto_passwd are needed")
 
 PASSWORD = "s3cret-for-the-test"
 
@@ -83,6 +90,7 @@ async def _run(target: BrokerSession, until) -> None:
     assert not task.done() or task.cancelled()
 
 
+@needs_tools
 def test_a_session_over_tls_with_a_password_sends_and_receives(secured):
     directory, port = secured
     received: list = []
@@ -97,6 +105,7 @@ def test_a_session_over_tls_with_a_password_sends_and_receives(secured):
     assert target.acked == 1 and target.sessions_lost == 0
 
 
+@needs_tools
 @pytest.mark.parametrize("password, ca, refusal", [("wrong", "ca.crt", "Not authorized"),
                                                    (PASSWORD, "other.crt", "CERTIFICATE_VERIFY_FAILED")])
 def test_a_wrong_password_or_an_untrusted_broker_is_refused_and_logged(secured, caplog, password, ca, refusal):
@@ -115,3 +124,28 @@ def test_a_wrong_password_or_an_untrusted_broker_is_refused_and_logged(secured, 
     asyncio.run(main())
     assert refused(), [r.getMessage() for r in caplog.records]
     assert not target.connected and target.acked == 0 and received == []
+
+
+def test_a_broker_that_refuses_mqtt_5_is_spoken_to_in_3_1_1(caplog):
+    port = free_loopback_ports(1)[0]
+    address = BrokerAddress(f"mqtt://127.0.0.1:{port}", "127.0.0.1", port)
+    received: list = []
+    target = BrokerSession(address, MqttSettings(default=address), "n1", NodeMetrics("n1"), topic="replicast/in/#",
+                           on_message=lambda topic, payload: received.append((topic, payload)))
+    caplog.set_level(logging.INFO, logger="replicast.node")
+
+    async def main():
+        broker = Broker(broker_config("127.0.0.1", port))
+        await broker.start()
+        try:
+            assert target.protocol is Protocol.V5
+            target.publish("replicast/in/cpu", b"42")
+            await _run(target, lambda: received)
+        finally:
+            await broker.shutdown()
+
+    asyncio.run(main())
+    assert received == [("replicast/in/cpu", b"42")]
+    assert target.protocol is Protocol.V311
+    assert [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "mqtt_protocol"] == [
+        f"MQTT broker {address.url} does not speak MQTT 5; using 3.1.1"]
