@@ -25,6 +25,12 @@ Rules:
 5. **Output is sent until the broker has it**: a message leaves the outbox only when its PUBACK
    arrives; one in flight when the connection breaks is sent again (at least once).
 6. QoS-1 redeliveries of input already handled are dropped (:mod:`engine.aio.mqtt_input`).
+
+Each connection is an :class:`engine.aio.paho_link.Link`: paho-mqtt driven on its public
+external-event-loop API, as the consumer's connections are.  aiomqtt 2.5 drops the DUP flag (rule
+6) and the CONNACK's session-present flag (rule 4) and has no public API for either; paho reports
+both publicly.  (Reading them from aiomqtt meant wrapping its private callback hooks.)  aiomqtt
+still serves :func:`read_retained`, through its public API only.
 """
 
 from __future__ import annotations
