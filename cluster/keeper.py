@@ -17,7 +17,8 @@ Rules:
    restart would fail the same way, and ``cluster up`` names the node with its last log line) or
    death by a signal (SIGKILL is how a server's death is emulated; the keeper exits 128 + signal).
 4. SIGTERM or SIGINT to the keeper is passed to the node, which stops cleanly; the keeper then exits
-   0 without restarting it.
+   0 without restarting it.  One that comes while the node is being started (the child forked, the
+   keeper not yet holding it) is passed on as soon as the keeper holds it.
 5. Each restart is one JSON log line (``event: node_restarting``) in the node's log.
 """
 
@@ -57,12 +58,16 @@ class Keeper:
     def __init__(self, name: str, command: list[str]):
         self.name, self.command = name, command
         self.child: subprocess.Popen | None = None
-        self.stopping = False
+        self.stop_signal: int | None = None     # the SIGTERM or SIGINT received (rule 4), if any
         self.restarts = 0
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_signal is not None
 
     def stop(self, signum: int, frame=None) -> None:
         """Rule 4: pass the signal on; no restart after it."""
-        self.stopping = True
+        self.stop_signal = signum
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
 
@@ -71,8 +76,10 @@ class Keeper:
 
     def run(self) -> int:
         backoff, exits = Backoff(0.1, 5.0), deque()
-        while True:
+        while not self.stopping:
             self.child = self._start()
+            if self.stop_signal is not None:             # rule 4: it came while the child was starting
+                self.child.send_signal(self.stop_signal)
             status = self.child.wait()
             if self.stopping:
                 return 0
@@ -93,6 +100,7 @@ class Keeper:
                         extra={"event": "node_restarting", "status": status, "restarts": self.restarts})
             if self._sleep(delay):
                 return 0
+        return 0                                         # stopped before the node was started
 
 
     def _sleep(self, seconds: float) -> bool:

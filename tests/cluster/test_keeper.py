@@ -60,3 +60,28 @@ def test_sigterm_stops_the_node_cleanly_and_a_killed_keeper_takes_its_node_along
         assert process.wait(20) == status
         node.wait(20)                        # gone: stopped by the forwarded SIGTERM, or by PR_SET_PDEATHSIG
         assert not node.is_running()
+
+
+def test_a_sigterm_while_the_node_is_being_started_is_passed_on_once_the_keeper_holds_it():
+    """The race the test above can hit: the signal comes after the node's fork (the test sees the child)
+    but before ``Popen`` returns, when the keeper does not hold the child yet; it must still reach it."""
+    kept = keeper.Keeper("n1", python("import time; time.sleep(60)"))
+    start = kept._start
+
+    def start_then_signal():
+        child = start()
+        kept.stop(signal.SIGTERM)                   # the handler runs before the keeper holds the child
+        return child
+
+    kept._start = start_then_signal
+    began = time.monotonic()
+    assert kept.run() == 0
+    assert kept.child.returncode == -signal.SIGTERM
+    assert time.monotonic() - began < 30            # not the sleeper's 60 s
+
+
+def test_a_sigterm_before_the_first_start_starts_nothing():
+    kept = keeper.Keeper("n1", python("import time; time.sleep(60)"))
+    kept.stop(signal.SIGTERM)
+    assert kept.run() == 0
+    assert kept.child is None
