@@ -73,11 +73,15 @@ def messages(source: Source, start: int, end: int, trace_rtt, *, begin: int | No
                 break
             if punctuation == CLOSED or when < begin:
                 continue
+            if not source.stamped:                 # entry-stamped: bare values, the entry point stamps them
+                if records:
+                    yield when, [dict(zip(names, r[1:])) for r in records]
+                continue
             items: list[dict] = [{"ts": r[0], **dict(zip(names, r[1:]))} for r in records]
             if punctuation is not None:
                 items.append({"punctuation": punctuation})
             yield when, items
-        if close:
+        if close and source.stamped:
             yield max(begin, min(end, source.records[-1][0] + 1 if source.records else start)), [{"punctuation": CLOSED}]
         return
     rng = source.rng()

@@ -80,3 +80,21 @@ def test_a_publication_in_flight_when_the_sources_engine_crashes_still_arrives()
     assert ("s", 15.0) in counts, "the publication in flight at the crash was lost with the engine's connections"
     assert sorted(counts) == published
     assert set(counts.values()) == {1}
+
+
+def test_an_entry_stamped_events_source_sends_bare_values_and_no_punctuation():
+    """An ``events`` source replays its file's records at their times; entry-stamped (``stamped=False``,
+    scenario ``entry_mode = "entry"``) it sends what the entry point stamps: values without ``ts`` and no
+    punctuations, like the ``cpu`` and ``ping`` sources (simulator/sources.py).  Before, it sent ``ts``
+    and punctuations, every record was refused as a dead letter and nothing was delivered."""
+    from replicast.simulator.sources import Source, messages
+    records = [(1_000_000 + i * 300_000, "s", float(i)) for i in range(10)]
+    sent = {stamped: list(messages(Source("cpu", "e1", "events", punctuation_us=1_000_000, records=records,
+                                          names=("server", "load"), stamped=stamped), 0, 10**9, None, close=True))
+            for stamped in (True, False)}
+    bare = [item for _, items in sent[False] for item in items]
+    assert bare == [{"server": "s", "load": float(i)} for i in range(10)]
+    assert [when for when, _ in sent[False]] == sorted({r[0] for r in records})
+    stamped = [item for _, items in sent[True] for item in items]
+    assert [item["ts"] for item in stamped if "ts" in item] == [r[0] for r in records]
+    assert any("punctuation" in item for item in stamped)
