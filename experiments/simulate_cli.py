@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kmax={s['kmax']}: {s['delivered']} records, latency p50 {q['p50']} ms, p99 {q['p99']} ms, "
               f"max {q['max']} ms; bandwidth {s['bandwidth_ratio']:.2f}x, cost {s['cost_ratio']:.2f}x; "
               f"{s['wall_s']:.1f} s wall")
+        _warn_dead_letters(s)
         if "coordinator" in s:
             static = s.get("static")
             print(f"  coordinator: {_decisions(s['coordinator']['decisions'])}; network cost {s['network_cost']:.0f}"
@@ -310,10 +311,23 @@ def _print_sweep(runs: list[dict[str, Any]], out: Path, png: Path) -> None:
         print(f"kmax={s['kmax']} {s['deployment']}: {s['delivered']} records in {s['segments']} segment(s), latency "
               f"p50 {q['p50']} ms, p99 {q['p99']} ms, max {q['max']} ms; bandwidth {s['bandwidth_ratio']:.2f}x, "
               f"cost {s['cost_ratio']:.2f}x; {s['wall_s']:.1f} s of task time")
+        _warn_dead_letters(s)
     print(f"wrote {out}/ (deliveries/ and bandwidth/: Parquet partitioned by kmax, deployment, segment; "
           f"summary.json) and {png}")
     with contextlib.suppress(Exception):
         sys.stdout.flush()
+
+
+def _warn_dead_letters(summary: dict[str, Any]) -> None:
+    """A run whose entry points rejected input items says so, with why (docs/simulator.md, "Outputs"):
+    a scenario whose every record is rejected would otherwise just print 0 records."""
+    count = summary.get("dead_letters", 0)
+    if not count:
+        return
+    reasons = "; ".join(f"{reason} ({n})" for reason, n in list(summary.get("dead_letter_reasons", {}).items())[:3])
+    log.warning("kmax=%s%s: %d input items rejected as dead letters%s — %s", summary["kmax"],
+                f" {summary['deployment']}" if "deployment" in summary else "", count,
+                ", nothing delivered" if not summary.get("delivered") else "", reasons or "reasons not recorded")
 
 
 def _plot_cost(runs: list[dict[str, Any]], out: Path, scenario: Any, servers: int) -> Path:

@@ -24,6 +24,7 @@ what was kept (counts per application, records, bytes and cost per stream kind) 
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,10 @@ DELIVERY_SCHEMA = pa.schema([("app", pa.dictionary(pa.int32(), pa.string())), ("
                              ("path", pa.dictionary(pa.int32(), pa.string()))])
 BANDWIDTH_SCHEMA = pa.schema([("t_us", pa.int64()), ("stream", pa.dictionary(pa.int32(), pa.string())),
                               ("records", pa.int64()), ("bytes", pa.int64()), ("cost", pa.float64())])
+
+
+#: How many distinct dead-letter reasons a run names in its summary.
+DEAD_LETTER_REASONS = 10
 
 
 class Recorder(Observer):
@@ -74,6 +79,9 @@ class Recorder(Observer):
         self.closed: set[str] = set()
         self.done = done
         self.dead_letters = 0
+        #: Why input items were rejected, per stream ("stream: reason" -> count), the first
+        #: DEAD_LETTER_REASONS distinct ones; the rest are counted under "other reasons".
+        self.dead_letter_reasons: Counter[str] = Counter()
         # The current bucket's traffic: id(stream replica) or "control" -> ([records, bytes,
         # record-weighted one-way ms], batch header size); earlier buckets' rows are in the columns.
         self._bucket, self._row = -1, {}
@@ -135,6 +143,10 @@ class Recorder(Observer):
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
         self.dead_letters += 1
+        reason = f"{event.stream}: {event.reason}"
+        if reason not in self.dead_letter_reasons and len(self.dead_letter_reasons) >= DEAD_LETTER_REASONS:
+            reason = "other reasons"
+        self.dead_letter_reasons[reason] += 1
 
     def decided(self, node: str, decision: Any, now: int) -> None:
         self.decisions.append((now, type(decision).__name__.lower(), decision.reason, decision.target, node))

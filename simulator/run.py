@@ -338,6 +338,7 @@ def summarise(result: RunResult, sim: Simulation, prepared: Prepared, wall: floa
         "network_cost": round(float(totals.data[2]) * prepared.scenario.bucket_s / seconds, 3),
         "cost_over_time": [[round((t - begin) / 1e6, 3), round(cost, 3)] for t, cost in sorted(totals.cost_by_bucket.items())],
         "dead_letters": recorder.dead_letters,
+        "dead_letter_reasons": dict(recorder.dead_letter_reasons.most_common()),
         "lifecycle": lifecycle_counts(sim),
         "placement": sim.placement,              # at the end of the run (replicas added or removed by faults)
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -153,6 +154,8 @@ def run_entry(parts: list[dict[str, Any]], totals: Any, per_app: dict[str, int],
         "data_bytes_sent": int(totals.data[1]),
         "network_cost": round(float(totals.data[2]) * scenario.bucket_s / span_s, 3),
         "dead_letters": sum(s["dead_letters"] for s in parts),
+        "dead_letter_reasons": dict(sum((Counter(s.get("dead_letter_reasons", {})) for s in parts), Counter())
+                                    .most_common()),
         "peak_rss_mb": max((s.get("peak_rss_mb") or 0) for s in parts),
         "warmup_s": round(max(s["segment"]["begin_us"] - s["segment"]["warm_us"] for s in parts) / 1e6, 3),
         "placement": parts[0]["placement"],
