@@ -33,17 +33,21 @@ class TraceStore:
     """Lookups into one canonical trace; build with :meth:`TraceStore.open`."""
 
     def __init__(self, trace_dir: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, cache_chunks: int = 2):
-        self.path = Path(trace_dir)
-        self.meta = fmt.read_meta(self.path)
-        self.nodes: list[str] = fmt.read_nodes(self.path).column("name").to_pylist()
-        self.n_nodes = len(self.nodes)
-        if self.n_nodes != self.meta.n_nodes:
-            raise TraceError(f"{fmt.nodes_path(self.path)}: {self.n_nodes} nodes but meta.json says {self.meta.n_nodes}")
-        self.interval_us = self.meta.interval_us
-        self.n_frames = self.meta.n_frames
-        self.duration_us = self.meta.duration_us
-        self._fragments = list(fmt.dataset(self.path).get_fragments())
-        self.chunk_frames = max(1, min(self.n_frames, chunk_bytes // (4 * self.n_nodes * self.n_nodes)))
+        path = Path(trace_dir)
+        meta = fmt.read_meta(path)
+        nodes: list[str] = fmt.read_nodes(path).column("name").to_pylist()
+        if len(nodes) != meta.n_nodes:
+            raise TraceError(f"{fmt.nodes_path(path)}: {len(nodes)} nodes but meta.json says {meta.n_nodes}")
+        self._fragments = list(fmt.dataset(path).get_fragments())
+        self._setup(path, meta, nodes, max(1, chunk_bytes // (4 * meta.n_nodes * meta.n_nodes)), cache_chunks)
+
+    def _setup(self, path: Path, meta: fmt.TraceMeta, nodes: list[str], chunk_frames: int, cache_chunks: int) -> None:
+        """What every store has, wherever its frames come from (:meth:`_load` makes a chunk)."""
+        self.path, self.meta, self.nodes, self.n_nodes = path, meta, nodes, len(nodes)
+        self.interval_us = meta.interval_us
+        self.n_frames = meta.n_frames
+        self.duration_us = meta.duration_us
+        self.chunk_frames = max(1, min(self.n_frames, chunk_frames))
         self._cache: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._cache_chunks = max(1, cache_chunks)
         self._outages: dict[tuple[int, int], list[tuple[int, int]]] | None = None
