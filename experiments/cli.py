@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "fig4.png.")
     fig4.add_argument("--paper-scale", action="store_true",
                       help="the paper's scale on the timing tier: 100 servers, 10 applications, a month of a synthetic "
-                           "PlanetLab-like trace (made under OUT/traces on first use; --trace, --duration, --servers "
+                           "PlanetLab-like trace (generated in process as it is read; --trace, --duration, --servers "
                            "change it); writes fig4_paper.csv, fig4_paper_ccdf.csv and the report fig4_paper.md")
     fig4.add_argument("--servers", type=int, metavar="N", help="with --paper-scale: servers (default 100)")
     fig5 = _simulated_figure(

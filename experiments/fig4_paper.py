@@ -5,7 +5,8 @@ timing tier (simulator/timing.py; docs/simulator.md, "The timing tier").
 output tuples that appeared at 10 different applications": here the Fig. 1 query of the shipped
 sim-fig1 scenario made for ``servers`` servers (two sources each, a Union per kind, the Join, ten
 Filters and ten applications, as ``examples/make_sim_fig1.py`` makes it for 30), over a trace of
-``days`` days (default: a month of ``replicast trace synth --like planetlab``, made on first use),
+``days`` days (default: a month of ``replicast trace synth --like planetlab``, generated in process
+as the timing tier reads it: :func:`month_store`),
 at kmax 1–5 with the random and the min-cost deployment.
 
 A month is billions of deliveries per configuration, so no deliveries file is written: each
@@ -79,19 +80,45 @@ def paper_scenario(folder: Path, trace: str, servers: int, apps: int, duration_s
     return load_scenario(folder / "scenario.toml")
 
 
+#: The synthetic month's seed and frame interval (``replicast trace synth --seed 0 --interval 10s``).
+SEED, INTERVAL_US = 0, 10_000_000
+
+
+def planetlab_params() -> Any:
+    """The generator's parameters of ``replicast trace synth --like planetlab`` (default ``--fit-frames``)."""
+    from replicast.traces import calibrate
+    from replicast.traces.store import TraceStore
+
+    return calibrate.like_planetlab(calibrate.fit_store(TraceStore.open("seattle"), max_frames=2000))
+
+
 def month_trace(out: Path, servers: int, days: int, progress: bool) -> str:
     """The trace directory of ``replicast trace synth --like planetlab`` for ``servers`` × ``days``
-    at 10-s frames (made once under ``out/traces``: ~340 MB and ~2 CPU minutes a day of 100 servers)."""
-    from replicast.traces import build, calibrate, synth
-    from replicast.traces.store import TraceStore
+    at 10-s frames, made once under ``out/traces`` (~320 MB and ~7 CPU s a day of 100 servers;
+    fig5 --paper-scale's segments read it from disk)."""
+    from replicast.traces import build, synth
 
     folder = out / "traces" / f"planetlab-{servers}n-{days}d"
     if not (folder / "meta.json").exists():
         build.prepare_out(folder, True)
-        params = calibrate.like_planetlab(calibrate.fit_store(TraceStore.open("seattle"), max_frames=2000))
-        synth.generate(params, folder, n_nodes=servers, n_frames=days * 8640, interval_us=10_000_000, seed=0,
-                       progress=progress)
+        synth.generate(planetlab_params(), folder, n_nodes=servers, n_frames=days * 8640, interval_us=INTERVAL_US,
+                       seed=SEED, progress=progress)
     return str(folder)
+
+
+def month_store(servers: int, days: int) -> Any:
+    """The same trace as :func:`month_trace` writes, generated in process as it is read
+    (:class:`traces.synth_store.SynthStore`): nothing on disk, memory flat over the month."""
+    from replicast.traces.synth_store import SynthStore
+
+    return SynthStore(planetlab_params(), n_nodes=servers, n_frames=days * 8640, interval_us=INTERVAL_US, seed=SEED,
+                      name=f"planetlab-{servers}n-{days}d")
+
+
+def synth_command(servers: int, days: int) -> str:
+    """The command that writes :func:`month_store`'s trace to disk."""
+    return (f"replicast trace synth --like planetlab --nodes {servers} --duration {days}d --interval 10s "
+            f"--seed {SEED} --out DIR")
 
 
 def tails(sink: Any) -> dict[str, float]:
@@ -121,9 +148,12 @@ def run(out: Path, *, trace: str | None = None, servers: int = SERVERS, apps: in
     from replicast.simulator.timing import run_configs
 
     out.mkdir(parents=True, exist_ok=True)
-    trace = trace or month_trace(out, servers, int(np.ceil(days)), progress)
-    scenario = paper_scenario(out / "scenario", trace, servers, apps, days * 86400.0)
-    prepared = Prepared(scenario)
+    store = None
+    if trace is None:                  # the synthetic month, made as it is read (nothing on disk)
+        store = month_store(servers, int(np.ceil(days)))
+        trace = f"{store.meta.name} (generated in process; on disk: {synth_command(servers, int(np.ceil(days)))})"
+    scenario = paper_scenario(out / "scenario", store.meta.name if store else trace, servers, apps, days * 86400.0)
+    prepared = Prepared(scenario, store)
     configs = [(k, kind) for kind in DEPLOYMENTS.values() for k in kmax]
     bar = None
     if progress:
