@@ -36,6 +36,7 @@ def test_paper_scale_writes_the_tails_and_the_report(tiny):
     report = (tiny / "fig4_paper.md").read_text(encoding="utf-8")
     assert "| min-cost | 2 |" in report and "(4.78)" in report and "(5.98)" in report
     assert "13.39 times higher network cost" in report and "kmax 2: the paper's" in report
+    assert "generated in process" in report and not (tiny / "traces").exists()    # nothing written but results
     ccdf = list(csv.DictReader((tiny / "fig4_paper_ccdf.csv").open(encoding="utf-8")))
     assert {(r["deployment"], r["kmax"]) for r in ccdf} == {(r["deployment"], r["kmax"]) for r in rows}
 
@@ -45,8 +46,9 @@ def test_tails_from_the_histogram_match_the_deliveries(tiny):
     from replicast.simulator.run import Prepared
     from replicast.simulator.timing import run_configs
 
-    scenario = fig4_paper.paper_scenario(tiny / "check", str(next((tiny / "traces").iterdir())), 6, 10, 7200.0)
-    (sink,) = run_configs(Prepared(scenario), [(2, "min-cost")], thresholds_us=fig4_paper.THRESHOLDS_US)
+    scenario = fig4_paper.paper_scenario(tiny / "check", "planetlab-6n-1d", 6, 10, 7200.0)
+    (sink,) = run_configs(Prepared(scenario, fig4_paper.month_store(6, 1)), [(2, "min-cost")],
+                          thresholds_us=fig4_paper.THRESHOLDS_US)
     latency = sink.deliveries().column("latency_us").to_numpy()
     got = fig4_paper.tails(sink)
     assert got["delivered"] == len(latency) > 0
@@ -64,8 +66,8 @@ def test_counting_without_rows_counts_what_the_tables_hold(tiny):
     from replicast.simulator.run import Prepared
     from replicast.simulator.timing import run_configs
 
-    scenario = fig4_paper.paper_scenario(tiny / "count", str(next((tiny / "traces").iterdir())), 6, 10, 7200.0)
-    prepared = Prepared(scenario)
+    scenario = fig4_paper.paper_scenario(tiny / "count", "planetlab-6n-1d", 6, 10, 7200.0)
+    prepared = Prepared(scenario, fig4_paper.month_store(6, 1))
     configs = [(1, "min-cost"), (2, "random-from-min-cost")]
     counted = run_configs(prepared, configs, keep=False, thresholds_us=fig4_paper.THRESHOLDS_US, window_us=1_800_000_000)
     tabled = run_configs(prepared, configs, keep=True, thresholds_us=fig4_paper.THRESHOLDS_US, window_us=1_800_000_000)
@@ -75,3 +77,13 @@ def test_counting_without_rows_counts_what_the_tables_hold(tiny):
         assert (a.totals.histogram.counts == b.totals.histogram.counts).all()
         assert (a.totals.latency_sum, a.totals.latency_max) == (b.totals.latency_sum, b.totals.latency_max)
         assert a.exceed == b.exceed
+
+
+def test_in_process_month_is_the_written_one(tmp_path):
+    """Without --trace the month is generated as it is read; with --trace, the trace ``replicast trace
+    synth`` wrote for the same command is read from disk: the same rows either way."""
+    days = 2 / 24
+    written = fig4_paper.month_trace(tmp_path / "disk", 6, 1, False)
+    on_disk = fig4_paper.run(tmp_path / "a", trace=written, servers=6, days=days, kmax=(1, 3), progress=False)
+    in_process = fig4_paper.run(tmp_path / "b", servers=6, days=days, kmax=(1, 3), progress=False)
+    assert on_disk["rows"] == in_process["rows"] and on_disk["rows"][0]["delivered"] > 0
