@@ -3,7 +3,7 @@
 
     python3 benchmarks/tracing_overhead.py                    # both measurements, k = 2
     python3 benchmarks/tracing_overhead.py --in-process --records 200000 --rounds 7   # the core alone
-    python3 benchmarks/tracing_overhead.py --tcp --records 500000 --rounds 5          # the node over TCP
+    python3 benchmarks/tracing_overhead.py --tcp --records 2000000 --rounds 7         # the node over TCP (CPU ticks < 0.1 %)
     python3 benchmarks/tracing_overhead.py --rounds 41 --tcp-rounds 7 --samples hooks,1000,100,1000000000
     python3 benchmarks/tracing_overhead.py --in-process --instructions --rounds 41   # + instruction counts
 
@@ -296,8 +296,10 @@ def tcp(k: int, records: int, batch: int, rounds: int) -> None:
         line = (f"    {label(case):>9}: {rate / 1000:8.1f} k distinct records/s   {cpu:5.2f} µs node CPU/record   "
                 f"[{', '.join(f'{r[case] / 1000:.0f}' for r in rates)} k/s]")
         if case is not None:
+            ratios = sorted(c[case] / c[None] - 1 for c in cpus)
+            spread = f" (rounds {ratios[0]:+.1%} … {ratios[-1]:+.1%})" if ratios else ""
             line += (f"   {paired(rates, case, lower_is_better=False):+.1%} time, "
-                     f"{paired(cpus, case) if cpus else float('nan'):+.1%} CPU against no query; "
+                     f"{paired(cpus, case) if cpus else float('nan'):+.1%} CPU{spread} against no query; "
                      f"{counted[case]} passes counted (about {records // case} expected at each of the 2 ports, "
                      "in whole 256 µs slots)")
         print(line)

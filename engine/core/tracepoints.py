@@ -99,8 +99,7 @@ from replicast.engine.core.hosted import ReplicaKind
 from replicast.engine.core.baggage import MAX_HOPS, TRACE_ID, TRACE_PREFIX, hops as _hops, is_baggage, trace_id
 from replicast.engine.core.trace_aggregate import Partial
 from replicast.engine.core.trace_memory import PortMemory, Run
-from replicast.engine.core.trace_sampling import (MIX, SLOT_SHIFT, Chosen, in_slots, next_sampled, previous_sampled,
-                                                   sampled)
+from replicast.engine.core.trace_sampling import MIX, SLOT_SHIFT, Chosen, in_slots, next_sampled, sampled
 from replicast.engine.core.trace_language import TraceQuery, TraceQueryError
 
 if TYPE_CHECKING:
@@ -243,6 +242,9 @@ class Tracer:
             self.ports.clear()                         # nothing reads first arrivals any more
             self.generations.clear()
             self.remembered = 0
+        else:                                          # the ports' memories now, not in a hot batch
+            for stream in self.inbound:
+                self.ports.setdefault((str(stream.target), stream.port), PortMemory())
         self._timed = any("later_us" in partial.fields for _, partial in points.get("Arrival", []))
         self._low = self._high = 0                     # (caches for one N)
         self._cold_keys, self._older_keys = set(), set()
@@ -303,18 +305,23 @@ class Tracer:
         while slot <= high:
             hot.append(slot)
             slot = next_sampled(slot + 1, n)
+        if hot:                                        # the stretch after the last: the next batch's
+            self._recent.appendleft((n, hot[-1] + 1, slot))
         return hot
 
     def _cold_stretch(self, slot: int, n: int) -> tuple[int, int, int] | None:
-        """(``n``, first, end): the slots ``first … end - 1`` around ``slot``, between two slots
-        sampled at 1/``n`` (``end`` is the next sampled one), or None if ``slot`` is sampled.
-        One of the last :data:`RECENT_STRETCHES` found, else computed (rule 1)."""
+        """(``n``, first, end): slots ``first … end - 1`` from at most ``slot`` on, none sampled at
+        1/``n`` (``end`` is the next sampled one), or None if ``slot`` is sampled.  One of the last
+        :data:`RECENT_STRETCHES` found (a hot batch leaves the one after its last sampled slot),
+        else computed from ``slot`` on: the next sampled slot only, as ports and copies lag rather
+        than lead (rule 1)."""
         for stretch in self._recent:
             if stretch[1] <= slot < stretch[2] and stretch[0] == n:
                 return stretch
-        if not ((slot * MIX) >> 16) % n:
+        end = next_sampled(slot, n)
+        if end == slot:
             return None
-        stretch = (n, previous_sampled(slot, n) + 1, next_sampled(slot, n))
+        stretch = (n, slot, end)
         self._recent.appendleft(stretch)
         return stretch
 
