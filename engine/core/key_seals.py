@@ -71,7 +71,7 @@ class KeySealRelay:
             self.counters["protocol_errors"] += 1    # a key of another arity: not this query's seal
         self.received += len(seals)
         out, forwarded = logic.on_key_seals(message.stream.port, inbound.index, seals)
-        if self.tracer is not None and out:
-            self.tracer.sealed(hosted, message.stream.port, out, now)     # docs/tracing.md, seal waits
+        if self.tracer is not None:
+            self.tracer.sealed(hosted, message.stream.port, out, now, seals)     # docs/tracing.md, seal waits
         self.sender_emit(hosted, out, None, now)   # rule 3
         self.emit(hosted, forwarded)

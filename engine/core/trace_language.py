@@ -44,7 +44,7 @@ TRACEPOINTS: dict[str, tuple[str, ...]] = {
     # a passed record waiting in a sorter for the punctuation that releases it (§IV-C), a stamped
     # record waiting for every entry replica to hold its stamp (entry-stamped mode), or a keyed
     # window's output waiting for its producer's seal per key (tracepoints rule 8)
-    "Wait": ("node", "replica", "port", "kind", "wait_us", "ts"),
+    "Wait": ("node", "replica", "port", "kind", "wait_us", "ts", "key"),
     # a record an operator replica emits
     "Emit": ("node", "replica", "ts", "age_us"),
     # a batch sent to one downstream replica (every N-th batch of a replica's output log, N the sampling)

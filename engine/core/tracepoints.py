@@ -159,6 +159,12 @@ def _per_copy(fields: frozenset, records: list, firsts: list | None, before: lis
     return names, Counter(zip(*columns)).items()
 
 
+def _key_text(key: tuple | None) -> str | None:
+    """A seal key as a ``Wait`` event's ``key``: its values in the key's order (its attribute
+    names sorted, operators/key_seals.py rule 1), comma-separated."""
+    return None if key is None else ",".join(map(str, key))
+
+
 #: The sampled records of a batch without any (shared: never changed).
 _NONE: list = Chosen()
 
@@ -202,7 +208,7 @@ class Tracer:
         self._timed = False                            # whether an Arrival query reads later_us
         self.emitting = False                          # whether any query listens to emissions (the sender's test)
         self._plain = False                            # only Arrival queries are installed
-        self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at)]
+        self.waiting: dict[tuple, list] = {}           # (replica, port) -> [(ts, passed at, seal key)]
         #: (replica, port) of a window closed by seals -> ([newest ts], [when it first arrived]): the
         #: times its input first passed each timestamp, both ascending (rule 8)
         self.passed: dict[tuple, tuple[list[int], list[int]]] = {}
@@ -430,8 +436,10 @@ class Tracer:
                     firsts = list(map(memory.at.__getitem__, chosen.hashes if type(chosen) is Chosen
                                       else list(map(hash, chosen))))
         if sorted_port and new:
+            sealing = hosted.logic.sealing
+            positions = sealing.positions(port) if sealing is not None and sealing.closes else None
             for record in (new if new is chosen else compress(chosen, map(not_, before))):
-                self._wait(replica, port, record[0], now)
+                self._wait(replica, port, record, now, positions)
         if arrivals is not None:
             self._arrival_events(arrivals, n, {
                 "node": self.name, "replica": name, "port": port, "upstream": str(stream.source),
@@ -528,23 +536,28 @@ class Tracer:
                 deque(map(table.pop, records, repeat(None)), 0)
             self.remembered -= len(records)
 
-    def _wait(self, replica, port: int, ts: int, now: int) -> None:
+    def _wait(self, replica, port: int, record, now: int, positions: tuple[int, ...] | None) -> None:
+        """A sampled record passed a sorted port and waits; ``positions``: where its seal key is,
+        where seals per key release the port's records early (rule 8)."""
         waiting = self.waiting.setdefault((replica, port), [])
         if len(waiting) >= MAX_WAITING:
             del waiting[0]
-        waiting.append((ts, now))
+        waiting.append((record[0], now, None if positions is None else tuple(record[i] for i in positions)))
 
-    def _release(self, waits, replica, name: str, port: int, p: int | None, now: int) -> None:
+    def _release(self, waits, replica, name: str, port: int, p: int | None, now: int,
+                 key: tuple | None = None) -> None:
+        """The port's sampled records with ``ts ≤ p`` leave its sorter: a ``Wait`` event of kind
+        ``sorter`` each; ``key``: only those of this seal key (a seal per key released them)."""
         waiting = self.waiting.get((replica, port))
         if not waiting or p is None:
             return
         keep = []
-        for ts, since in waiting:
-            if ts > p:
-                keep.append((ts, since))
+        for ts, since, sealed in waiting:
+            if ts > p or key is not None and sealed != key:
+                keep.append((ts, since, sealed))
                 continue
             event = {"node": self.name, "replica": name, "port": port, "kind": "sorter",
-                     "wait_us": now - since, "ts": ts}
+                     "wait_us": now - since, "ts": ts, "key": _key_text(sealed)}
             for sample, partial in waits:
                 if sampled(ts, sample):
                     partial.add(event)
@@ -568,21 +581,33 @@ class Tracer:
             cut = bisect_right(stamps, frontier + 1)
             del stamps[:cut], times[:cut]
 
-    def sealed(self, hosted: "Hosted", port: int, records, now: int) -> None:
-        """A seal per key that came to ``port`` closed windows of ``hosted``, which emits ``records``
-        (their outputs): a ``Wait`` event of kind ``seal`` for each sampled one (rule 8)."""
+    def sealed(self, hosted: "Hosted", port: int, records, now: int, seals=()) -> None:
+        """Seals per key ``seals`` (``(key, p)`` each) came to ``port`` of ``hosted``, which emits
+        ``records`` for them (the outputs of the windows they closed): a ``Wait`` event of kind
+        ``seal`` for each sampled output, naming its key; and on a sorted port, a ``Wait`` of kind
+        ``sorter`` ending now for each sampled record of a sealed key the seal released (rule 8)."""
         waits = self.points.get("Wait")
         if waits is None:
             return
-        replica = hosted.replica
-        stamps, times = self.passed.get((replica, port), ((), ()))
+        replica, logic = hosted.replica, hosted.logic
         node, name = self.name, str(replica)
+        sealing = logic.sealing if logic is not None else None
+        if sealing is not None and sealing.closes and logic.sorters is not None:
+            for key, p in seals:                       # released from the sorter early (operators/replica.py)
+                self._release(waits, replica, name, port, p, now, tuple(key))
+        if not records:
+            return
+        stamps, times = self.passed.get((replica, port), ((), ()))
+        group = sealing.group_positions if sealing is not None else ()
+        keys = {tuple(key) for key, _ in seals}
+        one = _key_text(next(iter(keys))) if len(keys) == 1 else None
 
         def event(record) -> dict:
             ts = record[0]
             i = bisect_left(stamps, ts)                # the first arrival of a timestamp ≥ the output's
             return {"node": node, "replica": name, "port": port, "kind": "seal",
-                    "wait_us": now - times[i] if i < len(times) else 0, "ts": ts}
+                    "wait_us": now - times[i] if i < len(times) else 0, "ts": ts,
+                    "key": _key_text(tuple(record[1 + j] for j in group)) if group else one}
         self._fire(waits, records, None, event)
 
     def emit(self, hosted: "Hosted", records, punctuation: int | None, now: int,
@@ -605,7 +630,8 @@ class Tracer:
         if waits and kind is ReplicaKind.ENTRY and hosted.stamp is not None and records:    # entry-stamped: held until
             port = 0                                                                # every member had it
             self._fire(waits, records, None, lambda r: {
-                "node": node, "replica": name, "port": port, "kind": "stamper", "wait_us": now - r[0], "ts": r[0]})
+                "node": node, "replica": name, "port": port, "kind": "stamper", "wait_us": now - r[0], "ts": r[0],
+                "key": None})
         point = "Source" if kind is ReplicaKind.ENTRY else "Emit"
         listeners = points.get(point)
         if listeners and records:
