@@ -78,6 +78,7 @@ class DuplicateFilter:
         #: (records, oldest ts, newest ts, their timestamps sorted or None) of the last batch whose
         #: span this filter knew (it sorted the timestamps, or the batch copies a whole run), for the
         #: trace sampler to reuse (engine/core/tracepoints.py rule 1): one sort per batch, not two.
+        #: None after a batch read record by record; left as it was by a batch taken unread, by key.
         self.span: tuple[Sequence[Record], int, int, list[int] | None] | None = None
 
     def add_replica(self, base: int | None = NO_PUNCTUATION) -> int:
@@ -164,6 +165,7 @@ class DuplicateFilter:
         if not records:
             return []
         if not runs and (key is None or len(records) < self.min_run):
+            self.span = None                            # read record by record: no span known
             return self._per_record(i, records)
         stamps = sorted_stamps(records)                 # oldest, newest (linear on sorted input)
         self.span = (records, stamps[0], stamps[-1], stamps)

@@ -115,9 +115,6 @@ MAX_REMEMBERED = 200_000
 MAX_WAITING = 10_000
 #: Batches whose sampled records are remembered by content key (rule 1).
 MAX_KEYS = 4_096
-#: Batches without a sampled record remembered by content key: twice this many at most, at least
-#: this many (rule 1; small tables: one is read or written for every batch).
-COLD_KEYS = 1_024
 #: Queries one node evaluates at once.
 MAX_QUERIES = 32
 #: Cold stretches (the slots between two sampled ones) remembered, for ports and copies in
@@ -182,9 +179,9 @@ class Tracer:
     name and its inbound table.  (Slots: the hooks' test of a batch without a sampled record
     reads a few of them, from one object.)"""
 
-    __slots__ = ("_plain", "_low", "_high", "_last_key", "_cold_keys", "emitting",   # the hooks' (one cache line)
+    __slots__ = ("_plain", "_low", "_high", "_hot_keys", "emitting",   # the hooks' (one cache line)
                  "name", "inbound", "queries", "points", "ports", "remembered", "generations", "_recent",
-                 "_older_keys", "_timed", "waiting", "_keys", "events", "baggage", "arrival_sample",
+                 "_timed", "waiting", "_keys", "events", "baggage", "arrival_sample",
                  "overflow", "context", "passed")
 
     def __init__(self, name: str, inbound: "dict[StreamReplica, Inbound]"):
@@ -200,11 +197,9 @@ class Tracer:
         self._low = self._high = 0
         #: the maximal cold stretches found last, newest first: (N, from slot, to slot)
         self._recent: deque = deque(maxlen=RECENT_STRETCHES)
-        #: hashes of the content keys of the last batches without a sampled record, in two
-        #: generations of COLD_KEYS (rule 1)
-        self._cold_keys: set[int] = set()
-        self._older_keys: set[int] = set()
-        self._last_key = 0                             # the one added last (the next copy's, in step)
+        #: hashes of the content keys of the last MAX_KEYS / 2 to MAX_KEYS batches that had a sampled
+        #: record, oldest first (rule 1): a copy its filter takes unread is read only if one of them
+        self._hot_keys: dict[int, None] = {}
         self._timed = False                            # whether an Arrival query reads later_us
         self.emitting = False                          # whether any query listens to emissions (the sender's test)
         self._plain = False                            # only Arrival queries are installed
@@ -253,7 +248,7 @@ class Tracer:
                 self.ports.setdefault((str(stream.target), stream.port), PortMemory())
         self._timed = any("later_us" in partial.fields for _, partial in points.get("Arrival", []))
         self._low = self._high = 0                     # (caches for one N)
-        self._cold_keys, self._older_keys = set(), set()
+        self._hot_keys = {}
         self.emitting = bool(self.baggage or points.keys() & _EMITTING)
         #: only Arrival queries: a batch without a sampled slot returns at once (rule 1)
         self._plain = "Arrival" in points and "Wait" not in points and not self.baggage
@@ -355,20 +350,13 @@ class Tracer:
         # an application delivers a record, sorted, after the batch that brought it: remember its baggage
         if self._plain:                                # only Arrival queries: rule 1's constant-time test first
             span = hosted.logic.filters[stream.port].span
-            if span is not None and span[0] is records:
+            if span is None:
+                pass                                   # read record by record (or none yet): sampled below
+            elif span[0] is records:
                 if self._low <= span[1] and span[2] < self._high or self._cold(span[1], span[2]):
-                    if key is not None and span[3] is not None:     # a batch new to its filter: for its
-                        keys = self._cold_keys                      # copies (their filter may take them
-                        if len(keys) >= COLD_KEYS:                  # unread: below its punctuation)
-                            self._older_keys = keys
-                            keys = self._cold_keys = set()
-                        self._last_key = known = hash(key)
-                        keys.add(known)
                     return
-            elif key is not None:                      # a copy of a batch with no sampled record?
-                known = hash(key)
-                if known == self._last_key or known in self._cold_keys or known in self._older_keys:
-                    return
+            elif key is not None and hash(key) not in self._hot_keys:
+                return                                 # taken unread, by key: a copy of a cold batch
         keep = 0
         if self.baggage and hosted.kind is ReplicaKind.APPLICATION and path and is_baggage(path):
             keep = 1 if path[0].startswith(TRACE_PREFIX) else self.baggage     # a traced input: every record
@@ -388,6 +376,11 @@ class Tracer:
             span = where.span if where is not None else None
             chosen = self._sample(records, key, n, span[1:] if span is not None and span[0] is records else None)
             if chosen:
+                if key is not None:                    # its copies are read too, where taken unread
+                    hot = self._hot_keys
+                    if len(hot) >= MAX_KEYS:           # the older half forgotten
+                        hot = self._hot_keys = dict.fromkeys(list(hot)[MAX_KEYS // 2:])
+                    hot[hash(key)] = None
                 distinct = key is not None and where is not None and where.knows(key)
                 self._arrived(stream, hosted, chosen, n, arrivals, sorted_port, keep, path, now, distinct)
         if sorted_port and punctuation is not None:

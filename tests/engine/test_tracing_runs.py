@@ -100,7 +100,7 @@ def test_copies_split_differently_lagging_or_repeated_count_as_the_per_record_ru
 
 def test_copies_of_batches_without_a_sampled_record_are_not_read_in_step_or_lagging():
     """Rule 1: the copies a duplicate filter takes unread (below its punctuation) are answered by
-    their content keys — the one in step by the last key, a lagging one by the cold keys — so
+    their content keys — not among the hot batches' keys, in step or lagging — so
     the tracer does not decode them either (a copy it must decode would have its records)."""
     rows = [(1_000_000 + i, f"s{i % 7}", (i % 100) / 100) for i in range(20_000)]
     core, now = _core(3)
@@ -117,3 +117,30 @@ def test_copies_of_batches_without_a_sampled_record_are_not_read_in_step_or_lagg
     assert core.counters["known_batches"] == len(copies)         # the filter took every copy unread
     assert [r for r in copies if r._records is not None] == []     # and so did the tracer
     assert tracepoints.take(core)["q"] == []
+
+
+def test_small_batches_read_record_by_record_are_sampled_and_their_copies_counted():
+    """Batches below the filter's whole-batch size (operators/dedup.py MIN_RUN), after a whole one
+    whose run the punctuation covered, are read record by record, with no span (not the whole
+    batch's before them): the tracer samples them itself, and their copies, taken unread, are read
+    where they were hot.  u1 sends every batch two batches after u0: each sampled record passes
+    from u0 and is dropped from u1 at the filter, and passes at the application."""
+    rows = [(1_000_000 + 37 * i, f"s{i % 7}", (i % 100) / 100) for i in range(1_500)]
+    text = """From a In Arrival GroupBy a.replica, a.upstream, a.rank, a.outcome
+              Select a.replica, a.upstream, a.rank, a.outcome, COUNT Sample 1/{n}"""
+    for sample in (1, 7, 49):
+        core, now = _core(2)
+        tracepoints.install(core, "q", parse(text.format(n=sample)))
+        sent = [_frames(rows, i, [40] + [5] * 8) for i in range(2)]     # a whole batch, then small ones
+        for step in range(len(sent[0]) + 2):
+            for i, lag in enumerate((0, 2)):
+                if 0 <= step - lag < len(sent[i]):
+                    now += 1_000
+                    core.receive(f"u{i}", sent[i][step - lag], now=now)
+                    core.messages_to_send(), core.events()
+        q = parse(text.format(n=sample))
+        got = {(r["replica"], r["upstream"], r["rank"], r["outcome"]): r["COUNT"]
+               for r in finish(q, merge(q, [tracepoints.take(core)["q"]]))}
+        n = sum(1 for r in rows if tracepoints.sampled(r[0], sample))
+        assert got == {("f#0", "s#0", 1, "pass"): n, ("f#0", "s#1", 2, "drop"): n, ("app#0", "f#0", 1, "pass"): n}
+        assert n > 25
