@@ -34,17 +34,24 @@ def least(a: int, m: int, low: int, high: int) -> int | None:
     None if there is none: Euclid's steps on ``(m, a)``, so O(log m) whatever the answer.
 
     With no multiple of ``a`` in ``low … high``, ``a * x - m * y`` lands there for the least ``y``
-    whose ``m * y mod a`` is in ``-high mod a … -low mod a``: the same problem on ``(a, m mod a)``."""
-    if low == 0:
-        return 0
-    a %= m
-    if a == 0:
-        return None
-    x = -(-low // a)
-    if a * x <= high:
-        return x
-    y = least(m % a, a, -high % a, -low % a)
-    return None if y is None else -(-(low + m * y) // a)
+    whose ``m * y mod a`` is in ``-high mod a … -low mod a``: the same problem on ``(a, m mod a)``.
+    (A loop down the steps and back up, not a recursion: it runs once in hundreds of batches, from
+    cold caches, where each Python call costs microseconds.)"""
+    steps = []                                         # (a, m, low) of each step down
+    while low:
+        a %= m
+        if a == 0:
+            return None
+        x = -(-low // a)
+        if a * x <= high:
+            break
+        steps.append((a, m, low))
+        a, m, low, high = m % a, a, -high % a, -low % a
+    else:
+        x = 0
+    for a, m, low in reversed(steps):                  # back up: y of the step below gives x
+        x = -(-(low + m * x) // a)
+    return x
 
 
 def next_sampled(slot: int, n: int) -> int:

@@ -23,17 +23,21 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    between them; only a batch that touches a sampled slot is read (benchmarks/tracing_overhead.py).
    The oldest and newest come from the port's duplicate filter, which had them for Alg. 1
    already (``DuplicateFilter.span``); only a batch it did not sort (one taken record by record)
-   costs the tracer a sort of its own.  The test is two integer comparisons: the tracer keeps
-   the cold stretch the last batch fell in — the slots between two sampled ones — as two
-   timestamps.  A batch outside it finds its own among the last :data:`RECENT_STRETCHES`, or
-   has it computed: the next and the previous sampled slot follow from the hash in O(log N)
-   steps (:mod:`engine.core.trace_sampling`: Euclid's algorithm on the multiplier), so no slot is scanned
-   and lagging ports and copies cost no more than leading ones.  A hot batch in time order has
-   each sampled slot's records found by bisection on the filter's sorted timestamps, and only
-   those are read; another is read in one C-level pass.  Batches a port already saw whole
-   (equal content keys: the k copies of one emission, DESIGN.md "Identical batches") are sampled
-   once; their copies reuse the answer and are never decoded for it — a cold one by the hash of
-   its key alone (the last :data:`COLD_KEYS` to twice that many remembered).
+   costs the tracer a sort of its own (the filter then has no span).  The test is two integer
+   comparisons: the tracer keeps the cold stretch the last batch fell in — the slots up to the
+   next sampled one — as two timestamps.  A batch outside it finds its own among the last
+   :data:`RECENT_STRETCHES`, or has it computed from its oldest slot on: the next sampled slot
+   follows from the hash in O(log N) steps (:mod:`engine.core.trace_sampling`: Euclid's
+   algorithm on the multiplier), so no slot is scanned and lagging ports and copies cost no more
+   than leading ones; a hot batch leaves the stretch after its last sampled slot for the next.
+   A hot batch in time order has each sampled slot's records found by bisection on the filter's
+   sorted timestamps, and only those are read; another is read in one C-level pass.  Batches a
+   port already saw whole (equal content keys: the k copies of one emission, DESIGN.md
+   "Identical batches") are sampled once; their copies reuse the answer and are never decoded
+   for it.  A copy the filter takes unread, by key, is read only if its key's hash is among the
+   hot batches' (the last :data:`MAX_KEYS` / 2 to :data:`MAX_KEYS` that had a sampled record):
+   nothing is remembered of a cold batch.  (A copy whose first came before the query was
+   installed is taken for a cold one.)
 2. A port's first copy of a sampled record is the one its duplicate filter passes (Alg. 1 passes
    the first copy of each occurrence); the tracer remembers first arrivals of sampled records for
    :data:`REMEMBER_US` (and at most :data:`MAX_REMEMBERED`), so a copy later than that counts as
@@ -82,8 +86,12 @@ Rules of this module (pure: no clock, no I/O; ``now`` comes with every call):
    event of kind ``seal`` whose ``wait_us`` is the seal's arrival less the first arrival at that
    port of a record with a timestamp at least the output's — how long the window's end had
    already passed at this replica (other keys' records were past it) when its own producer's
-   seal closed it; 0 when the seal came first.  The relay calls :meth:`Tracer.sealed` behind its
-   ``tracer is not None`` test; a window closed by a punctuation has no seal wait.
+   seal closed it; 0 when the seal came first.  The event names the output's ``key``: the seal
+   key's values at the output's group (an aggregate's ``(ts, *group, …)``), else the one key the
+   message sealed.  The relay calls :meth:`Tracer.sealed` for every seal message, with its seals,
+   behind its ``tracer is not None`` test; a window closed by a punctuation has no seal wait.  On
+   a sorted port (a count window) a seal per key releases its key's records from the sorter early
+   (operators/replica.py): their ``sorter`` waits end at the seal, not at the next punctuation.
 """
 
 from __future__ import annotations
