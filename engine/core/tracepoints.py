@@ -311,11 +311,10 @@ class Tracer:
         stretch = self._cold_stretch(low, n)
         slot = low if stretch is None else stretch[2]
         hot = []
-        while slot <= high:
-            hot.append(slot)
-            slot = next_sampled(slot + 1, n)
-        if hot:                                        # the stretch after the last: the next batch's
-            self._recent.appendleft((n, hot[-1] + 1, slot))
+        while slot <= high:                            # the stretch after each: the next batch's, and
+            hot.append(slot)                           # the other ports' (found, not computed again)
+            stretch = self._cold_stretch(slot + 1, n)
+            slot = slot + 1 if stretch is None else stretch[2]
         return hot
 
     def _cold_stretch(self, slot: int, n: int) -> tuple[int, int, int] | None:
