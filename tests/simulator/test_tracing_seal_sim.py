@@ -36,16 +36,32 @@ ONE_WAY_US = {"n0": 0, "n1": 20_000, "n2": 40_000}     # RTT_MS / 2 from each pr
 WINDOW_US = 1_000_000
 
 
-def traced_run(sealed: bool, monkeypatch) -> tuple[list[dict], Counter, list]:
-    """The merged answer of WAITS, and (ts, wait) of each output a seal closed, computed outside the
-    tracer from when the aggregate's port got its batches, and the publications."""
-    query, _, publications = scenario(sealed, period_us=5_000)   # a record every 5 ms from each producer
+def traced(query, publications: list) -> Simulation:
+    """The simulation of ``query`` from the first publication on, WAITS installed on every node."""
     sim = Simulation(query, PLACEMENT, FixedDelays(RTT_MS), {n: i for i, n in enumerate(NODES)},
                      options=NodeOptions(heartbeat_us=500_000, peer_timeout_us=3_000_000,
                                          punctuation_us=PUNCTUATION_US),
                      start_us=publications[0][0], observer=Collect())
     for node in sim.nodes.values():
         tracepoints.install(node.core, "waits", parse(WAITS))
+    return sim
+
+
+def answer(sim: Simulation, publications: list) -> list[dict]:
+    """Run ``sim`` over the publications (and 30 s more): WAITS's merged answer."""
+    for when, stream, body in publications:
+        sim.env.timeout(when - sim.env.now).callbacks.append(
+            lambda event, stream=stream, body=body: sim.publish(HOME[stream], stream, body))
+    sim.run(publications[-1][0] + 30_000_000)
+    tables = [t["waits"] for t in (tracepoints.take(n.core) for n in sim.nodes.values()) if "waits" in t]
+    return finish(parse(WAITS), merge(parse(WAITS), tables))
+
+
+def traced_run(sealed: bool, monkeypatch) -> tuple[list[dict], Counter, list]:
+    """The merged answer of WAITS, and (ts, wait) of each output a seal closed, computed outside the
+    tracer from when the aggregate's port got its batches, and the publications."""
+    query, _, publications = scenario(sealed, period_us=5_000)   # a record every 5 ms from each producer
+    sim = traced(query, publications)
     passed: list[tuple[int, int]] = []               # (newest ts so far, when it first came) at load's port
     observed: Counter = Counter()
     on_batch, on_key_seals = OperatorReplica.on_batch, OperatorReplica.on_key_seals
@@ -66,12 +82,7 @@ def traced_run(sealed: bool, monkeypatch) -> tuple[list[dict], Counter, list]:
 
     monkeypatch.setattr(OperatorReplica, "on_batch", batch)
     monkeypatch.setattr(OperatorReplica, "on_key_seals", seals)
-    for when, stream, body in publications:
-        sim.env.timeout(when - sim.env.now).callbacks.append(
-            lambda event, stream=stream, body=body: sim.publish(HOME[stream], stream, body))
-    sim.run(publications[-1][0] + 30_000_000)
-    tables = [t["waits"] for t in (tracepoints.take(n.core) for n in sim.nodes.values()) if "waits" in t]
-    return finish(parse(WAITS), merge(parse(WAITS), tables)), observed, publications
+    return answer(sim, publications), observed, publications
 
 
 def by_hand(publications: list, end: int) -> dict[str, int]:
@@ -121,12 +132,7 @@ def test_a_count_windows_records_a_seal_releases_wait_until_the_seal_not_the_pun
     assert TIME_WINDOW in text
     query = parse_query(text.replace(TIME_WINDOW, COUNT_WINDOW), "count-seal.toml")
     assert query.coordination.by_name["load"].coordination.value == "seal per key" and query.order_sensitive("load")
-    sim = Simulation(query, PLACEMENT, FixedDelays(RTT_MS), {n: i for i, n in enumerate(NODES)},
-                     options=NodeOptions(heartbeat_us=500_000, peer_timeout_us=3_000_000,
-                                         punctuation_us=PUNCTUATION_US),
-                     start_us=publications[0][0], observer=Collect())
-    for node in sim.nodes.values():
-        tracepoints.install(node.core, "waits", parse(WAITS))
+    sim = traced(query, publications)
     windows: set[int] = set()                          # the count window's sorters
     added: dict[tuple, int] = {}                       # record -> when its sorter took it
     waited: Counter = Counter()                        # (ts, server, wait, released by)
@@ -157,12 +163,7 @@ def test_a_count_windows_records_a_seal_releases_wait_until_the_seal_not_the_pun
     monkeypatch.setattr(Sorter, "add", adding)
     monkeypatch.setattr(Sorter, "release", released("punctuation"))
     monkeypatch.setattr(Sorter, "release_key", released("seal"))
-    for when, stream, body in publications:
-        sim.env.timeout(when - sim.env.now).callbacks.append(
-            lambda event, stream=stream, body=body: sim.publish(HOME[stream], stream, body))
-    sim.run(publications[-1][0] + 30_000_000)
-    tables = [t["waits"] for t in (tracepoints.take(n.core) for n in sim.nodes.values()) if "waits" in t]
-    rows = finish(parse(WAITS), merge(parse(WAITS), tables))
+    rows = answer(sim, publications)
     got = Counter()
     for row in rows:
         if row["kind"] == "sorter":
