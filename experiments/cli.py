@@ -231,9 +231,11 @@ def run_fig4_paper(args: argparse.Namespace, started: float) -> int:
     servers = args.servers if args.servers is not None else fig4_paper.SERVERS
     if servers < 2:
         raise ReplicastError(f"--servers must be at least 2, got {servers}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ReplicastError(f"--jobs must be at least 1, got {args.jobs}")
     days = _seconds(args.duration, "--duration") / 86400 if args.duration else fig4_paper.DAYS
     result = fig4_paper.run(args.out, trace=args.trace, servers=servers, days=days,
-                            kmax=_kmax(args.kmax, fig4_paper.KMAX), progress=not args.no_progress)
+                            kmax=_kmax(args.kmax, fig4_paper.KMAX), progress=not args.no_progress, jobs=args.jobs)
     for row in result["rows"]:
         print(f"{row['deployment']:<9} kmax={row['kmax']}: cost {row['cost_ratio']:.2f}x; latency p99 "
               f"{row['p99_ms']:.0f} ms, p99.9 {row['p999_ms']:.0f} ms, max {row['max_ms']:.0f} ms, "

@@ -112,8 +112,14 @@ def month_store(servers: int, days: int) -> Any:
     (:class:`traces.synth_store.SynthStore`): nothing on disk, memory flat over the month."""
     from replicast.traces.synth_store import SynthStore
 
-    return SynthStore(planetlab_params(), n_nodes=servers, n_frames=days * 8640, interval_us=INTERVAL_US, seed=SEED,
-                      name=f"planetlab-{servers}n-{days}d")
+    return SynthStore(**month_store_args(servers, days))
+
+
+def month_store_args(servers: int, days: int) -> dict[str, Any]:
+    """:func:`month_store`'s :class:`~traces.synth_store.SynthStore` arguments (what a worker of
+    ``--jobs`` opens the same trace with)."""
+    return dict(params=planetlab_params(), n_nodes=servers, n_frames=days * 8640, interval_us=INTERVAL_US, seed=SEED,
+                name=f"planetlab-{servers}n-{days}d")
 
 
 def synth_command(servers: int, days: int) -> str:
@@ -141,41 +147,52 @@ def tails(sink: Any) -> dict[str, float]:
 
 
 def run(out: Path, *, trace: str | None = None, servers: int = SERVERS, apps: int = APPS, days: float = DAYS,
-        kmax: tuple[int, ...] = KMAX, progress: bool = True) -> dict[str, Any]:
+        kmax: tuple[int, ...] = KMAX, progress: bool = True, jobs: int | None = None) -> dict[str, Any]:
     """Time every deployment × kmax over ``days`` of ``trace`` (default: a synthetic PlanetLab-like
-    month generated in process, :func:`month_store`); writes the CSVs and the report; returns the rows."""
+    month generated in process, :func:`month_store`); writes the CSVs and the report; returns the rows.
+    ``jobs`` worker processes share the configurations (default: the machine's cores, at most one
+    per configuration; :mod:`experiments.fig4_paper_jobs`); 1 runs them all in this process."""
+    from replicast.experiments import fig4_paper_jobs
     from replicast.simulator.latency import curve
     from replicast.simulator.run import Prepared
-    from replicast.simulator.timing import run_configs
+    from replicast.simulator.timing import deployed, run_configs
+    from replicast.traces.synth_store import SynthStore
 
     out.mkdir(parents=True, exist_ok=True)
     setup_cpu = time.process_time()
     if progress:       # the setup reads frames across the whole trace (servers, coordinates): minutes
         print("fig4 paper scale: fitting the trace model, choosing servers, placing replicas ...", file=sys.stderr,
               flush=True)
-    store = None
+    store, store_args = None, None
     if trace is None:                  # the synthetic month, made as it is read (nothing on disk)
-        store = month_store(servers, int(np.ceil(days)))
+        store_args = month_store_args(servers, int(np.ceil(days)))
+        store = SynthStore(**store_args)
         trace = f"{store.meta.name} (generated in process; on disk: {synth_command(servers, int(np.ceil(days)))})"
     scenario = paper_scenario(out / "scenario", store.meta.name if store else trace, servers, apps, days * 86400.0)
     prepared = Prepared(scenario, store)
-    configs = [(k, kind) for kind in DEPLOYMENTS.values() for k in kmax]
+    configs = [deployed(prepared, k, kind) for kind in DEPLOYMENTS.values() for k in kmax]
+    jobs = fig4_paper_jobs.default_jobs(len(configs)) if jobs is None else max(1, min(jobs, len(configs)))
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=round((prepared.end - prepared.start) / 3.6e9, 3), unit="sim h",
-                   desc=f"fig4 paper scale: {len(configs)} configurations")
+                   desc=f"fig4 paper scale: {len(configs)} configurations, {jobs} process(es)")
 
-    def on_window(done_us: int, total_us: int) -> None:
+    def on_window(done_us: int, total_us: int = 0) -> None:
         if bar is not None:
             bar.n = round(done_us / 3.6e9, 3)
             bar.refresh()
 
     cpu, wall = time.process_time(), time.perf_counter()
     setup_cpu = cpu - setup_cpu
-    sinks = run_configs(prepared, configs, keep=False, thresholds_us=THRESHOLDS_US, on_window=on_window)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    workers: list[dict] = []
+    if jobs == 1:
+        sinks = run_configs(prepared, configs, keep=False, thresholds_us=THRESHOLDS_US, on_window=on_window)
+    else:
+        sinks, workers = fig4_paper_jobs.run_shares(out / "scenario" / "scenario.toml", store_args, configs, jobs,
+                                                    THRESHOLDS_US, on_window)
+    cpu, wall = time.process_time() - cpu + sum(w["cpu_s"] for w in workers), time.perf_counter() - wall
     if bar is not None:
         bar.close()
     seconds = (prepared.end - prepared.start) / 1e6
@@ -194,7 +211,8 @@ def run(out: Path, *, trace: str | None = None, servers: int = SERVERS, apps: in
     _write(out / "fig4_paper.csv", COLUMNS, rows)
     _write(out / "fig4_paper_ccdf.csv", ("deployment", "kmax", "latency_s", "p_exceed"), ccdf)
     result = {"rows": rows, "trace": trace, "servers": servers, "apps": apps, "simulated_s": seconds,
-              "cpu_s": round(cpu, 1), "wall_s": round(wall, 1), "setup_cpu_s": round(setup_cpu, 1)}
+              "cpu_s": round(cpu, 1), "wall_s": round(wall, 1), "setup_cpu_s": round(setup_cpu, 1), "jobs": jobs,
+              "workers": workers, "peak_rss_mb": fig4_paper_jobs.peak_rss_mb()}
     (out / "fig4_paper.md").write_text(report(result), encoding="utf-8")
     return result
 
@@ -204,9 +222,7 @@ def report(result: dict[str, Any]) -> str:
     rows = result["rows"]
     lines = [f"# Fig. 4 at the paper's scale: {result['servers']} servers, {result['apps']} applications, "
              f"{result['simulated_s'] / 86400:g} simulated days (timing tier)", "",
-             f"Trace: `{result['trace']}`. CPU {result['cpu_s']} s, wall {result['wall_s']} s (every configuration, "
-             f"one process), after {result.get('setup_cpu_s', '?')} CPU s of setup (the trace's model, servers, "
-             "placements).", "",
+             f"Trace: `{result['trace']}`.", "", measured(result), "",
              "| deployment | kmax | deliveries | p50 ms | p99 ms | p99.9 ms | max ms | P(>1 s) | P(>16 s) "
              "| bandwidth × (paper) | cost × (paper) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -217,6 +233,20 @@ def report(result: dict[str, Any]) -> str:
                      f"{r['bandwidth_ratio']} ({paper[0]}) | {r['cost_ratio']} ({paper[1]}) |")
     lines += ["", "## Against the paper", "", f"The paper (§VI-E): {PAPER_TAILS}.", "", *comparison(rows), ""]
     return "\n".join(lines)
+
+
+def measured(result: dict[str, Any]) -> str:
+    """The report's one line of this run's CPU, wall and memory (the only line that differs between
+    runs of the same command)."""
+    jobs = result.get("jobs", 1)
+    line = (f"Measured: CPU {result['cpu_s']} s, wall {result['wall_s']} s (every configuration, "
+            f"{'one process' if jobs == 1 else f'{jobs} worker processes'}), after {result.get('setup_cpu_s', '?')} "
+            f"CPU s of setup (the trace's model, servers, placements); peak RSS {result.get('peak_rss_mb', '?')} MB")
+    workers = result.get("workers") or []
+    if workers:
+        line += (" in the parent, " + ", ".join(f"{w['peak_rss_mb']} MB ({w['cpu_s']} CPU s)" for w in workers)
+                 + " in the workers")
+    return line + "."
 
 
 def comparison(rows: list[dict]) -> list[str]:

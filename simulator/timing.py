@@ -85,14 +85,19 @@ class Deployed:
     signatures: dict = field(default_factory=dict)
 
 
-def deployed(prepared: Any, kmax: int, deployment: str | None = None) -> Deployed:
+def deployed(prepared: Any, kmax: int, deployment: str | None = None,
+             placement: dict[str, list[str]] | None = None) -> Deployed:
+    """Configuration ``kmax`` × ``deployment`` of ``prepared``, its replicas placed (or at
+    ``placement``, the one another process placed for the same scenario)."""
     from replicast.simulator.run import replica_server
 
     scenario, query = prepared.scenario, prepared.query
     if deployment is not None and deployment != scenario.deployment:
         scenario = replace(scenario, deployment=deployment)
     check_supported(scenario, query)
-    placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax, prepared.placement_network)
+    if placement is None:
+        placement = deploy(scenario, query, prepared.sources, list(prepared.servers), kmax,
+                           prepared.placement_network)
     physical = plan(query, {name: len(nodes) for name, nodes in placement.items()})
     cost_us = scenario.processing_us
     cost = {name: cost_us.get("entry", 0.0) for name in query.streams}
@@ -348,17 +353,20 @@ WINDOW_US = 3_600_000_000
 LOOKAHEAD_US = 600_000_000
 
 
-def run_configs(prepared: Any, configs: list[tuple[int, str | None]], *, out: Any = None, keep_records: bool = False,
+def run_configs(prepared: Any, configs: list[tuple[int, str | None] | Deployed], *, out: Any = None,
+                keep_records: bool = False,
                 window_us: int = WINDOW_US, on_window: Any = None, keep: bool = True,
                 thresholds_us: tuple[int, ...] = ()) -> list[Sink]:
     """Time every ``(kmax, deployment)`` of ``configs`` over ``prepared``'s window, a window of
     ``window_us`` at a time: the content of a window is made once and timed for every configuration.
+    A config may be a :class:`Deployed` made already (by another process: :func:`deployed` of the
+    same scenario and network), so a share of a sweep does not place its replicas again.
     With ``out``, each configuration's deliveries stream to ``out(kmax, deployment)/deliveries.parquet``.
     ``on_window(done_us, total_us)`` is called after each window."""
     sinks = []
-    for k, deployment in configs:
+    for item in configs:
         wall = time.perf_counter()
-        config = deployed(prepared, k, deployment)
+        config = item if isinstance(item, Deployed) else deployed(prepared, *item)
         sink = Sink(config, out(config.kmax, config.deployment) if out is not None else None, keep_records, keep,
                     thresholds_us)
         sink.wall += time.perf_counter() - wall

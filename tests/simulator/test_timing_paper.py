@@ -16,8 +16,30 @@ from replicast.engine.cli import main
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("fig4_paper")
     assert main(["experiment", "fig4", "--paper-scale", "--servers", "6", "--duration", "1d", "--kmax", "1", "--kmax", "2",
-                 "--out", str(out), "--no-progress"]) == 0
+                 "--out", str(out), "--no-progress", "--jobs", "2"]) == 0
     return out
+
+
+def test_two_workers_write_what_one_process_writes(tiny, tmp_path):
+    """--jobs 2 splits the configurations over two worker processes (experiments/fig4_paper_jobs.py):
+    the CSVs are byte for byte those of one process, the report too but for its "Measured:" line."""
+    assert main(["experiment", "fig4", "--paper-scale", "--servers", "6", "--duration", "1d", "--kmax", "1", "--kmax", "2",
+                 "--out", str(tmp_path), "--no-progress", "--jobs", "1"]) == 0
+    for name in ("fig4_paper.csv", "fig4_paper_ccdf.csv"):
+        assert (tmp_path / name).read_bytes() == (tiny / name).read_bytes(), name
+    one, two = ((folder / "fig4_paper.md").read_text(encoding="utf-8").splitlines() for folder in (tmp_path, tiny))
+    measured = [i for i, line in enumerate(two) if line.startswith("Measured:")]
+    assert "2 worker processes" in two[measured[0]] and "one process" in one[measured[0]]
+    assert [line for i, line in enumerate(one) if i not in measured] == [line for i, line in enumerate(two) if i not in measured]
+
+
+def test_shares_balance_by_kmax():
+    """Two workers: one deployment each, kmax 1-5 (a kmax-5 configuration costs most)."""
+    from replicast.experiments.fig4_paper_jobs import shares
+
+    assert shares([1, 2, 3, 4, 5] * 2, 2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert shares([1, 2], 4) == [[1], [0]]
+    assert sorted(i for share in shares([1, 2, 3, 4, 5] * 2, 3) for i in share) == list(range(10))
 
 
 def test_paper_scale_writes_the_tails_and_the_report(tiny):
