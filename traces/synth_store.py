@@ -9,6 +9,11 @@ The generator only runs forward, so the store keeps :class:`traces.synth.Checkpo
 from the nearest one at or before it; one after it is reached by skipping (the random stream and
 the states advance, no RTT is computed).  Reading in time order — what the simulators do — never
 restarts.
+
+A frame read on its own — not the one after the last frame read, in no cached chunk, as the
+placement's network samples a few frames across the whole trace — is generated alone (the
+generator skips to it and takes one frame) rather than as its whole chunk: a month's sixty samples
+cost sixty frames' RTTs instead of sixty hours'.
 """
 
 from __future__ import annotations
@@ -40,6 +45,21 @@ class SynthStore(TraceStore):
         #: frames between checkpoints: whole chunks, at most ``checkpoints`` of them over the trace
         self._spacing = self.chunk_frames * max(1, -(-chunks // max(1, checkpoints)))
         self._checkpoints: dict[int, Checkpoint] = {0: self._frames.checkpoint()}
+        self._last_read = -1                              # the frame :meth:`frame` returned last
+        self._single: tuple[int, np.ndarray] | None = None    # a frame generated alone, and its index
+
+    def frame(self, index: int) -> np.ndarray:
+        """Frame ``index`` (as :meth:`TraceStore.frame`); one read on its own is generated alone."""
+        number = index // self.chunk_frames
+        sequential = index == self._last_read + 1 or number in self._cache
+        self._last_read = index
+        if sequential or not 0 <= index < self.n_frames:
+            return super().frame(index)
+        if self._single is None or self._single[0] != index:
+            self._seek(index)
+            self._single = (index, self._dense(self._frames.take(1))[0])
+            self._remember()
+        return self._single[1]
 
     def _load(self, number: int) -> np.ndarray:
         first = number * self.chunk_frames
@@ -47,8 +67,12 @@ class SynthStore(TraceStore):
         self._seek(first)
         block = self._frames.take(frames)
         self._remember()
+        return self._dense(block)
+
+    def _dense(self, block: np.ndarray) -> np.ndarray:
+        """``float32[frames, pairs]`` as read-only ``[frames, src, dst]`` frames."""
         n = self.n_nodes
-        chunk = np.zeros((frames, n, n), dtype=np.float32)   # the diagonal: a node reaches itself instantly
+        chunk = np.zeros((len(block), n, n), dtype=np.float32)   # the diagonal: a node reaches itself instantly
         chunk[:, self._frames.src, self._frames.dst] = block
         chunk.flags.writeable = False
         return chunk
