@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from replicast.operators.errors import ReplicastError
 from replicast.simulator.timing_sink import Sink
 
 #: The progress queue of this worker process (set by :func:`_start`).
@@ -85,7 +86,12 @@ def run_shares(scenario_path: Path, store_args: dict | None, configs: list[Any],
                 _drain(progress, done, on_window)
                 for future in finished:
                     w = futures[future]
-                    got, cpu, rss = future.result()       # a worker's error is the sweep's
+                    try:
+                        got, cpu, rss = future.result()       # a worker's error is the sweep's
+                    except concurrent.futures.process.BrokenProcessPool:
+                        raise ReplicastError(f"fig4 --paper-scale --jobs {jobs}: a worker process ended without "
+                                             f"a result (killed, e.g. out of memory?); --jobs 1 runs every "
+                                             f"configuration in this process") from None
                     for i, (sent, totals, exceed) in zip(parts[w], got):
                         sinks[i] = sink = Sink(configs[i], keep=False, thresholds_us=thresholds_us)
                         sink.config.sent, sink.totals, sink.exceed = sent, totals, exceed

@@ -109,3 +109,19 @@ def test_in_process_month_is_the_written_one(tmp_path):
     on_disk = fig4_paper.run(tmp_path / "a", trace=written, servers=6, days=days, kmax=(1, 3), progress=False)
     in_process = fig4_paper.run(tmp_path / "b", servers=6, days=days, kmax=(1, 3), progress=False)
     assert on_disk["rows"] == in_process["rows"] and on_disk["rows"][0]["delivered"] > 0
+
+
+def test_a_workers_error_is_the_sweeps(tmp_path):
+    """A worker that fails (here: its scenario file is gone) fails the sweep with its own error,
+    rather than leaving the parent waiting or merging a partial result."""
+    from replicast.experiments.fig4_paper_jobs import run_shares
+    from replicast.simulator.run import Prepared
+    from replicast.simulator.timing import deployed
+
+    scenario = fig4_paper.paper_scenario(tmp_path / "gone", "planetlab-6n-1d", 6, 10, 3600.0)
+    prepared = Prepared(scenario, fig4_paper.month_store(6, 1))
+    configs = [deployed(prepared, 1, "min-cost"), deployed(prepared, 2, "min-cost")]
+    (tmp_path / "gone" / "scenario.toml").unlink()
+    with pytest.raises(Exception, match="scenario.toml"):
+        run_shares(tmp_path / "gone" / "scenario.toml", fig4_paper.month_store_args(6, 1), configs, 2,
+                   fig4_paper.THRESHOLDS_US)
