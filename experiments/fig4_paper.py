@@ -147,11 +147,12 @@ def tails(sink: Any) -> dict[str, float]:
 
 
 def run(out: Path, *, trace: str | None = None, servers: int = SERVERS, apps: int = APPS, days: float = DAYS,
-        kmax: tuple[int, ...] = KMAX, progress: bool = True, jobs: int | None = None) -> dict[str, Any]:
+        kmax: tuple[int, ...] = KMAX, progress: bool = True, jobs: int | None = 1) -> dict[str, Any]:
     """Time every deployment × kmax over ``days`` of ``trace`` (default: a synthetic PlanetLab-like
     month generated in process, :func:`month_store`); writes the CSVs and the report; returns the rows.
-    ``jobs`` worker processes share the configurations (default: the machine's cores, at most one
-    per configuration; :mod:`experiments.fig4_paper_jobs`); 1 runs them all in this process."""
+    ``jobs`` worker processes share the configurations (:mod:`experiments.fig4_paper_jobs`; None:
+    the machine's cores, at most one per configuration, as the command's default); 1 (the default
+    here, as benchmarks/simulator.py measures one process) runs them all in this process."""
     from replicast.experiments import fig4_paper_jobs
     from replicast.simulator.latency import curve
     from replicast.simulator.run import Prepared
