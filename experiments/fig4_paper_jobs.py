@@ -10,11 +10,13 @@ with lineage).  A configuration's sink does not depend on which others share its
 merged rows are the ones one process computes (tests/simulator/test_timing_paper.py checks the
 outputs byte for byte).
 
-Shares are balanced by a cost per configuration proportional to kmax (measured over three simulated
-hours of 100 servers, one process: random 0.10, 0.14, 0.24, 0.31, 0.43 s and min-cost 0.06, 0.15,
-0.17, 0.26, 0.31 s at kmax 1–5); ties keep the sweep's order, so with two workers one gets the
-random deployments and the other the min-cost ones, kmax 1–5 each (1.04 and 0.94 CPU s for those
-three hours, 1.98 together against 2.01 for all ten in one process: the split loses no sharing).
+Shares are balanced by a cost per configuration proportional to kmax (each sink's wall time over
+three simulated hours of 100 servers in one process, load ~8: random 0.10, 0.14, 0.24, 0.31, 0.43 s
+and min-cost 0.06, 0.15, 0.17, 0.26, 0.31 s at kmax 1–5); ties keep the sweep's order, so with two
+workers one gets the random deployments and the other the min-cost ones, kmax 1–5 each
+(``run_configs`` over those three hours took 1.04 and 0.94 CPU s for the two shares, 1.98 together
+against 2.01 for all ten at once: splitting this way loses none of the sharing between
+configurations).
 """
 
 from __future__ import annotations
