@@ -178,7 +178,8 @@ def run(out: Path, *, trace: str | None = None, servers: int = SERVERS, apps: in
         from tqdm import tqdm
 
         bar = tqdm(total=round((prepared.end - prepared.start) / 3.6e9, 3), unit="sim h",
-                   desc=f"fig4 paper scale: {len(configs)} configurations, {jobs} process(es)")
+                   desc=f"fig4 paper scale: {len(configs)} configurations, "
+                        f"{'one process' if jobs == 1 else f'{jobs} worker processes'}")
 
     def on_window(done_us: int, total_us: int = 0) -> None:
         if bar is not None:
