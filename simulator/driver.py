@@ -164,13 +164,17 @@ class SimNode:
 
     # -- the core's outputs ---------------------------------------------------------------------
     def _transmit(self) -> None:
-        """Keep the votes, send the core's outbox per destination, handle its events, re-arm the timer."""
-        sim, now = self.sim, self.sim.env.now
-        record = self.core.votes_to_persist()
+        """Keep the votes, send the core's outbox per destination, handle its events, re-arm the timer.
+
+        Called after every input (a few hundred thousand times per simulated hour): an empty outbox
+        or event list is seen on the core's :class:`~engine.core.outbox.Outbox` without draining it."""
+        sim, now, core = self.sim, self.sim.env.now, self.core
+        record = core.votes_to_persist()
         if record is not None:                        # kept before anything the votes guard leaves
             sim.votes[self.name] = Votes(VoteMemory.DURABLE, record.streams)
-        outbox = self.core.messages_to_send()
-        if outbox:
+        out = core.out
+        if out.messages:
+            outbox = core.messages_to_send()
             if len(outbox) == 1:
                 node, message = outbox[0]
                 frames = {node: [message]}
@@ -182,18 +186,19 @@ class SimNode:
                         frames[node] = [message]
                     else:
                         frame.append(message)
-            name, network, up = self.name, sim.network, self.up
+            name, network, up, sent = self.name, sim.network, self.up, sim.observer.sent
             sizes = network.bandwidth_bps is not None
             for node, messages in frames.items():
                 if node not in up:
                     continue                          # replayed by on_peer_up when the link returns
                 size = sum(len(encode(message)) for message in messages) if sizes else 0
                 taken = network.send(name, node, messages, now, size)
-                sim.observer.sent(name, node, messages, now, network.sent_delay)
+                sent(name, node, messages, now, network.sent_delay)
                 if not taken:
                     sim.drop_connection(name, node)   # drop-mode outage: the connection breaks
-        self._events()
-        when = self.core.next_timer()
+        if out.events:
+            self._events()
+        when = core.next_timer()
         if when != self._timer_when:
             self._timer_when = when
             self._timer_generation += 1

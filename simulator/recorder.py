@@ -87,6 +87,8 @@ class Recorder(Observer):
         self._bucket, self._row = -1, {}
         self._streams: dict[int, Any] = {}
         self._header: dict[int, int] = {}  # id(stream) -> wire.batch_header_size
+        # The last batch sized: its records object, offset, epoch and frame size less the header.
+        self._body_of, self._body_at, self._body_epoch, self._body = None, -1, -1, 0
         self._code: dict[Any, int] = {}    # id(stream) or "control" -> code in stream_col
         self.bucket_col, self.stream_col = array("q"), array("i")
         self.records_col, self.bytes_col, self.cost_col = array("q"), array("q"), array("d")
@@ -130,8 +132,15 @@ class Recorder(Observer):
                         self._header[key] = batch_header_size(message.stream)
                     entry = row[key] = ([0, 0, 0.0], self._header[key])
                 counts, header = entry
-                counts[1] += batch_frame_size(header, message)
-                n = len(message.records)
+                records = message.records
+                if records is not self._body_of or message.offset != self._body_at or message.epoch != self._body_epoch:
+                    # The batches of one emit (one per remote stream replica) differ only in their
+                    # stream: one frame body size serves them all (the same records object at the
+                    # same offset and epoch is the same log item, punctuation and path included).
+                    self._body_of, self._body_at, self._body_epoch = records, message.offset, message.epoch
+                    self._body = batch_frame_size(0, message)
+                counts[1] += header + self._body
+                n = len(records)
                 if n:
                     counts[0] += n
                     counts[2] += n * delay / 1000.0
