@@ -64,7 +64,7 @@ class Links:
         if not out:
             return out
         sent_at, acks = self.sent_at, self.acks
-        for node in {node for node, _ in out}:
+        for node in (out[0][0],) if len(out) == 1 else {node for node, _ in out}:
             sent_at[node] = now
             pending = acks.pop(node, None) if acks else None
             if pending:

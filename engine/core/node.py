@@ -213,7 +213,8 @@ class NodeCore:
             intents = handler(src, message, now)
             if intents:
                 self._route(intents, now)
-        self._drain_local(now)
+        if self.out.local:                              # (most inputs leave nothing for this node itself)
+            self._drain_local(now)
 
     def apply(self, messages: Iterable[Message], *, now: int) -> None:
         """Apply control messages from the node's own configuration."""
@@ -322,15 +323,19 @@ class NodeCore:
         """When :meth:`handle_timer` must next be called (µs).  Asked after every transmission:
         what no replica here needs is skipped without a scan."""
         when = self.links.next_timer()
-        deadlines = [self.lifecycle.next_deadline()]
-        if self.stamper.stamped:
-            if self.stamper.any:
-                deadlines.append(self._punctuate_at)
-            deadlines.append(self.stamper.next_deadline())
-        deadlines.append(self.coordination.next_timer())
-        for deadline in deadlines:
+        deadline = self.lifecycle.next_deadline()
+        if deadline is not None and deadline < when:
+            when = deadline
+        stamper = self.stamper
+        if stamper.stamped:
+            if stamper.any and self._punctuate_at < when:
+                when = self._punctuate_at
+            deadline = stamper.next_deadline()
             if deadline is not None and deadline < when:
                 when = deadline
+        deadline = self.coordination.next_timer()
+        if deadline is not None and deadline < when:
+            when = deadline
         return when
 
     def statistics(self) -> dict[str, Any]:
@@ -381,7 +386,7 @@ class NodeCore:
 
 
     def _drain_local(self, now: int) -> None:
-        local, inbound_of, accept = self.local, self.inbound.get, self.receiver.accept
+        local, inbound_of, accept = self.out.local, self.inbound.get, self.receiver.accept
         while local:
             item = local.popleft()
             if len(item) == 2:
