@@ -271,19 +271,23 @@ def main() -> None:
 
 #: One reference-tier run of sim-fig1 in its own process, by any checkout's interpreter: the one
 #: package (``replicast.simulator``) or, before it (cd9ce3d), the top-level ``simulator`` package.
+#: The top-level package is tried first: a venv made with ``--system-site-packages`` on a machine
+#: where another checkout is installed (``pip install -e``) also sees that checkout's ``replicast``,
+#: so an old checkout would otherwise run the other one's code.  The run's cwd is a fresh directory
+#: for the same reason (``-c`` puts the cwd first on ``sys.path``).
 _REFERENCE = """
 import json, resource, sys, time
 from pathlib import Path
 try:
-    from replicast.simulator.run import Prepared, run
-    from replicast.simulator.scenario import load_scenario
-    from replicast.examples import example_path
-    path = example_path("sim-fig1.toml")
-except ImportError:
     import simulator
     from simulator.run import Prepared, run
     from simulator.scenario import load_scenario
     path = Path(simulator.__file__).resolve().parent.parent / "examples" / "sim-fig1.toml"
+except ImportError:
+    from replicast.simulator.run import Prepared, run
+    from replicast.simulator.scenario import load_scenario
+    from replicast.examples import example_path
+    path = example_path("sim-fig1.toml")
 scenario = load_scenario(path)
 scenario.trace = sys.argv[1] or scenario.trace
 scenario.duration_s = float(sys.argv[2]) if sys.argv[2] else scenario.duration_s
@@ -307,7 +311,8 @@ for name, table in (("deliveries", result.recorder.deliveries()), ("bandwidth", 
         digest.update("\x1f".join(map(str, column.to_pylist())).encode())
     digests[name] = digest.hexdigest()[:16]
 print(json.dumps({"cpu_s": cpu, "wall_s": s["wall_s"], "delivered": s["delivered"],
-                  "latency_ms": s["latency_ms"], "simulated_s": s["simulated_s"], "module": run.__module__,
+                  "latency_ms": s["latency_ms"], "simulated_s": s["simulated_s"],
+                  "module": sys.modules[run.__module__].__file__,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, **digests}))
 """
 
@@ -318,20 +323,24 @@ def reference_against(baselines: list[str], trace: str | None, seconds: float | 
     process, one after the other per kmax; the same deliveries (count and latency quantiles) or not."""
     import json
     import subprocess
+    import tempfile
 
+    if trace and Path(trace).exists():
+        trace = str(Path(trace).resolve())           # the runs' cwd is elsewhere (see _REFERENCE)
     print(f"reference tier, sim-fig1 over {seconds or 'the scenario'} s of {trace or 'its trace'}; load {_load()}")
     for k in kmax:
         runs = []
         for python in [sys.executable, *baselines]:
-            done = subprocess.run([python, "-c", _REFERENCE, trace or "", str(seconds or ""), str(k)],
-                                  capture_output=True, text=True)
+            with tempfile.TemporaryDirectory() as cwd:
+                done = subprocess.run([python, "-c", _REFERENCE, trace or "", str(seconds or ""), str(k)],
+                                      capture_output=True, text=True, cwd=cwd)
             if done.returncode:
                 raise SystemExit(f"{python}: the run failed:\n{done.stderr[-2000:]}")
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
             r = runs[-1]
             print(f"  kmax {k} {python}: {r['cpu_s']:.1f} cpu s ({r['simulated_s'] / r['cpu_s']:.0f} sim s/cpu s), "
-                  f"wall {r['wall_s']:.1f} s, peak RSS {r['rss_mb']} MB, {r['delivered']} deliveries; load {_load()}",
-                  flush=True)
+                  f"wall {r['wall_s']:.1f} s, peak RSS {r['rss_mb']} MB, {r['delivered']} deliveries "
+                  f"(code: {r['module']}); load {_load()}", flush=True)
         for python, r in zip(baselines, runs[1:]):
             same = (r["delivered"], r["latency_ms"]) == (runs[0]["delivered"], runs[0]["latency_ms"])
             print(f"  kmax {k}: {r['cpu_s'] / runs[0]['cpu_s']:.2f}x less cpu than {python}; deliveries and "
