@@ -308,7 +308,11 @@ class Network:
         crashing or a peer timing out — does not lose them; outages hold or drop them as any item.
         """
         link = self.links.get((src, dst)) or self.link(src, dst)
-        delay = self.sent_delay = self._delay(link, now)
+        if link.plain and self._table_start <= now < self._table_end:
+            delay = self._table[link.ra][link.rb]     # _delay's fast path, inline: one call per hop less
+        else:
+            delay = self._delay(link, now)
+        self.sent_delay = delay
         start = now
         if delay is None:
             if self.outage == "drop":
@@ -324,7 +328,8 @@ class Network:
         if arrival < link.last:
             arrival = link.last
         link.last = arrival
-        self.env.call_at(arrival, self._arrive, link, link.epoch if connection else None, items)
+        env = self.env                                # env.call_at, inline
+        heapq.heappush(env.calls, (arrival, next(env.call_seq), self._arrive, (link, link.epoch if connection else None, items)))
         return True
 
     def _held(self, link: Link, now: int) -> tuple[int | None, int]:
