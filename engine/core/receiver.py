@@ -279,7 +279,8 @@ class Receiver:
         out, forwarded = hosted.logic.on_batch(stream.port, inbound.index, records, punctuation, key)
         if self.tracer is not None:
             self.tracer.arrival(stream, hosted, records, key, punctuation, now, path)   # docs/tracing.md
-        self.emit(hosted, out, forwarded, now, path)
+        if out or forwarded is not None:               # (a copy another stream replica brought first: nothing)
+            self.emit(hosted, out, forwarded, now, path)
         if punctuation is not None:
             self.failover.after_punctuation(hosted, stream.port)
         if forwarded is not None and hosted.state is ReplicaState.REBUILDING:
