@@ -114,9 +114,10 @@ class SimNode:
                 elif type(item) is SourcePayload:
                     work += cost_of.get(item.stream, 0.0)
             env = self.sim.env
+            now = env.time_us
             self.work_us += work
-            done = processing.finish(self.name, env.now, work)
-            if done > env.now:
+            done = processing.finish(self.name, now, work)
+            if done > now:
                 # A timed call, not a SimPy Timeout: most batches wait for the CPU a few µs.
                 env.call_at(done, self._processed, src, items)
                 return
@@ -131,7 +132,7 @@ class SimNode:
         return self.clock.local(self.sim.env.now) if self.skewed else self.sim.env.now
 
     def _receive(self, src: str, items: list) -> None:
-        now, core = self.clock.local(self.sim.env.now) if self.skewed else self.sim.env.now, self.core
+        now, core = self.clock.local(self.sim.env.time_us) if self.skewed else self.sim.env.time_us, self.core
         if len(items) == 1 and type(items[0]) is not SourcePayload:
             core.receive(src, items[0], now=now)    # the common case: one message
         else:
@@ -168,7 +169,8 @@ class SimNode:
 
         Called after every input (a few hundred thousand times per simulated hour): an empty outbox
         or event list is seen on the core's :class:`~engine.core.outbox.Outbox` without draining it."""
-        sim, now, core = self.sim, self.sim.env.now, self.core
+        sim, core = self.sim, self.core
+        now = sim.env.time_us
         record = core.votes_to_persist()
         if record is not None:                        # kept before anything the votes guard leaves
             sim.votes[self.name] = Votes(VoteMemory.DURABLE, record.streams)

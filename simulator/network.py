@@ -114,20 +114,21 @@ class LinkEnvironment(simpy.Environment):
         super().__init__(initial_time)
         self.calls: list = []        # (when, seq, function, args); seq keeps equal times FIFO
         self.call_seq = itertools.count()
-        self._clock = initial_time   # now: the time of the call or event running
+        #: :attr:`now` as a plain attribute (the driver reads it after every hop, without a property call).
+        self.time_us = initial_time
         self._simpy_now = initial_time   # SimPy's own clock: the time of its last event
         self._next = Infinity        # the time of SimPy's next event (its peek), kept by schedule and step
 
     @property
     def now(self) -> int:
-        return self._clock
+        return self.time_us
 
     def call_at(self, when: int, function: Callable, *args: Any) -> None:
         """Run ``function(*args)`` at simulated time ``when`` (≥ now)."""
         heapq.heappush(self.calls, (when, next(self.call_seq), function, args))
 
     def schedule(self, event: simpy.Event, priority: int = NORMAL, delay: int = 0) -> None:
-        at = self._clock + delay
+        at = self.time_us + delay
         super().schedule(event, priority, at - self._simpy_now)
         if at < self._next:
             self._next = at
@@ -144,13 +145,13 @@ class LinkEnvironment(simpy.Environment):
             pop = heapq.heappop
             while True:
                 when, _, function, args = pop(calls)
-                self._clock = when
+                self.time_us = when
                 function(*args)
                 if not calls or calls[0][0] > self._next:
                     return
         if self._next == Infinity:
             raise EmptySchedule()
-        self._clock = self._simpy_now = self._next   # the event SimPy's step pops is at _next
+        self.time_us = self._simpy_now = self._next   # the event SimPy's step pops is at _next
         try:
             super().step()
         finally:
