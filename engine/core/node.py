@@ -322,7 +322,9 @@ class NodeCore:
     def next_timer(self) -> int:
         """When :meth:`handle_timer` must next be called (µs).  Asked after every transmission:
         what no replica here needs is skipped without a scan."""
-        when = self.links.next_timer()
+        links = self.links                               # Links.next_timer, inline (asked after every input)
+        when = links.heartbeat_at if links.earliest_ack is None or links.heartbeat_at < links.earliest_ack \
+            else links.earliest_ack
         deadline = self.lifecycle.next_deadline()
         if deadline is not None and deadline < when:
             when = deadline
