@@ -10,7 +10,8 @@ Two figures:
    synth``); the last columns extrapolate the measured rate to 30 simulated days.
 
 3. ``--items``: link items (everything one node sends to one node at once) and messages per
-   simulated second, by message kind, for sim-fig1 at each kmax — deterministic counts, not times,
+   simulated second, by message kind (and how many punctuation-only batches carry a punctuation no
+   higher than one their stream replica already carried), for sim-fig1 at each kmax — deterministic counts, not times,
    so two versions of the node core compare exactly (default: the scenario's first 1800 s of the
    Seattle trace; ``--duration-s`` and ``--trace`` as above).
 
@@ -119,24 +120,31 @@ def link_items(prepared: Prepared, kmax: list[int]) -> None:
     from replicast.simulator.recorder import Recorder
 
     kinds: Counter = Counter()
+    last: dict = {}                     # (stream replica, epoch) -> the highest punctuation sent on it
 
     class Counting(Recorder):
         def sent(self, src, dst, messages, now, delay):
             for message in messages:
                 name = type(message).__name__
                 kinds[name if name != "Batch" or message.records else "Batch (punctuation only)"] += 1
+                if name == "Batch" and message.punctuation is not None:
+                    key = (message.stream, message.epoch)
+                    if not message.records and message.punctuation <= last.get(key, message.punctuation - 1):
+                        kinds["not advancing"] += 1      # a punctuation-only batch a receiver could do without
+                    last[key] = max(last.get(key, message.punctuation), message.punctuation)
             super().sent(src, dst, messages, now, delay)
 
     span = (prepared.end - prepared.start) / 1e6
-    names = ["Batch", "Batch (punctuation only)", "Ack", "Heartbeat"]
+    names = ["Batch", "Batch (punctuation only)", "not advancing", "Ack", "Heartbeat"]
     print(f"link items and messages per simulated second, sim-fig1, {span:.0f} simulated s of trace "
           f"{prepared.scenario.trace} (deterministic counts):")
-    labels = ["batches/s", "punct-only/s", "acks/s", "heartbeats/s"]
+    labels = ["batches/s", "punct-only/s", "of them: not advancing/s", "acks/s", "heartbeats/s"]
     print(f"{'kmax':>4} {'link items/s':>12} {'messages/s':>10}  " + "  ".join(f"{n:>12}" for n in labels))
     plain, run_module.Recorder = run_module.Recorder, Counting
     try:
         for k in kmax:
             kinds.clear()
+            last.clear()
             s = run(prepared, k).summary
             other = sum(v for n, v in kinds.items() if n not in names)
             print(f"{k:>4} {s['hops'] / span:>12.1f} {s['messages'] / span:>10.1f}  "
