@@ -42,7 +42,9 @@ class Links:
         self.outbox, self.last_heard = outbox, last_heard
         self.sent_at: dict[str, int] = {}          # peer -> when a message last left for it
         self.probed_at: dict[str, int] = {}        # peer -> when the last probe left for it
-        self.acks: dict[str, dict[StreamReplica, Ack]] = {}
+        #: peer -> stream replica -> (epoch, offset) of its latest ack; the Ack is made when it leaves
+        #: (a stream replica is acknowledged several times per ack that goes out).
+        self.acks: dict[str, dict[StreamReplica, tuple[int, int]]] = {}
         self.ack_due: dict[str, int] = {}          # peer -> when its pending acks leave on their own
         self.earliest_ack: int | None = None
         self.heartbeat_at = now                    # the next keep-alive round
@@ -56,7 +58,7 @@ class Links:
             due = self.ack_due[node] = now + self.heartbeat_us
             if self.earliest_ack is None or due < self.earliest_ack:
                 self.earliest_ack = due
-        pending[stream] = Ack(stream, epoch, offset)
+        pending[stream] = (epoch, offset)
 
     # -- outgoing (rules 1-3) ---------------------------------------------------------------------
     def drain(self, out: list[tuple[str, Message]], now: int) -> list[tuple[str, Message]]:
@@ -68,7 +70,7 @@ class Links:
             sent_at[node] = now
             pending = acks.pop(node, None) if acks else None
             if pending:
-                out.extend((node, ack) for ack in pending.values())
+                out.extend((node, Ack(stream, epoch, offset)) for stream, (epoch, offset) in pending.items())
                 self._forget_due(node)
             if now - self.probed_at.get(node, _NEVER) >= PROBE_EVERY * self.heartbeat_us:
                 self.probed_at[node] = now
@@ -84,7 +86,8 @@ class Links:
                 pending = self.acks.pop(node)
                 self._forget_due(node)
                 if node in outbox.connected:
-                    outbox.messages.extend((node, ack) for ack in pending.values())
+                    outbox.messages.extend((node, Ack(stream, epoch, offset))
+                                           for stream, (epoch, offset) in pending.items())
         if now >= self.heartbeat_at:
             self.heartbeat_at = now + self.heartbeat_us
             for node in sorted(outbox.connected):
