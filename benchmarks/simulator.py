@@ -55,6 +55,14 @@ Two figures:
        replicast trace synth --nodes 30 --duration 2h --out /tmp/synth30-2h
        python3 benchmarks/simulator.py --trace /tmp/synth30-2h --duration-s 1800 --kmax 3 --baseline /tmp/cd9/.venv/bin/python
 
+8. ``--counts calls|instructions --baseline PYTHON``: the comparison of 7 in deterministic counts,
+   which the load of a shared machine does not change: Python calls (cProfile) or instructions
+   (``valgrind --tool=cachegrind``, ~50× slower: keep ``--duration-s`` near 60) of a run over
+   ``--duration-s`` (default 60) less those of a 10-s run, per simulated second, e.g.::
+
+       python3 benchmarks/simulator.py --counts instructions --trace /tmp/synth30-2h --duration-s 60 --kmax 3 \
+           --baseline /tmp/cd9/.venv/bin/python
+
 Each line also gives the run's CPU time (process time: what the run itself used; on the shared
 2-core machine wall time also counts waiting for a core) and the load average after it.
 
@@ -227,7 +235,12 @@ def main() -> None:
     parser.add_argument("--baseline", action="append", default=[], metavar="PYTHON",
                         help="also run with this interpreter (another checkout's venv): the --timing-paper sweep, "
                              "or the reference tier end to end (see above)")
+    parser.add_argument("--counts", choices=["calls", "instructions"],
+                        help="with --baseline: deterministic counts instead of CPU time (see above)")
     args = parser.parse_args()
+    if args.counts:
+        counts_against(args.baseline, args.trace, args.duration_s or 60.0, args.kmax, args.counts == "instructions")
+        return
     if args.timing_paper:
         timing_paper(args.trace, args.duration_s or 86400.0, args.baseline)
         return
@@ -300,9 +313,17 @@ scenario = load_scenario(path)
 scenario.trace = sys.argv[1] or scenario.trace
 scenario.duration_s = float(sys.argv[2]) if sys.argv[2] else scenario.duration_s
 prepared = Prepared(scenario)
+counting, calls = len(sys.argv) > 4 and sys.argv[4] == "calls", None   # Python calls the run makes
+if counting:
+    import cProfile, pstats
+    profile = cProfile.Profile()
+    profile.enable()
 cpu = time.process_time()
 result = run(prepared, int(sys.argv[3]))
 cpu = time.process_time() - cpu
+if counting:
+    profile.disable()
+    calls = pstats.Stats(profile).total_calls
 s = result.summary
 # Every delivery (application, ts, arrival, path) and bandwidth row (bucket, stream, records,
 # bytes), in one order, hashed: equal digests are the same deliveries and the same traffic.
@@ -320,7 +341,7 @@ for name, table in (("deliveries", result.recorder.deliveries()), ("bandwidth", 
     digests[name] = digest.hexdigest()[:16]
 print(json.dumps({"cpu_s": cpu, "wall_s": s["wall_s"], "delivered": s["delivered"],
                   "latency_ms": s["latency_ms"], "simulated_s": s["simulated_s"],
-                  "module": sys.modules[run.__module__].__file__,
+                  "module": sys.modules[run.__module__].__file__, "calls": calls,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, **digests}))
 """
 
@@ -354,6 +375,46 @@ def reference_against(baselines: list[str], trace: str | None, seconds: float | 
             print(f"  kmax {k}: {r['cpu_s'] / runs[0]['cpu_s']:.2f}x less cpu than {python}; deliveries and "
                   f"latency quantiles {'the same' if same else 'DIFFERENT'}; every delivery "
                   f"{_same(r, runs[0], 'deliveries')}; bandwidth rows {_same(r, runs[0], 'bandwidth')}")
+
+
+def counts_against(baselines: list[str], trace: str | None, seconds: float, kmax: list[int], valgrind: bool) -> None:
+    """Deterministic costs of the reference tier, this checkout against each of ``baselines`` (see
+    ``--counts``): Python calls (cProfile) or, with ``valgrind``, instructions (cachegrind) of a run
+    over ``seconds`` less those of a 10-s run (setup cancels), per simulated second."""
+    import json
+    import re
+    import subprocess
+    import tempfile
+
+    if trace and Path(trace).exists():
+        trace = str(Path(trace).resolve())
+    what = "instructions (valgrind cachegrind)" if valgrind else "Python calls (cProfile)"
+    print(f"reference tier, sim-fig1 over {seconds:.0f} s less 10 s of {trace or 'its trace'}: {what} per simulated s")
+
+    def count(python: str, span: float, k: int) -> tuple[int, dict]:
+        command = [python, "-c", _REFERENCE, trace or "", str(span), str(k), "" if valgrind else "calls"]
+        if valgrind:
+            command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *command]
+        with tempfile.TemporaryDirectory() as cwd:
+            done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+        if done.returncode:
+            raise SystemExit(f"{python}: the run failed:\n{done.stderr[-2000:]}")
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        if not valgrind:
+            return r["calls"], r
+        return int(re.search(r"I\s+refs:\s+([\d,]+)", done.stderr).group(1).replace(",", "")), r
+
+    for k in kmax:
+        rates = []
+        for python in [sys.executable, *baselines]:
+            (short, _), (long, r) = count(python, 10.0, k), count(python, seconds, k)
+            rates.append(((long - short) / (seconds - 10.0), r))
+            print(f"  kmax {k} {python}: {rates[-1][0]:,.0f} per simulated s, {r['delivered']} deliveries "
+                  f"(code: {r['module']})", flush=True)
+        mine = rates[0]
+        for python, (rate, r) in zip(baselines, rates[1:]):
+            print(f"  kmax {k}: {rate / mine[0]:.3f}x fewer than {python}; every delivery "
+                  f"{_same(r, mine[1], 'deliveries')}; bandwidth rows {_same(r, mine[1], 'bandwidth')}")
 
 
 def _same(run: dict, mine: dict, table: str) -> str:
