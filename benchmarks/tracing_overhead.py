@@ -6,6 +6,7 @@
     python3 benchmarks/tracing_overhead.py --tcp --records 2000000 --rounds 7         # the node over TCP (CPU ticks < 0.1 %)
     python3 benchmarks/tracing_overhead.py --rounds 41 --tcp-rounds 7 --samples hooks,1000,100,1000000000
     python3 benchmarks/tracing_overhead.py --in-process --instructions --rounds 41   # + instruction counts
+    python3 benchmarks/tracing_overhead.py --tcp --records 200000 --rounds 2 --tcp-instructions  # + the node's
 
 Two measurements, each with the cases in alternating rounds (each round in another order: every
 case starts as many rounds); every figure is the median of the rounds, and every ratio is
@@ -23,6 +24,12 @@ denominator alike).
   acknowledged every stream replica's end, and the node's CPU µs per distinct record beside it.
   Before the upstreams connect, the query is installed on the running node over its metrics port
   (``PUT /trace/queries/ID``, as ``replicast trace-query`` does).
+
+* TCP in instructions (``--tcp-instructions``, with the TCP measurement; Linux, valgrind): the
+  same runs with the node process under cachegrind, its whole process counted; a no-query
+  process fed a quarter of the records gives the records' share of a count.  The node's CPU per
+  record over TCP moves by ±5 % from round to round on a shared machine, which hides a cost of a
+  few per cent; a count moves by a few million instructions in eight billion.
 
 * Instructions (``--instructions``, with the in-process measurement; Linux, valgrind): the
   in-process loop of each case run once in a process of its own under valgrind's cachegrind,
@@ -44,6 +51,7 @@ import gc
 import os
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -90,12 +98,35 @@ def events(metrics_port: int) -> int:
     return sum(states[0] for r in reports for table in r["tables"].values() for _, states in table)
 
 
-def run(k: int, records: int, batch: int, sample: int | None) -> tuple[tuple[float, float | None], int]:
-    """One node fed by k upstreams with the query at 1/``sample`` installed (None: no query)."""
+def _start_counted_node(cluster: Path, port: int, log: Path) -> subprocess.Popen:
+    """``replicast node`` as :func:`node.start_node` starts it, under valgrind's cachegrind (its
+    instruction count written to ``log`` when it stops), hash and address-space randomisation off."""
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+               f"--log-file={log}", sys.executable, "-m", "replicast.engine.cli", "-q", "node",
+               "--config", str(cluster), "--name", "z"]
+    if shutil.which("setarch"):
+        command = ["setarch", "-R", *command]
+    node = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600                  # valgrind runs Python ~50 times slower
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return node
+        except OSError:
+            time.sleep(0.2)
+    node.kill()
+    raise RuntimeError("the node under valgrind did not start")
+
+
+def run(k: int, records: int, batch: int, sample: int | None,
+        count_into: Path | None = None) -> tuple[tuple[float, float | None], int]:
+    """One node fed by k upstreams with the query at 1/``sample`` installed (None: no query);
+    under valgrind, its whole process's instructions written to ``count_into``, if given."""
     frames, offsets = batch_frames(k, records, batch)
     with tempfile.TemporaryDirectory() as tmp:
         cluster, port, metrics_port = write_cluster(Path(tmp), k, 1, entry_on_target=False)
-        node = start_node(cluster, port)
+        node = start_node(cluster, port) if count_into is None else _start_counted_node(cluster, port, count_into)
         try:
             if sample is not None:
                 install(metrics_port, QUERY.format(n=sample))
@@ -112,7 +143,47 @@ def run(k: int, records: int, batch: int, sample: int | None) -> tuple[tuple[flo
             return result, counted
         finally:
             node.terminate()
-            node.wait(10)
+            node.wait(10 if count_into is None else 600)
+
+
+def _node_instructions(k: int, records: int, batch: int, sample: int | None) -> int:
+    """The instructions of one whole ``replicast node`` process fed ``records`` (valgrind)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "cachegrind.log"
+        run(k, records, batch, sample, count_into=log)
+        match = re.search(r"I\s+refs:\s+([\d,]+)", log.read_text())
+    if match is None:
+        raise RuntimeError(f"valgrind said no instruction count: {log.read_text()[-500:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def tcp_instructions(k: int, records: int, batch: int, rounds: int) -> None:
+    """The node over TCP in instructions (Linux, valgrind): each case's whole node process, and a
+    no-query process fed a quarter of the records, so that the records' share of a count is known
+    (the rest is the process's start, its handshakes and its stop).  A case's overhead is its
+    count less the no-query count, over the no-query records' share.  CPU time over TCP moves by
+    ±5 % a round on a shared machine; a count by a few million instructions in eight billion."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--tcp-instructions needs valgrind (Debian: apt-get install valgrind)")
+    cases = [case for case in CASES if case != HOOKS]
+    counts: dict = {case: [] for case in cases}
+    fewer = []
+    for r in range(rounds):
+        for case in rotated(cases, r):
+            counts[case].append(_node_instructions(k, records, batch, case))
+            print(f"    {label(case):>9}: {counts[case][-1]:,} instructions", file=sys.stderr)
+        fewer.append(_node_instructions(k, records // 4, batch, None))
+    base = statistics.median(counts[None])
+    per_record = (base - statistics.median(fewer)) / (records - records // 4)
+    print(f"  TCP in instructions (one node process under valgrind, k={k}, {records} records in batches of "
+          f"{batch}, median of {rounds} rounds):")
+    print(f"    {label(None):>9}: {per_record:8.1f} instructions per distinct record "
+          f"(whole process {base:,.0f}; with {records // 4} records {statistics.median(fewer):,.0f})")
+    for case in cases[1:]:
+        extra = statistics.median(counts[case]) - base
+        print(f"    {label(case):>9}: {extra / records:+8.1f} instructions per distinct record = "
+              f"{extra / (per_record * records):+.2%} against no query   "
+              f"[{', '.join(f'{c - b:+,}' for c, b in zip(counts[case], counts[None]))}]")
 
 
 CASES: tuple = (None, 1000, 100)                  # no query, then 1/N (--samples)
@@ -321,6 +392,9 @@ def main() -> int:
     parser.add_argument("--instructions", action="store_true",
                         help="also count the in-process loop's instructions per case under valgrind (Linux; "
                              "minutes: valgrind runs Python ~50 times slower): a figure load does not move")
+    parser.add_argument("--tcp-instructions", action="store_true",
+                        help="also count the node process's instructions over TCP under valgrind (Linux; "
+                             "minutes): the tracing cost of the whole node, which load does not move")
     parser.add_argument("--jobs", type=int, default=2, help="valgrind processes at once (default 2)")
     parser.add_argument("--count-case", help=argparse.SUPPRESS)      # (a child of --instructions)
     parser.add_argument("--count-loop", type=int, help=argparse.SUPPRESS)
@@ -342,7 +416,10 @@ def main() -> int:
         if args.instructions:
             instructions(args.k, args.records, args.batch, args.jobs)
     if not args.in_process:
-        tcp(args.k, args.records, args.batch, args.rounds if args.tcp_rounds is None else args.tcp_rounds)
+        tcp_rounds = args.rounds if args.tcp_rounds is None else args.tcp_rounds
+        tcp(args.k, args.records, args.batch, tcp_rounds)
+        if args.tcp_instructions:
+            tcp_instructions(args.k, args.records, args.batch, tcp_rounds)
     print(f"load average at end: {load()}")
     return 0
 
