@@ -6,7 +6,7 @@
     python3 benchmarks/tracing_overhead.py --tcp --records 2000000 --rounds 7         # the node over TCP (CPU ticks < 0.1 %)
     python3 benchmarks/tracing_overhead.py --rounds 41 --tcp-rounds 7 --samples hooks,1000,100,1000000000
     python3 benchmarks/tracing_overhead.py --in-process --instructions --rounds 41   # + instruction counts
-    python3 benchmarks/tracing_overhead.py --tcp --records 200000 --rounds 2 --tcp-instructions  # + the node's
+    python3 benchmarks/tracing_overhead.py --tcp --records 200000 --rounds 2 --tcp-instructions  # + the node in instructions
 
 Two measurements, each with the cases in alternating rounds (each round in another order: every
 case starts as many rounds); every figure is the median of the rounds, and every ratio is
