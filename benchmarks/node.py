@@ -99,10 +99,12 @@ mqtt = false
     return tmp / "cluster.toml", ports[0], ports[1]
 
 
-def start_node(cluster: Path, port: int) -> subprocess.Popen:
-    node = subprocess.Popen([sys.executable, "-m", "replicast.engine.cli", "-q", "node", "--config", str(cluster), "--name", "z"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
+def start_node(cluster: Path, port: int, wrapper: tuple[str, ...] = (), env: dict | None = None,
+               timeout: float = 30) -> subprocess.Popen:
+    """``replicast node`` z of ``cluster``, once it listens on ``port`` (run under ``wrapper``, e.g. valgrind)."""
+    node = subprocess.Popen([*wrapper, sys.executable, "-m", "replicast.engine.cli", "-q", "node", "--config", str(cluster),
+                             "--name", "z"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()

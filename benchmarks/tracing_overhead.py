@@ -51,7 +51,6 @@ import gc
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -101,22 +100,11 @@ def events(metrics_port: int) -> int:
 def _start_counted_node(cluster: Path, port: int, log: Path) -> subprocess.Popen:
     """``replicast node`` as :func:`node.start_node` starts it, under valgrind's cachegrind (its
     instruction count written to ``log`` when it stops), hash and address-space randomisation off."""
-    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-               f"--log-file={log}", sys.executable, "-m", "replicast.engine.cli", "-q", "node",
-               "--config", str(cluster), "--name", "z"]
+    wrapper = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", f"--log-file={log}"]
     if shutil.which("setarch"):
-        command = ["setarch", "-R", *command]
-    node = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600                  # valgrind runs Python ~50 times slower
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return node
-        except OSError:
-            time.sleep(0.2)
-    node.kill()
-    raise RuntimeError("the node under valgrind did not start")
+        wrapper = ["setarch", "-R", *wrapper]
+    return start_node(cluster, port, tuple(wrapper), env={**os.environ, "PYTHONHASHSEED": "0"},
+                      timeout=600)                  # valgrind runs Python ~50 times slower
 
 
 def run(k: int, records: int, batch: int, sample: int | None,
