@@ -163,8 +163,8 @@ class PunctuationArrivals:
 
     Hop by hop: a producer's messages go to its stream's entry replicas (the source's own
     connection), every entry replica forwards each to every Union replica, every Union replica to
-    every aggregate replica, and an aggregate replica sends a window's output on when a seal (here: a
-    closing punctuation: the first at or after a window's end) reaches it.  A replica has a message when its first copy arrives.  Each hop
+    every aggregate replica, and an aggregate replica passes each seal on to the application (its
+    output keeps ``Seal_server``) with the window's output when that seal closes one.  A replica has a message when its first copy arrives.  Each hop
     takes the trace's one-way delay at the time it leaves (0 on one server), and a link between two
     servers is FIFO over everything the bound sends on it, every producer's messages together and
     every hop that shares the link (a relay's Union replica forwarding to the reporting server's
@@ -173,8 +173,7 @@ class PunctuationArrivals:
     each on the reporting server this is the direct link's trip, behind that producer's earlier
     messages."""
 
-    def __init__(self, prepared: Prepared, placement: dict[str, list[str]], ends: list[int]):
-        """``ends``: the window ends of the run's outputs."""
+    def __init__(self, prepared: Prepared, placement: dict[str, list[str]]):
         trace, servers, origin = prepared.trace, prepared.servers, prepared.origin
         self.links = Links(prepared)
         self.unions, self.aggregates = list(dict.fromkeys(placement["cpu"])), list(dict.fromkeys(placement["load"]))
@@ -186,6 +185,7 @@ class PunctuationArrivals:
         self.sent: dict[str, list[int]] = {}         # producer → its punctuations' send times
         self.message: dict[str, list[int]] = {}      # producer → its punctuations' message numbers
         at_entries: list[dict[str, int | None]] = []
+        carries: list[bool] = []                      # whether the message carries a punctuation (and seal)
         for source in prepared.sources:
             entries = list(dict.fromkeys(placement[source.stream]))
             last = dict.fromkeys(entries, 0)
@@ -201,19 +201,18 @@ class PunctuationArrivals:
                     sent.append(when)
                     numbers.append(len(at_entries))
                 at_entries.append(at)
+                carries.append(punctuated)
             self.sent[source.server], self.message[source.server] = sent, numbers
         self.sent_on: dict[tuple[str, str], list[tuple[list[int], list[int]]]] = {}   # earlier hops' sends
         everything = [True] * len(at_entries)
-        carries = [False] * len(at_entries)          # closing punctuations: an aggregate replica emits then
-        for producer in self.sent:
-            for end in ends:
-                i = self.index(producer, end)
-                if i is not None:
-                    carries[self.message[producer][i]] = True
         self.at_union = self.hop(at_entries, self.unions, everything)
         at_aggregates = self.hop(self.at_union, self.aggregates, everything)
         #: what the entry and Union replicas send (records and punctuations), before any output
         self.union_sent = {link: list(logs) for link, logs in self.sent_on.items()}
+        self.at_application = self.hop(at_aggregates, [self.application], carries)
+        # A relay's aggregate replica passing a seal on can delay what its Union replica sends later on
+        # the same link (and so on): the two hops once more, each behind what the other sent.
+        at_aggregates = self.hop(self.at_union, self.aggregates, everything)
         self.at_application = self.hop(at_aggregates, [self.application], carries)
 
     def behind(self, a: str, b: str, t: int, logs=None) -> int:
@@ -374,7 +373,7 @@ def compare(producers: tuple[str, ...], duration_s: int, seed: int, start_s: int
                          f"{runs[True].placement} / {runs[False].placement}")
     prepared = runs[True].prepared
     ends = sorted({record[0] for record in runs[False].records})
-    bound = PunctuationArrivals(prepared, runs[True].placement, ends)
+    bound = PunctuationArrivals(prepared, runs[True].placement)
     whole = bound.whole_stream(producers, ends)
     distance = {p: one_way_ms(prepared, p) for p in producers}
     middle = float(np.median(list(distance.values())))

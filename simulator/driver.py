@@ -96,6 +96,9 @@ class SimNode:
                                       sim.options.mode), now=now)
         self.work_us, self._load_at = 0.0, (now, 0.0)           # CPU work done, for placement reports
         self.alive = True
+        #: Batches waiting for this node's CPU (timed calls not run yet): a later arrival waits behind
+        #: them even when its own work is done at once, so the node takes a link's items in order.
+        self.waiting = 0
         self.up: set[str] = set()                     # peers with a connection (Simulation keeps it)
         self._timer_when: int | None = None
         self._timer_generation = 0
@@ -117,13 +120,18 @@ class SimNode:
             now = env.time_us
             self.work_us += work
             done = processing.finish(self.name, now, work)
-            if done > now:
-                # A timed call, not a SimPy Timeout: most batches wait for the CPU a few µs.
+            if done > now or self.waiting:
+                # A timed call, not a SimPy Timeout: most batches wait for the CPU a few µs.  One due
+                # now while others wait (a batch of no work arriving the moment the CPU frees) goes
+                # behind them: run at once, it overtook a batch it follows on its link (a Batch
+                # skipping offsets: a protocol error, and the connection dropped).
+                self.waiting += 1
                 env.call_at(done, self._processed, src, items)
                 return
         self._receive(src, items)
 
     def _processed(self, src: str, items: list) -> None:
+        self.waiting -= 1
         if self.alive:
             self._receive(src, items)
 
