@@ -384,9 +384,10 @@ def compare(producers: tuple[str, ...], duration_s: int, seed: int, start_s: int
     via = {s: relayed(runs[s], near) for s in (True, False)}
     if verbose:
         deployed = ", ".join(f"{name} {'/'.join(runs[True].placement[name])}" for name in ("cpu", "load"))
+        replicated = (f", kmax {replication.kmax} ({deployed}; entry replicas {replication.entry_replicas})"
+                      if replication != Replication() else "")
         print(f"\n{len(producers)} producers, {duration_s} s of the Seattle trace from {start_s} s, seed {seed}, "
-              f"reporting server {REPORTING}, kmax {replication.kmax} ({deployed}; entry replicas "
-              f"{replication.entry_replicas}) ({wall:.0f} s wall for both runs)")
+              f"reporting server {REPORTING}{replicated} ({wall:.0f} s wall for both runs)")
         print("  one-way ms: " + ", ".join(f"{p} {distance[p]:.0f}{'*' if p in near else ''}" for p in producers)
               + "   (* nearer keys)")
         print(f"  {'keys':8} {'coordination':22} {'outputs':>8} {'p50 ms':>9} {'p99 ms':>9}   "
@@ -419,7 +420,8 @@ def compare(producers: tuple[str, ...], duration_s: int, seed: int, start_s: int
             f"   p99 {s.p99:6.1f} / {u.p99:6.1f} ms = {u.p99 / s.p99:5.2f}x   slowest nearer key {worst} "
             f"(its one-way median {distance[worst]:.0f} ms) p99 {per_key[worst][0]:.0f} ms; nearer keys whose own "
             f"p99 halves: {halved}/{len(near)}   held ≤ {max(f.held for f in figures.values()):.1f} ms   "
-            f"relayed {100 * via[True]:.0f}/{100 * via[False]:.0f} %   identical: {'yes' if identical else 'NO'}"}
+            + (f"relayed {100 * via[True]:.0f}/{100 * via[False]:.0f} %   " if replication.kmax > 1 else "")
+            + f"identical: {'yes' if identical else 'NO'}"}
 
 
 def main() -> int:
@@ -448,8 +450,9 @@ def main() -> int:
                 if sweep:
                     print(f"{n} producers" + results[-1]["line"], flush=True)
         if sweep:
-            print(f"{n} producers, kmax {args.kmax} ({args.deployment}, entry replicas {args.entry_replicas}), "
-                  f"{len(results)} runs ({len(args.seeds)} seeds × {len(args.start_s)} trace windows "
+            replicated = (f"kmax {args.kmax} ({args.deployment}, entry replicas {args.entry_replicas}), "
+                          if replication != Replication() else "")
+            print(f"{n} producers, {replicated}{len(results)} runs ({len(args.seeds)} seeds × {len(args.start_s)} trace windows "
                   f"of {args.duration_s} s): median ratio punct./seal for the nearer keys: "
                   f"p50 {statistics.median(r['p50'] for r in results):.2f}x, "
                   f"p99 {statistics.median(r['p99'] for r in results):.2f}x "

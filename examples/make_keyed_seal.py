@@ -7,7 +7,9 @@ stream only: Blazes' independent seal).  A Union merges the streams and a keyed 
 Aggregate averages each server's load per second, on the reporting server, for one application
 there.  Whole-stream punctuations close a window once the *farthest* producer's punctuation has
 arrived; seals per key close each server's window once *its* seal has (docs/explain.md).
-``benchmarks/key_sealing.py`` runs both at 5 and 10 producers; ``keyed-seal-events.jsonl`` is a
+``benchmarks/key_sealing.py`` runs both at 5 and 10 producers, with one replica of everything (the
+files written here, kmax 1) or with the Union and the aggregate replicated on servers near the
+reporting server (``scenario_text(..., kmax=K)``, §III); ``keyed-seal-events.jsonl`` is a
 minute of input for ``replicast replay examples/keyed-seal.toml --input … --replicas 3 --check``.
 Run: python3 examples/make_keyed_seal.py
 """
