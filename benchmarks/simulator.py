@@ -424,7 +424,9 @@ def _same(run: dict, mine: dict, table: str) -> str:
 
 
 #: One sweep in its own process (its peak RSS its own), run by any checkout's interpreter: only
-#: ``fig4_paper.run``, which every version since the paper-scale sweep has.
+#: ``fig4_paper.run``, which every version since the paper-scale sweep has.  Its cwd is a fresh
+#: directory, as ``_REFERENCE``'s: ``-c`` puts the cwd first on ``sys.path``, so run from a checkout
+#: a baseline interpreter would import that checkout's ``replicast``.
 _SWEEP = """
 import json, resource, sys, tempfile, time
 from pathlib import Path
@@ -449,9 +451,15 @@ def timing_paper(trace: str | None, seconds: float, baselines: list[str]) -> Non
 
     if trace is None:
         raise SystemExit("--timing-paper needs --trace (replicast trace synth --like planetlab --nodes 100 ...)")
+    import tempfile
+
+    if Path(trace).exists():
+        trace = str(Path(trace).resolve())           # the runs' cwd is elsewhere (see _SWEEP)
     runs = []
     for python in [sys.executable, *baselines]:
-        done = subprocess.run([python, "-c", _SWEEP, trace, str(seconds)], capture_output=True, text=True)
+        with tempfile.TemporaryDirectory() as cwd:
+            done = subprocess.run([python, "-c", _SWEEP, trace, str(seconds)], capture_output=True, text=True,
+                                  cwd=cwd)
         if done.returncode:
             raise SystemExit(f"{python}: the sweep failed:\n{done.stderr[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
