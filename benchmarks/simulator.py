@@ -339,7 +339,12 @@ for name, table in (("deliveries", result.recorder.deliveries()), ("bandwidth", 
     for column in table.columns:
         digest.update("\x1f".join(map(str, column.to_pylist())).encode())
     digests[name] = digest.hexdigest()[:16]
-print(json.dumps({"cpu_s": cpu, "wall_s": s["wall_s"], "delivered": s["delivered"],
+try:
+    from replicast.native_build import status      # which build ran: the mypyc-compiled modules or the .py files
+    build = status() if "replicast.simulator.run" in sys.modules else "pure Python (no native build then)"
+except ImportError:
+    build = "pure Python (no native build then)"
+print(json.dumps({"cpu_s": cpu, "wall_s": s["wall_s"], "delivered": s["delivered"], "build": build,
                   "latency_ms": s["latency_ms"], "simulated_s": s["simulated_s"],
                   "module": sys.modules[run.__module__].__file__, "calls": calls,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, **digests}))
@@ -369,7 +374,7 @@ def reference_against(baselines: list[str], trace: str | None, seconds: float | 
             r = runs[-1]
             print(f"  kmax {k} {python}: {r['cpu_s']:.1f} cpu s ({r['simulated_s'] / r['cpu_s']:.0f} sim s/cpu s), "
                   f"wall {r['wall_s']:.1f} s, peak RSS {r['rss_mb']} MB, {r['delivered']} deliveries "
-                  f"(code: {r['module']}); load {_load()}", flush=True)
+                  f"(code: {r['module']}, {r['build']}); load {_load()}", flush=True)
         for python, r in zip(baselines, runs[1:]):
             same = (r["delivered"], r["latency_ms"]) == (runs[0]["delivered"], runs[0]["latency_ms"])
             print(f"  kmax {k}: {r['cpu_s'] / runs[0]['cpu_s']:.2f}x less cpu than {python}; deliveries and "
@@ -410,7 +415,7 @@ def counts_against(baselines: list[str], trace: str | None, seconds: float, kmax
             (short, _), (long, r) = count(python, 10.0, k), count(python, seconds, k)
             rates.append(((long - short) / (seconds - 10.0), r))
             print(f"  kmax {k} {python}: {rates[-1][0]:,.0f} per simulated s, {r['delivered']} deliveries "
-                  f"(code: {r['module']})", flush=True)
+                  f"(code: {r['module']}, {r['build']})", flush=True)
         mine = rates[0]
         for python, (rate, r) in zip(baselines, rates[1:]):
             print(f"  kmax {k}: {rate / mine[0]:.3f}x fewer than {python}; every delivery "

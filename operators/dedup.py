@@ -70,7 +70,7 @@ class DuplicateFilter:
         self._runs = Runs()
         self._single: Single | None = Single() if k == 1 else None
         self._newest = NO_PUNCTUATION           # largest ts remembered, in any representation
-        self._bases: dict[int, int] = {}        # replica -> base frontier not yet reached by the port
+        self._bases: dict[int, int | None] = {}        # replica -> base frontier not yet reached by the port
         self._held: dict[int, int] = {}         # replica -> largest punctuation held until its base is reached
         self.passed = 0
         self.duplicates = 0

@@ -18,3 +18,8 @@ folders, each installed as a subpackage through ``package_dir`` in ``setup.cfg``
 """
 
 __version__ = "0.2.0"
+
+# The compiled per-message path is used only while it matches its sources (native_build.py).
+from replicast import native_build as _native_build  # noqa: E402
+
+_native_build.guard()

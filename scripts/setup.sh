@@ -6,7 +6,8 @@
 #   iproute2 (wide-area emulation tests), openssh-server (sshd "hosts" of the 'cluster up' over ssh
 #   tests; the tests start their own sshd, nothing is enabled), chromium (the dashboard's headless-browser
 #   test) — from Debian packages, as root or through sudo;
-#   then this package with its test and benchmark extras: pip install -e '.[all,test,bench]'.
+#   then this package with its test and benchmark extras: pip install -e '.[all,test,bench]', which
+#   compiles the per-message path with mypyc (setup.py; rebuilt below when its sources changed).
 #
 # Re-running is cheap: packages present are not touched, and pip runs again only when setup.cfg
 # changed since the last successful run (a stamp in .replicast/).
@@ -45,4 +46,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! python3 -m pip sho
   python3 -m pip install --quiet --upgrade pip
   python3 -m pip install --quiet -e '.[all,test,bench]'
   mkdir -p .replicast && echo "$want" > "$stamp"
+fi
+# The native build of the per-message path (setup.py, replicast/native_build.py) is compiled from
+# the sources as they were at install: rebuilt when one of them changed since (or it is missing
+# where mypyc could build it), without touching the dependencies.
+if python3 -c "import mypyc.build" 2>/dev/null && ! python3 -W ignore -c \
+    "import sys, replicast.native_build as n; sys.exit(0 if n.STATUS.native or n.PURE_ENV in __import__('os').environ else 1)"; then
+  echo "setup: the native build is missing or older than its sources: pip install --no-deps -e ."
+  python3 -m pip install --quiet --no-deps -e .
 fi

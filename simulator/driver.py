@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import simpy
+from mypy_extensions import mypyc_attr
 
 from replicast.engine.node import add_replica, remove_replica
 from replicast.engine.node import shape
@@ -62,6 +63,8 @@ class SourcePayload:
     payload: bytes
 
 
+# Compiled natively (replicast/native_build.py): tests, benchmarks and epoch_commit subclass it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Observer:
     """What the simulation reports to (the recorder); the defaults ignore everything."""
 
@@ -237,7 +240,7 @@ class Simulation:
     :meth:`restart`, :meth:`drop_connection`; link cuts and congestion are on :attr:`network`.
     """
 
-    def __init__(self, query: Query, placement: dict[str, list[str]], trace: Any, servers: dict[str, int], *,
+    def __init__(self, query: Query, placement: dict[str, list[str | None]], trace: Any, servers: dict[str, int], *,
                  options: NodeOptions = NodeOptions(), start_us: int = 0, outage: str = "hold",
                  bandwidth_bps: float | None = None, processing: Processing | None = None,
                  observer: Observer | None = None, origin_us: int | None = None,

@@ -117,7 +117,7 @@ class LinkEnvironment(simpy.Environment):
         #: :attr:`now` as a plain attribute (the driver reads it after every hop, without a property call).
         self.time_us = initial_time
         self._simpy_now = initial_time   # SimPy's own clock: the time of its last event
-        self._next = Infinity        # the time of SimPy's next event (its peek), kept by schedule and step
+        self._next: Any = Infinity        # the time of SimPy's next event (its peek), kept by schedule and step
 
     @property
     def now(self) -> int:
@@ -314,7 +314,7 @@ class Network:
         else:
             delay = self._delay(link, now)
         self.sent_delay = delay
-        start = now
+        start: int | None = now
         if delay is None:
             if self.outage == "drop":
                 return False
@@ -344,10 +344,10 @@ class Network:
             return until if until < NEVER else None, delay
         self._lookup(link, now)
         since = link.frame_start
-        until = self.recovery_us(link.src, link.dst, now)
-        delay = self._delay(link, until) if until is not None else 0
-        link.hold = (since, NEVER if until is None else until, delay)
-        return until, delay
+        recovery = self.recovery_us(link.src, link.dst, now)
+        after = self._delay(link, recovery) if recovery is not None else 0    # (the link is up at recovery)
+        link.hold = (since, NEVER if recovery is None else recovery, after)
+        return recovery, after
 
     def drop(self, src: str, dst: str) -> None:
         """The connection ``src -> dst`` is gone: what is in flight is lost."""

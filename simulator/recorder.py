@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from mypy_extensions import mypyc_attr
 
 from replicast.engine.messages import Batch
 from replicast.engine.node import DeadLetter, Delivered
@@ -54,6 +55,7 @@ BANDWIDTH_SCHEMA = pa.schema([("t_us", pa.int64()), ("stream", pa.dictionary(pa.
 DEAD_LETTER_REASONS = 10
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)   # benchmarks/simulator.py counts through a subclass
 class Recorder(Observer):
     """Collects a run's outputs; ``done`` (a SimPy event) fires when every application is closed."""
 
@@ -84,11 +86,13 @@ class Recorder(Observer):
         self.dead_letter_reasons: Counter[str] = Counter()
         # The current bucket's traffic: id(stream replica) or "control" -> ([records, bytes,
         # record-weighted one-way ms], batch header size); earlier buckets' rows are in the columns.
-        self._bucket, self._row = -1, {}
+        self._bucket = -1
+        self._row: dict = {}
         self._streams: dict[int, Any] = {}
         self._header: dict[int, int] = {}  # id(stream) -> wire.batch_header_size
         # The last batch sized: its records object, offset, epoch and frame size less the header.
-        self._body_of, self._body_at, self._body_epoch, self._body = None, -1, -1, 0
+        self._body_of: Any = None
+        self._body_at, self._body_epoch, self._body = -1, -1, 0
         self._code: dict[Any, int] = {}    # id(stream) or "control" -> code in stream_col
         self.bucket_col, self.stream_col = array("q"), array("i")
         self.records_col, self.bytes_col, self.cost_col = array("q"), array("q"), array("d")

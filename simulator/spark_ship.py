@@ -34,7 +34,8 @@ ALIAS = "replicast_env"
 #: ``sys.modules`` after :func:`simulator.sweep.run_task`, mapped by
 #: :func:`importlib.metadata.packages_distributions`), and those PySpark's Arrow workers import for
 #: the summary's ``mapInArrow``.  Their own requirements are added by :func:`closure`.
-TASK_DISTRIBUTIONS = ("msgpack", "msgspec", "sortedcontainers", "simpy", "numpy", "pandas", "pyarrow", "tqdm")
+TASK_DISTRIBUTIONS = ("msgpack", "msgspec", "sortedcontainers", "simpy", "numpy", "pandas", "pyarrow", "tqdm",
+                      "mypy-extensions")
 #: Spark's workers bring their own PySpark (``pyspark.zip``) and Py4J.
 PROVIDED_BY_SPARK = {"pyspark", "py4j"}
 
@@ -216,7 +217,8 @@ def _build_tree(checkout: Path, scratch: Path) -> Path:
     """A copy of what the wheel is built from — the package folders and the top-level build files
     — so the build writes nothing into the checkout and no stale ``build/`` enters the wheel."""
     tree = scratch / "source"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    # (not the checkout's own native build: the wheel's build compiles its own, with its digest)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "native_manifest.json")
     for top in _package_folders(checkout):
         shutil.copytree(checkout / top, tree / top, ignore=ignore)
     for name in ("setup.cfg", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):

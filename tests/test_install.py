@@ -46,7 +46,7 @@ def test_the_wheel_adds_one_top_level_name_and_carries_the_data(wheel):
         names = archive.namelist()
         top_level = archive.read(next(n for n in names if n.endswith(".dist-info/top_level.txt"))).decode().split()
     assert top_level == ["replicast"]
-    assert {name.split("/")[0] for name in names} == {"replicast", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert {name.split("/")[0] for name in names} == {"replicast", "-".join(wheel.name.split("-")[:2]) + ".dist-info"}
     for data in ("replicast/examples/sim-fig1.toml", "replicast/examples/fig1.toml",
                  "replicast/examples/cluster-fig1.toml", "replicast/traces/data/seattle/LICENSE",
                  "replicast/traces/data/seattle/CITATION.md", "replicast/traces/data/seattle/nodes.parquet"):
@@ -68,6 +68,28 @@ def test_replicast_simulate_writes_its_plot_from_the_wheel(wheel, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary and (tmp_path / "out" / "latency.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_the_wheels_native_build_runs_until_a_source_beside_it_changes(wheel, tmp_path):
+    """Built where mypyc is (the test extra has it), the wheel carries the compiled per-message path
+    and its sources' digest: the installed package runs it; after an edit to one of its ``.py`` files
+    it runs every native module's ``.py`` file instead, and says so once (replicast/native_build.py)."""
+    pytest.importorskip("mypyc.build")
+    bin_dir = make_venv(tmp_path / "venv", system_site_packages=True)
+    done = run([bin_dir / "python", "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel], tmp_path)
+    assert done.returncode == 0, done.stderr
+    probe = ["-c", "import replicast.native_build as n, replicast.operators.dedup as d; print(n.status()); print(d.__file__)"]
+    done = run([bin_dir / "python", *probe], tmp_path)
+    status, dedup = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and not done.stderr and status.startswith("native") and dedup.endswith(".so"), \
+        done.stdout + done.stderr
+    source = Path(dedup).with_name("dedup.py")
+    source.write_text(source.read_text() + "\n# edited after the build\n")
+    done = run([bin_dir / "python", *probe], tmp_path)
+    status, dedup = done.stdout.strip().splitlines()
+    assert status.startswith("pure Python (the native build is older than dedup") and dedup == str(source)
+    assert done.stderr.count("RuntimeWarning: replicast runs pure Python") == 1
 
 
 @pytest.mark.slow

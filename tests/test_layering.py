@@ -2,7 +2,8 @@
 at module level or inside a function, goes down an edge of :data:`LAYERS`, never back up.
 
 Units are the top-level folders, except the package root, which holds three things at different
-heights: its version (``replicast/__init__.py``, imported by anything), the consumer library for
+heights: its version (``replicast/__init__.py``, imported by anything, with ``native_build.py``, which
+it runs at import to choose between the compiled and the ``.py`` modules), the consumer library for
 applications' outputs (``consume*.py``, above the engine whose MQTT settings it reads) and
 ``python -m replicast``; and the command assembly ``engine/cli.py``, which imports every package's
 ``cli`` module by name (its ``COMMAND_MODULES``) and so sits above them all.
@@ -41,7 +42,7 @@ def unit_of(module: str) -> str | None:
     """The unit a module (``engine.core.node``, ``replicast.consume``, ``replicast``) belongs to."""
     if module == COMMAND_ASSEMBLY or module == "replicast.__main__":
         return "commands"
-    if module == "replicast":
+    if module in ("replicast", "replicast.native_build"):
         return "version"
     if module.startswith("replicast.consume"):
         return "consume"

@@ -162,7 +162,7 @@ class Failover:
             if self.heard.suspected(node, now):
                 suspected = {i.node for s, i in self.inbound.items() if (s.target, s.port) == key
                              and self.heard.suspected(i.node, now)}
-                choice = self._choose(key, suspected)
+                choice: ReplicaId | None = self._choose(key, suspected)
                 if choice != self.active[key]:
                     seconds = (now - self.heard.last_heard(node, self.heard.started)) / 1e6
                     yield from self._switch(key, choice, f"nothing heard from node {node} for {seconds:.1f} s")

@@ -146,7 +146,7 @@ class NodeCore:
                                  seal=key_seals.emit)
         self.control = Control(query, options, hosted, inbound, out, counters, start=self.start,
                                new_epoch=self.new_epoch, failover=self.failover, pairs=self.pairs)
-        self._handlers: dict[type, Callable[[str, Any, int], None]] = {
+        self._handlers: dict[type, Callable[[str, Any, int], Any]] = {   # -> intents or None
             Batch: receiver.on_batch, StreamHead: receiver.on_head, Mark: receiver.on_mark,
             Ack: sender.on_ack, Resume: sender.on_resume, Hold: sender.on_hold,
             Standby: sender.on_standby, NotHosted: receiver.on_not_hosted, KeySeals: key_seals.on_seals,
@@ -210,7 +210,7 @@ class NodeCore:
         if handler is None:
             self.counters["protocol_errors"] += 1       # a handshake frame: the driver's, never ours
         else:
-            intents = handler(src, message, now)
+            intents: Any = handler(src, message, now)
             if intents:
                 self._route(intents, now)
         if self.out.local:                              # (most inputs leave nothing for this node itself)
@@ -220,7 +220,7 @@ class NodeCore:
         """Apply control messages from the node's own configuration."""
         self._now = now
         for message in messages:
-            intents = self._handlers[type(message)](self.name, message, now)
+            intents: Any = self._handlers[type(message)](self.name, message, now)
             if intents:
                 self._route(intents, now)
         self._drain_local(now)
@@ -310,7 +310,7 @@ class NodeCore:
         self.out.messages = messages
 
     @property
-    def local(self):
+    def local(self) -> Any:
         """Messages to this node itself, drained within the input call under way (engine.core.outbox)."""
         return self.out.local
 

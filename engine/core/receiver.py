@@ -36,7 +36,7 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from replicast.engine.core.events import ProtocolError
 from replicast.engine.core.hosted import Hosted, Inbound
@@ -75,7 +75,7 @@ class Receiver:
         self.schemas, self.hosted, self.inbound, self.out, self.counters = schemas, hosted, inbound, outbox, counters
         self.failover, self.ack, self.emit = failover, ack, emit
         #: Installed trace queries' tracepoints (engine.core.tracepoints), set by the node core; None while none.
-        self.tracer = None
+        self.tracer: Any = None          # a tracepoints.Tracer while a trace query is installed
         #: (stream replica, epoch, offset) -> its counts at that offset, noted at a Mark (rule 5).
         self.checkpoints: dict[tuple[StreamReplica, int, int], dict] = {}
         #: stream replica -> (offset, until): acknowledge no further while a peer joins from it.

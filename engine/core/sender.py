@@ -28,7 +28,7 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from replicast.engine.core.events import Delivered, StreamCutOff
 from replicast.engine.core.outbox import Outbox
@@ -63,7 +63,7 @@ class Sender:
         self.retention_items, self.join_timeout_us, self.standbys = retention_items, join_timeout_us, standbys
         self.pairs = pairs
         #: Installed trace queries' tracepoints (engine.core.tracepoints), set by the node core; None while none.
-        self.tracer = None
+        self.tracer: Any = None          # a tracepoints.Tracer while a trace query is installed
         self.early: dict[StreamReplica, tuple[str, Resume | Hold | Standby, int]] = {}   # rule 4
 
     # -- emitting ---------------------------------------------------------------------------------

@@ -16,6 +16,10 @@ Rules of this module:
 from __future__ import annotations
 
 from enum import Enum
+from typing import TypeVar
+
+#: Whichever state enum a table advances: advance() returns the same enum it is given.
+_State = TypeVar("_State", bound=Enum)
 
 
 class IllegalTransition(RuntimeError):
@@ -391,13 +395,13 @@ EVENTS = {ReplicaState: ReplicaEvent, RouteState: RouteEvent, InboundState: Inbo
           CandidacyPhase: CandidacyEvent, PairRole: PairEvent}
 
 
-def advance(current: Enum, event: Enum) -> Enum:
+def advance(current: _State, event: Enum) -> _State:
     """The state ``event`` moves ``current`` to, if the table lists ``(current, event)``; else
     :class:`IllegalTransition`."""
     new = _TABLES[type(current)].get((current, event))
     if new is None:
         raise IllegalTransition(f"{type(current).__name__}: {event.value!r} in state {current.value!r} is not allowed")
-    return new
+    return new  # type: ignore[return-value]   (each table maps a state enum to itself)
 
 
 def transitions(kind: type[Enum]) -> dict[tuple[Enum, Enum], Enum]:

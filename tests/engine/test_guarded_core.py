@@ -71,6 +71,7 @@ def test_an_exception_while_taking_a_peers_frame_stops_it_too(tmp_path):
         core.messages_to_send()                                # nothing the half-updated core queued leaves
 
 
+@pytest.mark.pure_python        # replaces the lifecycle's on_timer on the instance
 def test_an_illegal_transition_on_the_timer_stops_it_too(tmp_path):
     errors = []
     core = guarded(tmp_path, errors)

@@ -87,6 +87,7 @@ def test_every_stamp_reads_the_stampers_clock_offset_and_drift_included():
     assert who == "e1"                                   # e1, the lowest index, stamps from the start
 
 
+@pytest.mark.pure_python        # wraps the core's handle_timer on the instance
 def test_timers_fire_when_a_drifting_clock_reads_their_deadline():
     """A clock 20 % slow: its node's heartbeats (every 100 ms on its clock) come every 125 ms of
     simulated time; its punctuations too, so stamps stay in its own time."""

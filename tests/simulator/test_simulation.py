@@ -129,6 +129,7 @@ def test_trace_delays_and_held_sends_match_the_trace_store():
     assert got == expected and len(expected) > 10_000 and len(expected) < n      # some held forever
 
 
+@pytest.mark.pure_python        # counts through a patched Network.send
 def test_bandwidth_table_counts_every_message_sent(monkeypatch):
     """bandwidth.parquet (records, exact wire bytes, cost) equals a tally of every message handed to
     the network, per minute and stream replica; with a link bandwidth the network gets the frame's

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from replicast.engine.core import tracepoints
 from replicast.engine.core.trace_aggregate import finish, merge
 from replicast.engine.core.trace_language import parse
@@ -22,6 +24,9 @@ from replicast.simulator.driver import Simulation
 from replicast.simulator.network import FixedDelays
 from tests.simulator.test_key_seal_runtimes import HOME, NODES, PUNCTUATION_US, RTT_MS, scenario
 from tests.simulator.test_runtimes import Collect
+
+# Each test watches the operator replica and the sorter through patched methods.
+pytestmark = pytest.mark.pure_python
 
 WAITS = ("From w In Wait GroupBy w.replica, w.kind, w.ts, w.wait_us, w.key "
          "Select w.replica, w.kind, w.ts, w.wait_us, w.key, COUNT Sample 1/1")

@@ -1,0 +1,75 @@
+"""setup.cfg holds the package's metadata; this file adds only the native build of the per-message
+path (``replicast/native_build.py`` lists the modules and says why; docs/architecture.md).
+
+mypyc compiles those modules when it and a C compiler are there (``pyproject.toml`` asks for mypy
+in the build environment); otherwise, or with ``REPLICAST_PURE_PYTHON=1``, the package installs as
+pure Python. Either way the ``.py`` files are installed and are what runs when the build is absent
+or older than them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "replicast"))
+import native_build  # noqa: E402  (the module list, without importing the package)
+
+
+#: The commands that build extensions; metadata and sdist commands (run several times per install
+#: by pip's build backend) do not need mypyc's minute of work.
+BUILDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop", "bdist_egg"}
+
+
+def native_extensions() -> list:
+    if not BUILDS & set(sys.argv[1:]):
+        return []
+    if os.environ.get(native_build.PURE_ENV):
+        print(f"replicast: {native_build.PURE_ENV} is set: installing pure Python", file=sys.stderr)
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("replicast: mypyc is not installed: installing pure Python (the reference tier runs ~2x slower)",
+              file=sys.stderr)
+        return []
+    # mypy finds modules by their dotted names: a tree named as installed (replicast/engine, …) of
+    # links to the repository's folders, in the build directory.
+    stage = ROOT / "build" / "native-src" / "replicast"
+    stage.mkdir(parents=True, exist_ok=True)
+    for entry in ROOT.joinpath("replicast").iterdir():
+        if entry.suffix == ".py":
+            _link(stage / entry.name, entry)
+    for package, folder in native_build.PACKAGE_DIRS.items():
+        if package != "replicast":
+            _link(stage / package.split(".", 1)[1], ROOT / folder)
+    paths = [str(Path("build", "native-src", *module.split(".")[:-1], module.split(".")[-1] + ".py"))
+             for module in native_build.NATIVE_MODULES]
+    config = ROOT / "build" / "native-src" / "mypy.ini"
+    # Compiled as they are typed: mypy's complaints about Optional narrowing and invariance do not
+    # stop the build (the runtime checks mypyc inserts do, and the whole test suite runs native).
+    config.write_text("[mypy]\nignore_missing_imports = True\nfollow_imports = silent\n"
+                      "[mypy-replicast.*]\nignore_errors = True\n")
+    try:
+        extensions = mypycify(["--config-file", str(config), *paths], opt_level="3",
+                              group_name=native_build.GROUP)
+    except Exception as error:          # a mypyc that cannot build here: the pure package still works
+        print(f"replicast: the native build failed ({error}): installing pure Python", file=sys.stderr)
+        return []
+    native_build.write_manifest(ROOT, ROOT / "replicast")
+    return extensions
+
+
+def _link(link: Path, target: Path) -> None:
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and link.resolve() == target.resolve():
+            return
+        link.unlink()
+    link.symlink_to(target)
+
+
+setup(ext_modules=native_extensions())
