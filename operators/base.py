@@ -27,12 +27,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from replicast.operators.record import Record, short_repr
 
 #: The frontier before any punctuation: nothing is promised yet.
 NO_PUNCTUATION = -(2**63)
 
 
+# Compiled natively (replicast/native_build.py); users' operators subclass it in Python.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Operator:
     """Base class: punctuation bookkeeping shared by all operators."""
 

@@ -66,20 +66,17 @@ class Slots:
                    newest: int) -> tuple[list[Record], int, int]:
         """Algorithm 1 record by record for copies from replica ``i``: the records that pass, how
         many were at or below ``max_punctuation``, and the newest timestamp now remembered."""
+        # Methods called on their objects, not bound to locals first: compiled natively
+        # (replicast/native_build.py) these are C calls.
         out: list[Record] = []
-        append = out.append
         slots = self.slot_of
-        slot_of = slots.setdefault
         masks = self.masks
-        new_slot = masks.append
         n = len(masks)
         bit = 1 << i
         below = 0
         unranked = self.ranks.unranked[i]               # masks after each later copy of occurrence 1
-        seen_by = unranked.append
-        straggle = self.stragglers.append
         for record in records:
-            s = slot_of(record, n)
+            s = slots.setdefault(record, n)
             if s == n:                                  # not remembered: a new record
                 # Alg. 1 line 2. Only needed here: a punctuation p removes every record with
                 # ts <= p (line 11), so a record still remembered is above max_punctuation.
@@ -91,18 +88,18 @@ class Slots:
                 if ts >= newest:
                     newest = ts
                 else:
-                    straggle(record)
-                new_slot(bit)                           # first copy of occurrence 1 (lines 3-6)
+                    self.stragglers.append(record)
+                masks.append(bit)                       # first copy of occurrence 1 (lines 3-6)
                 n += 1
-                append(record)
+                out.append(record)
             else:
                 seen = masks[s]
                 if not seen & bit:                      # a later copy of occurrence 1
                     seen |= bit
                     masks[s] = seen
-                    seen_by(seen)
+                    unranked.append(seen)
                 elif self._count_copy(i, s, record):    # replica i repeats an equal record
-                    append(record)
+                    out.append(record)
         if len(unranked) > RANK_BUFFER:
             self.ranks.count()
         return out, below, newest

@@ -16,7 +16,7 @@ Rules of this module:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from replicast.engine.core.hosted import ReplicaKind
 from replicast.engine.core.states import InboundState, RouteState
@@ -41,7 +41,7 @@ class KeySealRelay:
         self.hosted, self.inbound, self.out, self.counters, self.sender_emit = hosted, inbound, outbox, counters, emit
         self.received = 0          # seals applied
         self.stale = 0             # seals dropped (rule 2)
-        self.tracer = None         # installed trace queries (engine.core.tracepoints), None while none
+        self.tracer: Any = None    # installed trace queries (engine.core.tracepoints), None while none
 
     def emit(self, hosted: "Hosted", seals: Sequence[KeySeal]) -> None:
         """``hosted`` seals these keys, after everything it emitted so far (rule 1)."""
