@@ -9,7 +9,9 @@ or older than them.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -30,13 +32,14 @@ def native_extensions() -> list:
         return []
     if os.environ.get(native_build.PURE_ENV):
         print(f"replicast: {native_build.PURE_ENV} is set: installing pure Python", file=sys.stderr)
-        return []
+        return _remove_built(keep=())
     try:
         from mypyc.build import mypycify
     except ImportError:
         print("replicast: mypyc is not installed: installing pure Python (the reference tier runs ~2x slower)",
               file=sys.stderr)
-        return []
+        return _remove_built(keep=())
+    _remove_built(keep=(*native_build.NATIVE_MODULES, native_build.GROUP + "__mypyc"))
     # mypy finds modules by their dotted names: a tree named as installed (replicast/engine, …) of
     # links to the repository's folders, in the build directory.
     stage = ROOT / "build" / "native-src" / "replicast"
@@ -62,6 +65,24 @@ def native_extensions() -> list:
         return []
     native_build.write_manifest(ROOT, ROOT / "replicast")
     return extensions
+
+
+def _remove_built(keep: tuple[str, ...]) -> list:
+    """An editable install builds in place: the extensions of modules no longer compiled (or of all,
+    for a pure install) and a manifest that no longer holds are removed, so none shadows its ``.py``."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    for package, folder in native_build.PACKAGE_DIRS.items():
+        for path in (ROOT / folder).rglob("*.so"):
+            stem = path.name.split(".", 1)[0]
+            module = ".".join([package, *path.relative_to(ROOT / folder).parent.parts, stem])
+            if any(path.name.endswith(suffix) for suffix in suffixes) and module not in keep:
+                path.unlink()
+    if not keep:
+        (ROOT / "replicast" / native_build.MANIFEST).unlink(missing_ok=True)
+    # setuptools packs whatever an earlier build left in build/lib*: an extension no longer built included
+    for stale in ROOT.glob("build/lib*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return []
 
 
 def _link(link: Path, target: Path) -> None:

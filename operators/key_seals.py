@@ -30,7 +30,7 @@ Rules of this module (pure: no clock, no I/O):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from replicast.operators.base import NO_PUNCTUATION
 from replicast.operators.blazes import TS
@@ -77,7 +77,7 @@ class SealTable:
     def snapshot(self) -> list[Any]:
         return [[list(k), p] for k, p in self.seals.items()]
 
-    def restore(self, state: list[Any]) -> None:
+    def restore(self, state: Sequence[Any]) -> None:      # (a list, or a tuple off the wire)
         self.seals = {tuple(k): p for k, p in state}
 
 

@@ -10,7 +10,7 @@ planner inserts sorters only where order matters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from sortedcontainers import SortedList
 
@@ -49,6 +49,6 @@ class Sorter:
     def snapshot(self) -> list[Any]:
         return [list(item[2]) for item in self._buffer]
 
-    def restore(self, state: list[Any]) -> None:
+    def restore(self, state: Sequence[Any]) -> None:      # (a list, or a tuple off the wire)
         self._buffer = SortedList()
         self.add([tuple(r) for r in state])

@@ -36,7 +36,6 @@ from pathlib import Path
 #: recorder). Users subclass ``operators.base.Operator`` in Python (it allows interpreted subclasses).
 NATIVE_MODULES = (
     "replicast.engine.messages",
-    "replicast.engine.wire",
     "replicast.engine.core.baggage",
     "replicast.engine.core.configure",
     "replicast.engine.core.control",

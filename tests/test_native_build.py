@@ -81,8 +81,6 @@ def test_the_tests_that_patch_compiled_classes_pass_on_the_py_modules():
     if not native_build.STATUS.native:
         pytest.skip("no native build in use: the pure_python tests ran in this process")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "pure_python",
-                           "tests/engine/test_guarded_core.py", "tests/simulator/test_clocks.py",
-                           "tests/simulator/test_simulation.py", "tests/simulator/test_tracing_seal_sim.py"],
-                          cwd=ROOT, capture_output=True, text=True, env=PURE, timeout=900)
+                           "tests"], cwd=ROOT, capture_output=True, text=True, env=PURE, timeout=900)
     summary = done.stdout.strip().splitlines()[-1]
-    assert done.returncode == 0 and " 6 passed" in f" {summary}", done.stdout[-4000:]
+    assert done.returncode == 0 and int(summary.split(" passed")[0].split()[-1]) >= 9, done.stdout[-4000:]

@@ -144,6 +144,7 @@ def test_a_seal_ahead_of_records_the_receiver_lacks_is_dropped():
     assert core.statistics()["stale_key_seals"] == 1 and core.statistics()["key_seals"] == 0
 
 
+@pytest.mark.pure_python        # patches a method of a class the native build compiles
 def test_replay_carries_seals_through_replicas_and_crashes_and_checks_against_the_unsealed_reference(monkeypatch):
     from pathlib import Path
 
@@ -202,6 +203,7 @@ def test_a_replica_that_joins_mid_stream_and_outlives_its_donor_gives_the_refere
     assert net.cores["spare"].statistics()["key_seals"] > 0
 
 
+@pytest.mark.pure_python        # patches a method of a class the native build compiles
 def test_replay_of_sealed_count_windows_releases_each_keys_sorted_prefix_and_gives_the_reference(monkeypatch):
     from pathlib import Path
 
@@ -249,6 +251,7 @@ input = "j"
 """
 
 
+@pytest.mark.pure_python        # patches a method of a class the native build compiles
 def test_replay_of_a_join_sealed_on_its_key_prunes_per_key_and_gives_the_reference(monkeypatch):
     import random
 

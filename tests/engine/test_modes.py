@@ -110,6 +110,7 @@ def operator_inputs(net: MemoryNetwork) -> dict:
 
 @pytest.mark.parametrize("mode, identical", [("deterministic", True), ("synchronization", True),
                                              ("failover", False)])
+@pytest.mark.pure_python        # watches each operator through its instance's on_batch
 def test_peer_replicas_process_one_order(mode, identical):
     """Deterministic replicas sort their input; a process pair's backup takes its primary's steps."""
     place = placement(2, NODES)

@@ -126,6 +126,7 @@ def count_closes(monkeypatch, window: str) -> list:
     return closed
 
 
+@pytest.mark.pure_python        # counts closes through a patched operator method (count_closes)
 @pytest.mark.parametrize("window", list(WINDOWS))
 def test_a_sealed_keyed_aggregate_gives_the_unsealed_output_on_tcp_and_in_the_simulator(tmp_path, window, monkeypatch):
     closed = count_closes(monkeypatch, window)
