@@ -49,7 +49,7 @@ from replicast.engine.node import (DeadLetter, Decided, Delivered, NodeCore, Nod
 from replicast.engine.wire import encode
 from replicast.operators.query import Query
 from replicast.simulator.clocks import Clock, ClockSpec
-from replicast.simulator.network import LinkEnvironment, Network, Processing
+from replicast.simulator.network import Calls, LinkEnvironment, Network, Processing
 
 #: Retry period of a connection whose link is in an outage (the TCP driver's back-off cap).
 RECONNECT_US = 2_000_000
@@ -84,6 +84,7 @@ class SimNode:
     def __init__(self, sim: "Simulation", name: str, *, now: int, incarnation: int | None = None,
                  start: Start = Start.FRESH):
         self.sim, self.name = sim, name
+        self.calls: Calls = sim.env.calls               # the simulated time, read after every hop
         self.clock = sim.clock(name)
         self.skewed = not self.clock.exact              # (the hot path skips the conversion otherwise)
         now = self.clock.local(now)
@@ -119,8 +120,7 @@ class SimNode:
                     work += len(item.records) * cost_of[item.stream.target.name]
                 elif type(item) is SourcePayload:
                     work += cost_of.get(item.stream, 0.0)
-            env = self.sim.env
-            now = env.time_us
+            now = self.calls.now
             self.work_us += work
             done = processing.finish(self.name, now, work)
             if done > now or self.waiting:
@@ -129,7 +129,7 @@ class SimNode:
                 # behind them: run at once, it overtook a batch it follows on its link (a Batch
                 # skipping offsets: a protocol error, and the connection dropped).
                 self.waiting += 1
-                env.call_at(done, self._processed, src, items)
+                self.calls.push(done, self._processed, (src, items))
                 return
         self._receive(src, items)
 
@@ -143,7 +143,7 @@ class SimNode:
         return self.clock.local(self.sim.env.now) if self.skewed else self.sim.env.now
 
     def _receive(self, src: str, items: list) -> None:
-        now, core = self.clock.local(self.sim.env.time_us) if self.skewed else self.sim.env.time_us, self.core
+        now, core = self.clock.local(self.calls.now) if self.skewed else self.calls.now, self.core
         if len(items) == 1 and type(items[0]) is not SourcePayload:
             core.receive(src, items[0], now=now)    # the common case: one message
         else:
@@ -181,7 +181,7 @@ class SimNode:
         Called after every input (a few hundred thousand times per simulated hour): an empty outbox
         or event list is seen on the core's :class:`~engine.core.outbox.Outbox` without draining it."""
         sim, core = self.sim, self.core
-        now = sim.env.time_us
+        now = self.calls.now
         record = core.votes_to_persist()
         if record is not None:                        # kept before anything the votes guard leaves
             sim.votes[self.name] = Votes(VoteMemory.DURABLE, record.streams)

@@ -30,7 +30,6 @@ Nothing here knows about operators, routing or placement: the network carries op
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Sequence
 
@@ -87,6 +86,25 @@ class Link:
         self.plain = True          # no scripted faults: the network's current frame table applies
 
 
+class Calls:
+    """The simulated time and the heap of timed calls: :class:`LinkEnvironment`'s hot state, in an
+    object of its own so that, natively built (replicast/native_build.py), the driver and the
+    network read and push it as a C struct (the environment itself subclasses SimPy's, a Python
+    class, whose attributes are dictionary lookups)."""
+
+    def __init__(self, now: int):
+        self.now = now                   # µs: the time of whatever runs, a call or a SimPy event
+        self.heap: list = []             # (when, seq, function, args); seq keeps equal times FIFO
+        self.seq = 0
+        #: The time of SimPy's next event (its peek: an int, or Infinity when it has none), kept by
+        #: LinkEnvironment.schedule and step.
+        self.simpy_next: Any = Infinity
+
+    def push(self, when: int, function: Callable, args: tuple) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (when, self.seq, function, args))
+
+
 class LinkEnvironment(simpy.Environment):
     """A SimPy environment that also runs plain timed calls (:meth:`call_at`) from a heap of its own.
 
@@ -112,50 +130,53 @@ class LinkEnvironment(simpy.Environment):
 
     def __init__(self, initial_time: int = 0):
         super().__init__(initial_time)
-        self.calls: list = []        # (when, seq, function, args); seq keeps equal times FIFO
-        self.call_seq = itertools.count()
-        #: :attr:`now` as a plain attribute (the driver reads it after every hop, without a property call).
-        self.time_us = initial_time
+        #: The time and the timed calls (the driver keeps a reference: ``calls.now`` after every hop).
+        self.calls = Calls(initial_time)
         self._simpy_now = initial_time   # SimPy's own clock: the time of its last event
-        self._next: Any = Infinity        # the time of SimPy's next event (its peek), kept by schedule and step
 
     @property
     def now(self) -> int:
-        return self.time_us
+        return self.calls.now
+
+    @property
+    def time_us(self) -> int:
+        return self.calls.now
 
     def call_at(self, when: int, function: Callable, *args: Any) -> None:
         """Run ``function(*args)`` at simulated time ``when`` (≥ now)."""
-        heapq.heappush(self.calls, (when, next(self.call_seq), function, args))
+        self.calls.push(when, function, args)
 
     def schedule(self, event: simpy.Event, priority: int = NORMAL, delay: int = 0) -> None:
-        at = self.time_us + delay
+        calls = self.calls
+        at = calls.now + delay
         super().schedule(event, priority, at - self._simpy_now)
-        if at < self._next:
-            self._next = at
+        if at < calls.simpy_next:
+            calls.simpy_next = at
 
     def peek(self) -> float:
         calls = self.calls
-        return calls[0][0] if calls and calls[0][0] <= self._next else self._next
+        heap = calls.heap
+        return heap[0][0] if heap and heap[0][0] <= calls.simpy_next else calls.simpy_next
 
     def step(self) -> None:
         calls = self.calls
-        if calls and calls[0][0] <= self._next:
+        heap = calls.heap
+        if heap and heap[0][0] <= calls.simpy_next:
             # Every call due no later than SimPy's next event, in one go; a call may schedule SimPy
-            # events (timers), which schedule() notes in _next.
-            pop = heapq.heappop
+            # events (timers), which schedule() notes in simpy_next.
             while True:
-                when, _, function, args = pop(calls)
-                self.time_us = when
+                when, _, function, args = heapq.heappop(heap)
+                calls.now = when
                 function(*args)
-                if not calls or calls[0][0] > self._next:
+                if not heap or heap[0][0] > calls.simpy_next:
                     return
-        if self._next == Infinity:
+        if calls.simpy_next == Infinity:
             raise EmptySchedule()
-        self.time_us = self._simpy_now = self._next   # the event SimPy's step pops is at _next
+        calls.now = self._simpy_now = calls.simpy_next   # the event SimPy's step pops is at simpy_next
         try:
             super().step()
         finally:
-            self._next = super().peek()
+            calls.simpy_next = super().peek()
 
 
 class Network:
@@ -178,6 +199,7 @@ class Network:
         self.messages = 0          # messages inside them
         if not isinstance(env, LinkEnvironment):
             raise TypeError("Network needs a simulator.network.LinkEnvironment")
+        self.calls: Calls = env.calls
         # Traces with frames: one-way delays (µs, None = outage) among our servers, a frame at a
         # time, as Python lists (a numpy lookup per link and frame would cost more than the hop).
         # ``_frame_cols`` picks our servers' rows/columns out of a trace frame.
@@ -329,8 +351,7 @@ class Network:
         if arrival < link.last:
             arrival = link.last
         link.last = arrival
-        env = self.env                                # env.call_at, inline
-        heapq.heappush(env.calls, (arrival, next(env.call_seq), self._arrive, (link, link.epoch if connection else None, items)))
+        self.calls.push(arrival, self._arrive, (link, link.epoch if connection else None, items))
         return True
 
     def _held(self, link: Link, now: int) -> tuple[int | None, int]:
