@@ -26,10 +26,10 @@ from typing import Any
 import msgpack
 import msgspec
 
-from replicast.engine.core.baggage import is_baggage
+from replicast.engine.frame_size import batch_frame_size
 from replicast.engine.frames import BY_CODE, BY_MESSAGE, AnyFrame, Frame, required_fields
 from replicast.engine.messages import Batch, Message
-from replicast.engine.packed_records import EncodedRecords, PackedRecords, WireError, records_bytes
+from replicast.engine.packed_records import EncodedRecords, PackedRecords, WireError
 from replicast.operators.plan import StreamReplica
 from replicast.operators.validation import Failure, locate, shorten
 
@@ -57,14 +57,6 @@ def batch_header_size(stream: StreamReplica) -> int:
     frame's size is this plus each field's own encoding (see :func:`batch_frame_size`)."""
     return (len(encode(Batch(stream, 0, 0, (), None))) - 2 * len(_packb(0)) - len(_packb(_packb(())))
             - len(_packb(None)))
-
-
-def batch_frame_size(header: int, batch: Batch) -> int:
-    """``len(encode(batch))`` given ``header = batch_header_size(batch.stream)``, without building
-    the frame (the simulator sizes every message it moves)."""
-    return (header + len(_packb(batch.epoch)) + len(_packb(batch.offset))
-            + len(_packb(records_bytes(batch.records))) + len(_packb(batch.punctuation))
-            + (len(_packb(batch.path)) if batch.path and is_baggage(batch.path) else 0))     # rule 5
 
 
 def decode(body: bytes) -> Message:

@@ -35,6 +35,7 @@ from pathlib import Path
 #: replica, sender, output log, links, lifecycle, failover, the operators) and of the simulator (driver, network,
 #: recorder). Users subclass ``operators.base.Operator`` in Python (it allows interpreted subclasses).
 NATIVE_MODULES = (
+    "replicast.engine.frame_size",
     "replicast.engine.messages",
     "replicast.engine.core.baggage",
     "replicast.engine.core.configure",

@@ -37,7 +37,8 @@ from mypy_extensions import mypyc_attr
 
 from replicast.engine.messages import Batch
 from replicast.engine.node import DeadLetter, Delivered
-from replicast.engine.wire import batch_frame_size, batch_header_size, encode
+from replicast.engine.frame_size import batch_frame_size
+from replicast.engine.wire import batch_header_size, encode
 from replicast.operators.record import CLOSED
 from replicast.simulator import latency as latency_stats
 from replicast.simulator.driver import Observer

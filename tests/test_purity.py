@@ -62,11 +62,12 @@ def test_core_files_exist():
 
 #: What a pure module may import (DESIGN.md §3), as an allow-list: a deny-list let importlib,
 #: os.urandom, secrets or uuid through.  Standard-library modules without clocks, I/O or randomness,
-#: the data libraries the cores compute with, and the package itself.
+#: the data libraries the cores compute with, the package itself, and mypy_extensions (``mypyc_attr``:
+#: a class decorator that only marks what the native build may do, replicast/native_build.py).
 ALLOWED = {
     "__future__", "ast", "bisect", "collections", "copy", "dataclasses", "enum", "fractions", "functools",
     "graphlib", "heapq", "itertools", "json", "math", "operator", "re", "struct", "typing", "warnings",
-    "msgpack", "msgspec", "numpy", "scipy", "sortedcontainers", "replicast",
+    "msgpack", "msgspec", "numpy", "scipy", "sortedcontainers", "replicast", "mypy_extensions",
 }
 #: Built-ins that reach outside the process: a pure module takes what a file holds as a value, and
 #: the driver reads it (``engine/toml_file.py``, ``engine/query_file.py``).

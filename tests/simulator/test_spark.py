@@ -22,12 +22,12 @@ SWEEP = ["--duration-s", "600", "--kmax", "2", "--segments", "2", "--warmup-s", 
 pytestmark = pytest.mark.spark
 
 
-def simulate(out: Path, *extra: str, destination: str | None = None) -> dict:
+def simulate(out: Path, *extra: str, destination: str | None = None, env: dict | None = None) -> dict:
     """Run the sweep into ``out`` (named on the command line as ``destination``, default its path);
     its summary, and its log in ``out/stderr.log``.  The driver binds to loopback, as the cluster."""
     done = subprocess.run([sys.executable, "-m", "replicast.engine.cli", "simulate", str(SCENARIO), *SWEEP,
                            "--out", destination or str(out), *extra], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+                          timeout=600, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})})
     assert done.returncode == 0, done.stderr[-3000:]
     (out / "stderr.log").write_text(done.stderr)
     return json.loads((out / "summary.json").read_text())
@@ -89,8 +89,10 @@ def test_a_standalone_master_and_worker_on_loopback_run_the_sweep(local_sweep, t
     with standalone_cluster(cluster, free_loopback_ports(3), workers=1, cores=2) as master:
         out = tmp_path / "out"
         trace = ROOT / "traces" / "data" / "seattle"           # the scenario's "seattle", by URL
+        # The wheel shipped is built pure (REPLICAST_PURE_PYTHON): a mypyc build in the test costs CI
+        # two minutes, and tests/test_native_build.py checks both builds simulate the same run.
         summary = simulate(out, "--spark", master, "--spark-python", str(bare_python), "--trace", trace.as_uri(),
-                           "--duration-s", "600", destination=out.as_uri())
+                           "--duration-s", "600", destination=out.as_uri(), env={"REPLICAST_PURE_PYTHON": "1"})
     same_summaries(summary, local_sweep[1])
     assert dataset_digest(out) == dataset_digest(local_sweep[0])
     # The tasks ran in the bare Python, from the archive Spark unpacked in the worker's executor.
