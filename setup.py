@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "replicast"))
@@ -25,21 +25,25 @@ import native_build  # noqa: E402  (the module list, without importing the packa
 #: The commands that build extensions; metadata and sdist commands (run several times per install
 #: by pip's build backend) do not need mypyc's minute of work.
 BUILDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop", "bdist_egg"}
+ARGS = set(sys.argv[1:])
+#: An editable install builds the extensions in place, beside the sources; a wheel builds them in build/lib.
+IN_PLACE = bool({"editable_wheel", "develop"} & ARGS) or ("build_ext" in ARGS and bool({"--inplace", "-i"} & ARGS))
+KEEP = {*native_build.NATIVE_MODULES, native_build.GROUP + "__mypyc"}
 
 
 def native_extensions() -> list:
-    if not BUILDS & set(sys.argv[1:]):
+    if not BUILDS & ARGS:
         return []
     if os.environ.get(native_build.PURE_ENV):
         print(f"replicast: {native_build.PURE_ENV} is set: installing pure Python", file=sys.stderr)
-        return _remove_built(keep=())
+        return _remove_stale(keep=set())
     try:
         from mypyc.build import mypycify
     except ImportError:
         print("replicast: mypyc is not installed: installing pure Python (the reference tier runs ~2x slower)",
               file=sys.stderr)
-        return _remove_built(keep=())
-    _remove_built(keep=(*native_build.NATIVE_MODULES, native_build.GROUP + "__mypyc"))
+        return _remove_stale(keep=set())
+    _remove_stale(keep=KEEP)
     # mypy finds modules by their dotted names: a tree named as installed (replicast/engine, …) of
     # links to the repository's folders, in the build directory.
     stage = ROOT / "build" / "native-src" / "replicast"
@@ -58,31 +62,39 @@ def native_extensions() -> list:
     config.write_text("[mypy]\nignore_missing_imports = True\nfollow_imports = silent\n"
                       "[mypy-replicast.*]\nignore_errors = True\n")
     try:
-        extensions = mypycify(["--config-file", str(config), *paths], opt_level="3",
-                              group_name=native_build.GROUP)
+        return mypycify(["--config-file", str(config), *paths], opt_level="3", group_name=native_build.GROUP)
     except Exception as error:          # a mypyc that cannot build here: the pure package still works
         print(f"replicast: the native build failed ({error}): installing pure Python", file=sys.stderr)
         return []
-    native_build.write_manifest(ROOT, ROOT / "replicast")
-    return extensions
 
 
-def _remove_built(keep: tuple[str, ...]) -> list:
-    """An editable install builds in place: the extensions of modules no longer compiled (or of all,
-    for a pure install) and a manifest that no longer holds are removed, so none shadows its ``.py``."""
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    for package, folder in native_build.PACKAGE_DIRS.items():
-        for path in (ROOT / folder).rglob("*.so"):
-            stem = path.name.split(".", 1)[0]
-            module = ".".join([package, *path.relative_to(ROOT / folder).parent.parts, stem])
-            if any(path.name.endswith(suffix) for suffix in suffixes) and module not in keep:
-                path.unlink()
-    if not keep:
+def _remove_stale(keep: set[str]) -> list:
+    """Extensions of modules not compiled by this build (all of them, for a pure one), left by an
+    earlier build: in place for an editable install (each would shadow its ``.py``), and in
+    setuptools' build/lib*, which a wheel packs whole. An in-place pure install drops the manifest too."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    places = [(ROOT / folder, package) for package, folder in native_build.PACKAGE_DIRS.items()] if IN_PLACE else []
+    places += [(lib / "replicast", "replicast") for lib in ROOT.glob("build/lib*")]
+    for base, package in places:
+        for path in base.rglob("*.so"):
+            module = ".".join([package, *path.relative_to(base).parent.parts, path.name.split(".", 1)[0]])
+            if path.name.endswith(suffixes) and module not in keep:
+                path.unlink(missing_ok=True)
+    if IN_PLACE and not keep:
         (ROOT / "replicast" / native_build.MANIFEST).unlink(missing_ok=True)
-    # setuptools packs whatever an earlier build left in build/lib*: an extension no longer built included
-    for stale in ROOT.glob("build/lib*"):
-        shutil.rmtree(stale, ignore_errors=True)
     return []
+
+
+class BuildWithManifest(build_ext):
+    """``build_ext`` that writes, beside the extensions it built (in place, or in build/lib for a
+    wheel), the digest of the sources they were compiled from (replicast/native_build.py)."""
+
+    def run(self) -> None:
+        super().run()
+        if self.extensions:
+            target = ROOT / "replicast" if self.inplace else Path(self.build_lib) / "replicast"
+            target.mkdir(parents=True, exist_ok=True)
+            native_build.write_manifest(ROOT, target)
 
 
 def _link(link: Path, target: Path) -> None:
@@ -93,4 +105,4 @@ def _link(link: Path, target: Path) -> None:
     link.symlink_to(target)
 
 
-setup(ext_modules=native_extensions())
+setup(ext_modules=native_extensions(), cmdclass={"build_ext": BuildWithManifest})

@@ -5,6 +5,7 @@ command lacks; PySpark without Java says so in one line."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -19,14 +20,21 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE_BUDGET_MB = 150
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     """``python -m build``: an sdist, then a wheel built from the unpacked sdist (so a file missing
-    from MANIFEST.in or package data is missing here too)."""
-    out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    from MANIFEST.in or package data is missing here too). Built once per test run: pytest-xdist
+    workers share it behind a lock (two sdist builds at once in the checkout trip over each other)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent                       # the run's directory, above every worker's
+    with open(shared / "replicast-sdist-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / "replicast-sdist-wheel"
+        if not any(out.glob("replicast-*.whl")):
+            done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+                                  capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (built,) = out.glob("replicast-*.whl")
     return built
 
