@@ -47,8 +47,9 @@ Two figures:
    and with each baseline's, every run in its own process: the CPU ratio, whether the
    deliveries' count and latency quantiles are the same, and whether every delivery (application,
    ts, arrival, path) and every bandwidth row are (a sha256 of each table's rows in one order,
-   computed after the timed run).  The issue's comparison is against
-   cd9ce3d (before the one package: its ``simulator`` is imported as such)::
+   computed after the timed run), and which build ran each (this checkout's mypyc-compiled modules
+   or its ``.py`` files: ``REPLICAST_PURE_PYTHON=1`` in the environment runs the latter).  The issue's
+   comparison is against cd9ce3d (before the one package: its ``simulator`` is imported as such)::
 
        git worktree add --detach /tmp/cd9 cd9ce3d && python3 -m venv --system-site-packages /tmp/cd9/.venv
        /tmp/cd9/.venv/bin/pip install --no-deps -e /tmp/cd9
@@ -56,7 +57,8 @@ Two figures:
        python3 benchmarks/simulator.py --trace /tmp/synth30-2h --duration-s 1800 --kmax 3 --baseline /tmp/cd9/.venv/bin/python
 
 8. ``--counts calls|instructions --baseline PYTHON``: the comparison of 7 in deterministic counts,
-   which the load of a shared machine does not change: Python calls (cProfile) or instructions
+   which the load of a shared machine does not change: Python calls (cProfile; a native build's
+   compiled functions are not Python calls, so compare calls only between pure builds) or instructions
    (``valgrind --tool=cachegrind``, ~50× slower: keep ``--duration-s`` near 60) of a run over
    ``--duration-s`` (default 60) less those of a 10-s run, per simulated second, e.g.::
 

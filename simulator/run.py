@@ -220,8 +220,8 @@ def _young_objects_collected_rarely():
     once; with the cyclic collector's default young threshold (700 allocations) it still ran ~150
     collections per 300 simulated s of sim-fig1, each older pass walking the trace and the nodes
     setup built. Those are frozen (never walked) and young objects collected every 50,000
-    allocations for the run, then the settings put back: ~5 % of the reference tier's CPU natively
-    built (docs/simulator.md, "Reference tier speed")."""
+    allocations for the run, then the settings put back: 8–13 % of the reference tier's CPU natively
+    built (docs/simulator.md, "CPU against cd9ce3d")."""
     threshold = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
