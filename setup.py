@@ -10,6 +10,7 @@ or older than them.
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -36,6 +37,10 @@ def native_extensions() -> list:
         return []
     if os.environ.get(native_build.PURE_ENV):
         print(f"replicast: {native_build.PURE_ENV} is set: installing pure Python", file=sys.stderr)
+        return _remove_stale(keep=set())
+    if importlib.util.find_spec("simpy") is None:
+        print("replicast: simpy is not installed where this builds (mypyc must see the class LinkEnvironment "
+              "subclasses): installing pure Python", file=sys.stderr)
         return _remove_stale(keep=set())
     try:
         from mypyc.build import mypycify

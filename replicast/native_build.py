@@ -121,7 +121,10 @@ def _module_file(module: str) -> Path | None:
     """Where ``module``'s source is, without importing it (the editable install maps ``replicast.engine``
     to the repository's ``engine`` folder; a wheel puts it under ``replicast/``)."""
     parent, _, name = module.rpartition(".")
-    spec = importlib.util.find_spec(parent)
+    try:
+        spec = importlib.util.find_spec(parent)
+    except ImportError:                 # the package root alone on sys.path (a checkout not installed)
+        return None
     for folder in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(folder) / f"{name}.py"
         if candidate.exists():
