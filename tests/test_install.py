@@ -5,7 +5,6 @@ command lacks; PySpark without Java says so in one line."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.helpers import wheel_once
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE_BUDGET_MB = 150
 
@@ -25,18 +26,7 @@ def wheel(tmp_path_factory) -> Path:
     """``python -m build``: an sdist, then a wheel built from the unpacked sdist (so a file missing
     from MANIFEST.in or package data is missing here too). Built once per test run: pytest-xdist
     workers share it behind a lock (two sdist builds at once in the checkout trip over each other)."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent                       # the run's directory, above every worker's
-    with open(shared / "replicast-sdist-wheel.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        out = shared / "replicast-sdist-wheel"
-        if not any(out.glob("replicast-*.whl")):
-            done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                                  capture_output=True, text=True, timeout=600)
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (built,) = out.glob("replicast-*.whl")
-    return built
+    return wheel_once(tmp_path_factory, "replicast-sdist-wheel", ["--no-isolation"])
 
 
 def make_venv(path: Path, *, system_site_packages: bool) -> Path:

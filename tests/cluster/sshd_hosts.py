@@ -10,7 +10,6 @@ made here is named ``sshcluster…`` and removed at the end.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.helpers import ROOT, free_ports
+from tests.integration.helpers import ROOT, free_ports, wheel_once
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -75,18 +74,9 @@ def namespaces_work() -> bool:
 def wheel(tmp_path_factory) -> Path:
     """The replicast wheel of this checkout (``python -m build --wheel``), built once per test run:
     pytest-xdist workers share it, behind a lock (two builds at once share the checkout's build/)."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent                       # the run's directory, above every worker's
-    with open(shared / "replicast-wheel.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        out = shared / "replicast-wheel"
-        if not any(out.glob("replicast-*.whl")):
-            # Pure Python: the hosts test cluster operations; the native wheel is tests/test_install.py's
-            # (a mypyc build here costs CI two minutes).
-            subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], check=True,
-                           capture_output=True, timeout=300, env={**os.environ, "REPLICAST_PURE_PYTHON": "1"})
-    return next(out.glob("replicast-*.whl"))
+    # Pure Python: the hosts test cluster operations; the native wheel is tests/test_install.py's
+    # (a mypyc build here costs CI two minutes).
+    return wheel_once(tmp_path_factory, "replicast-wheel", ["--wheel"], env={**os.environ, "REPLICAST_PURE_PYTHON": "1"})
 
 
 def replicast(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib.util
 import json
 import os
@@ -330,3 +331,20 @@ def without_output_id(item: dict) -> dict:
     match = OUTPUT_ID.match(str(rest.pop("@id", "")))
     assert match and int(match.group(1)) == item["ts"], item
     return rest
+
+
+def wheel_once(tmp_path_factory, name: str, arguments: list[str], env: dict | None = None) -> Path:
+    """A wheel of this checkout (``python -m build`` with ``arguments``), built once per test run into
+    the run's directory ``name``: pytest-xdist workers share it, and every build in the checkout waits
+    for the one under way (two at once trip over its build/ and sdist trees)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent                       # the run's directory, above every worker's
+    with open(shared / "replicast-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / name
+        if not any(out.glob("replicast-*.whl")):
+            done = subprocess.run([sys.executable, "-m", "build", *arguments, "--outdir", str(out), str(ROOT)],
+                                  capture_output=True, text=True, timeout=600, env=env)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return next(out.glob("replicast-*.whl"))
