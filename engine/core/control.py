@@ -24,6 +24,13 @@ Rules of this module:
    asks for it again: a coordinator re-connects what a restarted node lost
    (docs/placement.md, "A server that restarted"), and the receiver's first request may have
    expired at the sender before the route was back.
+8. Connecting a stream replica this node already has with its other end on *another* node follows
+   it there: the replica at that end was placed again under the same name (a coordinator elected
+   after the one that placed it knows only what runs, and revives the lost replica with its free
+   index, docs/placement.md, "A crashed coordinator").  The sender's route is made anew towards the
+   new node, from its log's base; the receiver drops its input from the old node (as a disconnect
+   would, rule 6) and asks the new one.  Before, both ends kept the old node: the revived replica's
+   requests were stale at its sender and it never received a record.
 """
 
 from __future__ import annotations
@@ -168,15 +175,24 @@ class Control:
             source = self.hosted.get(stream.source)
             if source is None:
                 self._refuse(f"cannot connect {stream.source} -> {stream.target}: {stream.source} is not hosted here", src)
-            elif stream not in source.routes:
-                route = source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
-                yield Retrim(source)
-                yield Connected(stream, route)
+            else:
+                known = source.routes.get(stream)
+                if known is None or known.node != message.target_node:           # rule 8: placed again
+                    if known is not None:
+                        self.counters["moved_streams"] += 1
+                    source.parked.pop(stream, None)
+                    route = source.routes[stream] = Route(message.target_node, source.log.base)   # pins what is retained
+                    yield Retrim(source)
+                    yield Connected(stream, route)
         inbound = self.inbound.get(stream)
         if message.target_node == self.out.name and inbound is not None:
-            if inbound.node == message.source_node and inbound.state in _ASK_AGAIN:     # rule 7
-                yield RequestStream(stream, inbound, self.hosted[stream.target])
-            return
+            if inbound.node == message.source_node:
+                if inbound.state in _ASK_AGAIN:                                  # rule 7
+                    yield RequestStream(stream, inbound, self.hosted[stream.target])
+                return
+            del self.inbound[stream]                                             # rule 8: placed again
+            self.counters["moved_streams"] += 1
+            yield from self.failover.disconnected(stream)
         if message.target_node == self.out.name:
             target = self.hosted.get(stream.target)
             if target is None:

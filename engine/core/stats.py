@@ -26,7 +26,7 @@ COUNTERS = ("dead_letters", "unknown_streams", "malformed_batches", "protocol_er
             "snapshots_taken", "rebuilt_without_peer", "rejoins", "continued_streams", "failovers",
             "stale_stamps", "refused_ballots", "unanswered_ballots", "early_requests", "stray_reports", "determinants",
             "takeovers", "donors_behind", "vanished_streams", "peers_rebuilding",
-            "snapshots_skipped")
+            "snapshots_skipped", "moved_streams")
 
 
 #: Bounds (µs) of the latency histogram's buckets: wide-area paths are tens to hundreds of ms (§VI).
