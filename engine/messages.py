@@ -1,4 +1,11 @@
-"""The messages nodes exchange (DESIGN.md §4, §6): frozen dataclass nouns, no behaviour.
+"""The messages nodes exchange (DESIGN.md §4, §6): dataclass nouns, no behaviour, never changed once made.
+
+All are frozen but the two made per message, :class:`Batch` and :class:`Ack` (and the core's
+``Delivered`` event): a frozen dataclass's ``__init__`` sets each field through
+``object.__setattr__`` in interpreted code even where the class is compiled (replicast/native_build.py),
+4.5× the cost of the compiled ``__init__`` of a plain one, and Batch construction alone was ~9 % of
+a native simulation's CPU (docs/simulator.md, "CPU against cd9ce3d").  Nothing assigns to their
+fields (``tests/engine/test_message_fields.py`` reads every module for an assignment).
 
 Rules of this module:
 
@@ -54,7 +61,7 @@ from replicast.placement.reports import ServerReport
 
 
 # -- data -----------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Batch:
     """Items ``offset …`` of ``stream``: ``records`` in order, then ``punctuation`` if not None."""
 
@@ -70,7 +77,7 @@ class Batch:
         return len(self.records) + (self.punctuation is not None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ack:
     """The receiver of ``stream`` holds every item below ``offset`` of the sender's incarnation ``epoch``."""
 

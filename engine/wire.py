@@ -26,15 +26,15 @@ from typing import Any
 import msgpack
 import msgspec
 
-from replicast.engine.frame_size import batch_frame_size
+from replicast.engine.frame_size import ack_frame_size, batch_frame_size
 from replicast.engine.frames import BY_CODE, BY_MESSAGE, AnyFrame, Frame, required_fields
-from replicast.engine.messages import Batch, Message
+from replicast.engine.messages import Ack, Batch, Message
 from replicast.engine.packed_records import EncodedRecords, PackedRecords, WireError
 from replicast.operators.plan import StreamReplica
 from replicast.operators.validation import Failure, locate, shorten
 
-__all__ = ["MAX_FRAME", "EncodedRecords", "FrameDecoder", "PackedRecords", "WireError", "batch_frame_size",
-           "batch_header_size", "decode", "encode"]
+__all__ = ["MAX_FRAME", "EncodedRecords", "FrameDecoder", "PackedRecords", "WireError", "ack_frame_size",
+           "ack_header_size", "batch_frame_size", "batch_header_size", "decode", "encode"]
 
 #: Largest frame a node accepts (a batch is normally far smaller).
 MAX_FRAME = 64 * 1024 * 1024
@@ -57,6 +57,12 @@ def batch_header_size(stream: StreamReplica) -> int:
     frame's size is this plus each field's own encoding (see :func:`batch_frame_size`)."""
     return (len(encode(Batch(stream, 0, 0, (), None))) - 2 * len(_packb(0)) - len(_packb(_packb(())))
             - len(_packb(None)))
+
+
+def ack_header_size(stream: StreamReplica) -> int:
+    """Bytes of an :class:`Ack` frame on ``stream`` other than its epoch and offset (as
+    :func:`batch_header_size`; see :func:`ack_frame_size`)."""
+    return len(encode(Ack(stream, 0, 0))) - 2 * len(_packb(0))
 
 
 def decode(body: bytes) -> Message:

@@ -35,10 +35,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from mypy_extensions import mypyc_attr
 
-from replicast.engine.messages import Batch
+from replicast.engine.messages import Ack, Batch
 from replicast.engine.node import DeadLetter, Delivered
-from replicast.engine.frame_size import batch_frame_size
-from replicast.engine.wire import batch_header_size, encode
+from replicast.engine.frame_size import ack_frame_size, batch_frame_size
+from replicast.engine.wire import ack_header_size, batch_header_size, encode
 from replicast.operators.record import CLOSED
 from replicast.simulator import latency as latency_stats
 from replicast.simulator.driver import Observer
@@ -91,6 +91,7 @@ class Recorder(Observer):
         self._row: dict = {}
         self._streams: dict[int, Any] = {}
         self._header: dict[int, int] = {}  # id(stream) -> wire.batch_header_size
+        self._acked: dict[int, tuple[Any, int]] = {}   # id(stream) -> (stream, wire.ack_header_size)
         # The last batch sized: its records object, offset, epoch and frame size less the header.
         self._body_of: Any = None
         self._body_at, self._body_epoch, self._body = -1, -1, 0
@@ -153,7 +154,13 @@ class Recorder(Observer):
                 entry = row.get("control")
                 if entry is None:
                     entry = row["control"] = ([0, 0, 0.0], 0)
-                entry[0][1] += len(encode(message))
+                if type(message) is Ack:        # most control messages: sized as batches are, not encoded
+                    known = self._acked.get(id(message.stream))
+                    if known is None:           # the stream kept alive with its size, so the id stays its
+                        known = self._acked[id(message.stream)] = (message.stream, ack_header_size(message.stream))
+                    entry[0][1] += ack_frame_size(known[1], message)
+                else:
+                    entry[0][1] += len(encode(message))
 
     def dead_letter(self, node: str, event: DeadLetter) -> None:
         self.dead_letters += 1

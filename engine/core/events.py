@@ -57,9 +57,10 @@ def entry_modes(modes: "dict[str, str | EntryMode] | None") -> dict[str, EntryMo
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivered:
-    """Records (then maybe a punctuation) delivered to application ``app`` at ``now``."""
+    """Records (then maybe a punctuation) delivered to application ``app`` at ``now``.  Not frozen,
+    as :class:`~engine.messages.Batch` (engine/messages.py says why); nothing assigns to its fields."""
 
     app: str
     records: list[Record]

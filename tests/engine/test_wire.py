@@ -12,7 +12,8 @@ from replicast.engine.messages import (Ack, Batch, Committed, ConnectStream, Dep
                              SnapshotRequest, StampAck, Stamped, Standby, Statistics, StatisticsRequest, StreamHead, View,
                              ViewBallot, ViewDecided, ViewReply)
 from replicast.engine import frames as schema
-from replicast.engine.wire import EncodedRecords, FrameDecoder, WireError, batch_frame_size, batch_header_size, decode, encode
+from replicast.engine.wire import (EncodedRecords, FrameDecoder, WireError, ack_frame_size, ack_header_size, batch_frame_size,
+                                   batch_header_size, decode, encode)
 from replicast.operators.plan import ReplicaId, StreamReplica
 from tests.operators.strategies import keyed_records
 from tests.operators.test_dedup import _arrivals, filters_agree
@@ -65,6 +66,23 @@ def test_batch_frame_size_is_the_encoded_length(name, index, port, recs, epoch, 
     for records in (tuple(recs), EncodedRecords(recs + [(0, "x" * padding, 0)])):
         batch = Batch(stream, epoch, offset, records, punctuation)
         assert batch_frame_size(batch_header_size(stream), batch) == len(encode(batch))
+
+
+def test_batch_frame_size_counts_each_bin_header():
+    """Records whose encoding needs a bin 8, 16 or 32 header (engine/frame_size.py counts it, not packs it)."""
+    stream = StreamReplica(ReplicaId("a", 0), ReplicaId("b", 0), 0)
+    for padding in (0, 200, 250, 300, 65_000, 65_600, 70_000):
+        batch = Batch(stream, 1, 2, EncodedRecords([(0, "x" * padding, 0)]), None)
+        assert batch_frame_size(batch_header_size(stream), batch) == len(encode(batch)), padding
+
+
+@given(st.text(max_size=300), st.integers(0, 2**31), st.integers(0, 3), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**64 - 1))
+def test_ack_frame_size_is_the_encoded_length(name, index, port, epoch, offset):
+    """The simulator's bandwidth accounting sizes acks without encoding them: the same bytes."""
+    stream = StreamReplica(ReplicaId(name, index), ReplicaId("target", index // 2), port)
+    ack = Ack(stream, epoch, offset)
+    assert ack_frame_size(ack_header_size(stream), ack) == len(encode(ack))
 
 
 @given(st.binary(max_size=200))
