@@ -138,10 +138,6 @@ class LinkEnvironment(simpy.Environment):
     def now(self) -> int:
         return self.calls.now
 
-    @property
-    def time_us(self) -> int:
-        return self.calls.now
-
     def call_at(self, when: int, function: Callable, *args: Any) -> None:
         """Run ``function(*args)`` at simulated time ``when`` (≥ now)."""
         self.calls.push(when, function, args)
