@@ -10,6 +10,7 @@ made here is named ``sshcluster…`` and removed at the end.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -26,6 +27,10 @@ import pytest
 from tests.integration.helpers import ROOT, free_ports, wheel_once
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+#: One number per ``sshd_hosts`` use in this process: names are never reused, since the kernel removes
+#: a deleted namespace's veth pair asynchronously ("RTNETLINK answers: File exists" for the next test
+#: of the same pytest worker that reused the name at once).
+_USES = itertools.count()
 
 
 @dataclass
@@ -95,12 +100,13 @@ def sshd_hosts(tmp: Path, count: int):
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"sshcluster-test-{name}", "-f", str(keys / name))
     (keys / "authorized_keys").write_text((keys / "client_key.pub").read_text())
     host_public = " ".join((keys / "host_key.pub").read_text().split()[:2])
-    tag = f"{os.getpid() % 1000}"                 # interface names: at most 15 characters
+    tag = f"{os.getpid() % 100_000}x{next(_USES) % 100}"   # interface names: at most 15 characters
     use_ns = namespaces_work()
     subnet = _free_subnet() if use_ns else ""
-    bridge = f"sshcluster{tag}br"
+    bridge = f"rsh{tag}br"
     hosts: list[SshHost] = []
     made_ns: list[str] = []
+    made_veths: list[str] = []
     try:
         if use_ns:
             Path("/run/sshd").mkdir(exist_ok=True)            # sshd's privilege separation directory
@@ -114,9 +120,10 @@ def sshd_hosts(tmp: Path, count: int):
             address = f"{subnet}.{10 + i}" if use_ns else f"127.0.{os.getpid() % 250}.{10 + i}"
             namespace = None
             if use_ns:
-                namespace, veth = f"sshcluster-{tag}-{i}", f"sshcluster{tag}h{i}"
+                namespace, veth = f"sshcluster-{tag}-{i}", f"rsh{tag}h{i}"
                 _run("ip", "netns", "add", namespace)
                 made_ns.append(namespace)
+                made_veths.append(veth)
                 _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
                 _run("ip", "link", "set", veth, "master", bridge, "up")
                 _run("ip", "-n", namespace, "link", "set", "lo", "up")
@@ -147,6 +154,8 @@ def sshd_hosts(tmp: Path, count: int):
                 host.process.wait(10)
             except subprocess.TimeoutExpired:
                 host.process.kill()
+        for veth in made_veths:                      # at once, both ends (a deleted namespace's go asynchronously)
+            subprocess.run(["ip", "link", "del", veth], capture_output=True)
         for namespace in made_ns:
             pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
             for pid in pids:                         # whatever a failed test left there
